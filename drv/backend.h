@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * drv/backend.h - what a driver backend implements.
+ *
+ * The generic layer (drv/drv.c) owns all bookkeeping: which ranges are
+ * reserved, which chunk is mapped at which granule, access rights, limits and
+ * counters.  It validates every argument before a backend sees it, so a
+ * backend receives only calls that are legal by the rules of CUDA-VMM.md:
+ * aligned sizes and offsets, no mapping over a mapped granule, unmaps of whole
+ * mappings, set-access over fully mapped ranges, copies only through mapped
+ * and accessible device memory.  A backend's job is to carry the call out and
+ * report failure as -1 with errno (and, optionally, a detail string).
+ *
+ * Backend calls are made with no lock of the generic layer held unless the
+ * comment says so; a backend protects its own state.
+ */
+#ifndef KVSLAB_DRV_BACKEND_H
+#define KVSLAB_DRV_BACKEND_H
+
+#include <stdatomic.h>
+#include <pthread.h>
+
+#include "kvslab/drv.h"
+
+struct kvs_drv_backend {
+	const char *name;
+	/* Fill drv->granularity and drv->priv; -1/errno if unusable. */
+	int (*open)(struct kvs_drv *drv, const kvs_drv_attr_t *attr);
+	/* Optional: kvs_drv_close() is about to give everything back. */
+	void (*begin_close)(struct kvs_drv *drv);
+	/* Everything was unmapped and released by the generic layer already. */
+	void (*close)(struct kvs_drv *drv);
+	int (*mem_info)(struct kvs_drv *drv, size_t *free_bytes, size_t *total_bytes);
+	int (*reserve)(struct kvs_drv *drv, size_t size, kvs_devptr_t *base);
+	int (*unreserve)(struct kvs_drv *drv, kvs_devptr_t base, size_t size);
+	/* *handle is the backend's own name for the chunk (fd, CU handle...). */
+	int (*create)(struct kvs_drv *drv, size_t size, uint64_t *handle);
+	/* Legal while mapped: the memory lives until its last unmap. */
+	int (*release)(struct kvs_drv *drv, uint64_t handle);
+	int (*map)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_t handle);
+	/* May cover several adjacent whole mappings. */
+	int (*unmap)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size);
+	int (*set_access)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, int access);
+	/* Copies run in submission order on one queue per driver. */
+	int (*copy_htod)(struct kvs_drv *drv, kvs_devptr_t dst, const void *src, size_t n);
+	int (*copy_dtoh)(struct kvs_drv *drv, void *dst, kvs_devptr_t src, size_t n);
+	/* Events mark a point in the copy queue. */
+	int (*event_create)(struct kvs_drv *drv, void **bev);
+	void (*event_destroy)(struct kvs_drv *drv, void *bev);
+	int (*event_record)(struct kvs_drv *drv, void *bev);
+	/* 1 complete, 0 pending, -1/errno: a copy before it failed. */
+	int (*event_query)(struct kvs_drv *drv, void *bev);
+	int (*event_wait)(struct kvs_drv *drv, void *bev);
+	int (*synchronize)(struct kvs_drv *drv);
+	int (*host_alloc)(struct kvs_drv *drv, size_t size, void **ptr);
+	int (*host_free)(struct kvs_drv *drv, void *ptr);
+};
+
+struct kvs_range;
+struct kvs_host_block;
+
+struct kvs_drv {
+	const struct kvs_drv_backend *be;
+	void *priv;			/* backend state */
+	size_t granularity;
+	size_t mem_limit;
+	unsigned int flags;
+
+	pthread_mutex_t lock;		/* protects everything below */
+	struct kvs_range **ranges;	/* sorted by base */
+	size_t nranges, cap_ranges;
+	struct kvs_chunk *chunks;	/* all live chunks (doubly linked) */
+	void **cset;			/* set of live chunk pointers */
+	size_t cset_n, cset_cap, pending_chunks;
+	struct kvs_host_block *host_blocks;
+	size_t pending_create;		/* bytes being created right now */
+	struct kvs_event *events;	/* live events */
+
+	_Atomic uint64_t stats[KVS_DRV_STAT__COUNT];
+	char errdetail[160];		/* last backend detail; best effort */
+};
+
+extern const struct kvs_drv_backend kvs_backend_host;
+#ifdef KVS_HAVE_CUDA
+extern const struct kvs_drv_backend kvs_backend_cuda;
+/* 1 when a cuda device is usable (for "auto"), without side effects kept. */
+int kvs_cuda_probe(void);
+#endif
+extern const struct kvs_drv_backend kvs_backend_fault;
+
+/* Allocate and initialise the generic part; used by kvs_fault_open too. */
+struct kvs_drv *kvs_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr);
+
+/* Record a backend detail message for kvs_drv_strerror(). */
+void kvs_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#endif /* KVSLAB_DRV_BACKEND_H */

@@ -1,0 +1,1283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * drv/drv.c - the generic half of the driver shim.
+ *
+ * This file owns every rule that is the same for all backends: it validates
+ * arguments, keeps the books and enforces the memory limit, then hands a call
+ * that is known to be legal to the backend.  The rules are those of the CUDA
+ * VMM API (CUDA-VMM.md): sizes and offsets are multiples of the granularity,
+ * a granule is mapped at most once, an unmap covers whole mappings, access is
+ * set on fully mapped ranges, a reservation is freed only when nothing in it
+ * is mapped.  Checking them here means the host backend behaves exactly like
+ * a GPU and that a cuda caller gets a clear errno instead of a sticky device
+ * error.
+ *
+ * Data structures.  A reservation is a struct kvs_range with one slot per
+ * granule: the chunk mapped there (NULL when unmapped), whether the granule
+ * starts a mapping, and its access.  Ranges sit in an array sorted by base,
+ * found by binary search.  Chunks sit on a doubly linked list; a chunk that
+ * was released while mapped stays on it, marked released, until its last
+ * unmap, which is when its physical bytes are really given back (the driver's
+ * own rule for cuMemRelease).
+ *
+ * Locking.  drv->lock (a mutex) protects the books.  map, unmap, set_access,
+ * reserve, unreserve and copy submission call the backend with the lock held,
+ * so validation and action are one step; chunk creation, the slow call
+ * (~190 us on an A100), runs unlocked with its bytes counted as pending so
+ * the limit still holds.  Counters are atomics, readable without the lock.
+ * Copies are validated and enqueued under the lock, and every unmap drains
+ * the copy queue first (the backend does it), so a queued copy never touches
+ * memory that was unmapped after it was submitted.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "kvslab/drv.h"
+
+#include "internal.h"
+#define CHUNK_MAGIC 0x6b766368756e6bULL /* "kvchunk" */
+
+struct kvs_range {
+	kvs_devptr_t base;
+	size_t size;
+	size_t ngran;
+	struct kvs_chunk **chunk;	/* per granule: mapped chunk or NULL */
+	unsigned char *start;		/* per granule: 1 if a mapping starts here */
+	unsigned char *access;		/* per granule: KVS_ACCESS_* */
+	size_t nmapped;			/* granules mapped */
+};
+
+struct kvs_chunk {
+	uint64_t magic;
+	uint64_t handle;
+	size_t size;
+	unsigned int nmaps;
+	bool released;
+	struct kvs_drv *drv;
+	struct kvs_chunk *prev, *next;
+};
+
+struct kvs_event {
+	struct kvs_drv *drv;
+	void *bev;
+	struct kvs_event *prev, *next;
+};
+
+struct kvs_host_block {
+	void *ptr;
+	size_t size;
+	struct kvs_host_block *next;
+};
+
+static const char *const stat_names[] = {
+#define KVS_X_NAME(n, k, d) #n,
+	KVS_DRV_STATS(KVS_X_NAME)
+#undef KVS_X_NAME
+};
+
+static const char *const stat_descs[] = {
+#define KVS_X_DESC(n, k, d) d,
+	KVS_DRV_STATS(KVS_X_DESC)
+#undef KVS_X_DESC
+};
+
+static inline void stat_add(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
+{
+	atomic_fetch_add_explicit(&d->stats[s], v, memory_order_relaxed);
+}
+
+static inline void stat_sub(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
+{
+	atomic_fetch_sub_explicit(&d->stats[s], v, memory_order_relaxed);
+}
+
+static void stat_peak(struct kvs_drv *d, enum kvs_drv_stat now, enum kvs_drv_stat peak)
+{
+	uint64_t v = atomic_load_explicit(&d->stats[now], memory_order_relaxed);
+	uint64_t p = atomic_load_explicit(&d->stats[peak], memory_order_relaxed);
+
+	while (v > p && !atomic_compare_exchange_weak(&d->stats[peak], &p, v))
+		;
+}
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Time a backend call and count its failure; keeps errno as the call left it. */
+#define BE_CALL(d, expr)                                                      \
+	({                                                                    \
+		uint64_t t0_ = now_ns();                                      \
+		int r_ = (expr);                                              \
+		int e_ = errno;                                               \
+		stat_add((d), KVS_DRV_STAT_ns_in_calls, now_ns() - t0_);      \
+		errno = e_;                                                   \
+		r_;                                                           \
+	})
+
+static int fail(struct kvs_drv *d, int err)
+{
+	if (d)
+		stat_add(d, KVS_DRV_STAT_failed_calls, 1);
+	errno = err;
+	return -1;
+}
+
+void kvs_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(drv->errdetail, sizeof(drv->errdetail), fmt, ap);
+	va_end(ap);
+}
+
+/**
+ * kvs_drv_attr_init() - fill @attr with the defaults.
+ * @attr: attributes to initialise.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL when @attr is NULL.
+ */
+KVS_EXPORT int kvs_drv_attr_init(kvs_drv_attr_t *attr)
+{
+	if (!attr)
+		return fail(NULL, EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	return 0;
+}
+
+struct kvs_drv *kvs_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr)
+{
+	struct kvs_drv *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->be = be;
+	if (attr) {
+		d->mem_limit = attr->mem_limit;
+		d->flags = attr->flags;
+	}
+	pthread_mutex_init(&d->lock, NULL);
+	return d;
+}
+
+static const char *default_name(void)
+{
+	const char *env = getenv("KVSLAB_DRIVER");
+
+	return env && *env ? env : "auto";
+}
+
+/**
+ * kvs_drv_open() - open a driver by name.
+ * @name: "host", "cuda", "auto" or NULL (auto: cuda when a device is usable,
+ *        else host; the environment variable KVSLAB_DRIVER names the default).
+ * @attr: attributes, or NULL for the defaults.
+ *
+ * Context: any thread; may load libcuda.
+ * Return: a driver, or NULL with errno set (ENOENT unknown name, ENODEV no
+ * usable device, EINVAL bad attributes, ENOMEM).
+ */
+KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
+{
+	const struct kvs_drv_backend *be = NULL;
+	kvs_drv_attr_t defaults;
+	struct kvs_drv *d;
+
+	if (!attr) {
+		kvs_drv_attr_init(&defaults);
+		attr = &defaults;
+	}
+	if (!name)
+		name = default_name();
+	if (strcmp(name, "host") == 0) {
+		be = &kvs_backend_host;
+	} else if (strcmp(name, "cuda") == 0) {
+#ifdef KVS_HAVE_CUDA
+		be = &kvs_backend_cuda;
+#else
+		errno = ENODEV;
+		return NULL;
+#endif
+	} else if (strcmp(name, "auto") == 0) {
+		be = &kvs_backend_host;
+#ifdef KVS_HAVE_CUDA
+		if (kvs_cuda_probe())
+			be = &kvs_backend_cuda;
+#endif
+	} else {
+		errno = ENOENT;
+		return NULL;
+	}
+
+	d = kvs_drv_new(be, attr);
+	if (!d) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (be->open(d, attr) < 0) {
+		int e = errno;
+
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+		errno = e;
+		return NULL;
+	}
+	return d;
+}
+
+/* Find the range holding [addr, addr + size); call with drv->lock held. */
+static struct kvs_range *range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
+{
+	size_t lo = 0, hi = d->nranges;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		struct kvs_range *r = d->ranges[mid];
+
+		if (addr < r->base) {
+			hi = mid;
+		} else if (addr >= r->base + r->size) {
+			lo = mid + 1;
+		} else {
+			if (size > r->size - (addr - r->base))
+				return NULL;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+static size_t range_index(struct kvs_drv *d, kvs_devptr_t base)
+{
+	size_t lo = 0, hi = d->nranges;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (d->ranges[mid]->base < base)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void range_free(struct kvs_range *r)
+{
+	if (!r)
+		return;
+	free(r->chunk);
+	free(r->start);
+	free(r->access);
+	free(r);
+}
+
+static bool aligned(struct kvs_drv *d, uint64_t v)
+{
+	return v % d->granularity == 0;
+}
+
+/**
+ * kvs_drv_reserve() - reserve a virtual address range.
+ * @drv: driver.
+ * @size: bytes, a non-zero multiple of the granularity.
+ * @base: receives the range's base, aligned to the granularity.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (size), ENOMEM (no address space).
+ */
+KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
+{
+	struct kvs_range *r;
+	size_t idx;
+
+	if (!d || !base || size == 0 || !aligned(d, size))
+		return fail(d, EINVAL);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return fail(d, ENOMEM);
+	r->size = size;
+	r->ngran = size / d->granularity;
+	r->chunk = calloc(r->ngran, sizeof(*r->chunk));
+	r->start = calloc(r->ngran, 1);
+	r->access = calloc(r->ngran, 1);
+	if (!r->chunk || !r->start || !r->access)
+		goto err_free;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->nranges == d->cap_ranges) {
+		size_t cap = d->cap_ranges ? 2 * d->cap_ranges : 8;
+		struct kvs_range **nr = realloc(d->ranges, cap * sizeof(*nr));
+
+		if (!nr)
+			goto err_unlock;
+		d->ranges = nr;
+		d->cap_ranges = cap;
+	}
+	stat_add(d, KVS_DRV_STAT_reserve_calls, 1);
+	if (BE_CALL(d, d->be->reserve(d, size, &r->base)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		range_free(r);
+		return fail(d, e);
+	}
+	idx = range_index(d, r->base);
+	memmove(&d->ranges[idx + 1], &d->ranges[idx],
+		(d->nranges - idx) * sizeof(*d->ranges));
+	d->ranges[idx] = r;
+	d->nranges++;
+	stat_add(d, KVS_DRV_STAT_bytes_reserved, size);
+	pthread_mutex_unlock(&d->lock);
+	*base = r->base;
+	return 0;
+
+err_unlock:
+	pthread_mutex_unlock(&d->lock);
+err_free:
+	range_free(r);
+	return fail(d, ENOMEM);
+}
+
+/**
+ * kvs_drv_unreserve() - free a range made by kvs_drv_reserve().
+ * @drv: driver.
+ * @base: the base kvs_drv_reserve() returned.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (not a range's base) or EBUSY (something
+ * is still mapped in it; unmap it first).
+ */
+KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
+{
+	struct kvs_range *r;
+	size_t idx;
+
+	if (!d)
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	r = range_find(d, base, 1);
+	if (!r || r->base != base) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	if (r->nmapped) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EBUSY);
+	}
+	stat_add(d, KVS_DRV_STAT_unreserve_calls, 1);
+	if (BE_CALL(d, d->be->unreserve(d, r->base, r->size)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	idx = range_index(d, base);
+	memmove(&d->ranges[idx], &d->ranges[idx + 1],
+		(d->nranges - idx - 1) * sizeof(*d->ranges));
+	d->nranges--;
+	stat_sub(d, KVS_DRV_STAT_bytes_reserved, r->size);
+	pthread_mutex_unlock(&d->lock);
+	range_free(r);
+	return 0;
+}
+
+static bool over_limit(struct kvs_drv *d, enum kvs_drv_stat s, size_t extra)
+{
+	uint64_t now = atomic_load_explicit(&d->stats[s], memory_order_relaxed);
+
+	return d->mem_limit && now + extra > d->mem_limit;
+}
+
+/*
+ * The set of live chunk structs, so that a stale or foreign pointer is
+ * answered with EINVAL without being dereferenced.  Open addressing with
+ * linear probing and backward-shift deletion; lock held.
+ */
+static size_t cset_slot(const struct kvs_drv *d, const void *p)
+{
+	uint64_t h = (uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ULL;
+
+	return (size_t)(h >> 20) & (d->cset_cap - 1);
+}
+
+static bool cset_has(const struct kvs_drv *d, const void *p)
+{
+	size_t i;
+
+	if (!d->cset_cap || !p)
+		return false;
+	for (i = cset_slot(d, p); d->cset[i]; i = (i + 1) & (d->cset_cap - 1))
+		if (d->cset[i] == p)
+			return true;
+	return false;
+}
+
+static void cset_put(struct kvs_drv *d, void *p)
+{
+	size_t i;
+
+	for (i = cset_slot(d, p); d->cset[i]; i = (i + 1) & (d->cset_cap - 1))
+		;
+	d->cset[i] = p;
+	d->cset_n++;
+}
+
+/* Make room for one more beside the members and pending creates; lock held. */
+static int cset_reserve(struct kvs_drv *d)
+{
+	void **old = d->cset;
+	size_t i, oldcap = d->cset_cap, cap = oldcap ? oldcap : 64;
+
+	size_t want = d->cset_n + d->pending_chunks + 1;
+
+	if (want * 2 <= oldcap)
+		return 0;
+	while (want * 2 > cap)
+		cap *= 2;
+	d->cset = calloc(cap, sizeof(*d->cset));
+	if (!d->cset) {
+		d->cset = old;
+		return -1;
+	}
+	d->cset_cap = cap;
+	d->cset_n = 0;
+	for (i = 0; i < oldcap; i++)
+		if (old[i])
+			cset_put(d, old[i]);
+	free(old);
+	return 0;
+}
+
+static void cset_del(struct kvs_drv *d, void *p)
+{
+	size_t mask = d->cset_cap - 1, i = cset_slot(d, p), j;
+
+	while (d->cset[i] != p)
+		i = (i + 1) & mask;
+	d->cset[i] = NULL;
+	d->cset_n--;
+	/* Shift later members of the probe run back over the hole. */
+	for (j = (i + 1) & mask; d->cset[j]; j = (j + 1) & mask) {
+		size_t home = cset_slot(d, d->cset[j]);
+
+		if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+			d->cset[i] = d->cset[j];
+			d->cset[j] = NULL;
+			i = j;
+		}
+	}
+}
+
+static bool chunk_valid(struct kvs_drv *d, struct kvs_chunk *c)
+{
+	return cset_has(d, c) && c->magic == CHUNK_MAGIC && !c->released;
+}
+
+/**
+ * kvs_drv_chunk_create() - create a physical chunk.
+ * @drv: driver.
+ * @size: bytes, a non-zero multiple of the granularity.
+ * @chunk: receives the chunk.
+ *
+ * The memory is committed here (the expensive call); it is not mapped.
+ *
+ * Context: MT-Safe; runs without the driver lock held during the backend call.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM (limit or device memory).
+ */
+KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chunk)
+{
+	struct kvs_chunk *c;
+	int rc;
+
+	if (!d || !chunk || size == 0 || !aligned(d, size))
+		return fail(d, EINVAL);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return fail(d, ENOMEM);
+
+	pthread_mutex_lock(&d->lock);
+	if (over_limit(d, KVS_DRV_STAT_bytes_created, d->pending_create + size)) {
+		pthread_mutex_unlock(&d->lock);
+		free(c);
+		return fail(d, ENOMEM);
+	}
+	/* Room in the set now, so that booking the chunk later cannot fail. */
+	if (cset_reserve(d) < 0) {
+		pthread_mutex_unlock(&d->lock);
+		free(c);
+		return fail(d, ENOMEM);
+	}
+	d->pending_chunks++;
+	d->pending_create += size;
+	pthread_mutex_unlock(&d->lock);
+
+	stat_add(d, KVS_DRV_STAT_create_calls, 1);
+	rc = BE_CALL(d, d->be->create(d, size, &c->handle));
+
+	pthread_mutex_lock(&d->lock);
+	d->pending_create -= size;
+	d->pending_chunks--;
+	if (rc < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		free(c);
+		return fail(d, e);
+	}
+	cset_put(d, c); /* room was reserved, counting pending creates */
+	c->magic = CHUNK_MAGIC;
+	c->size = size;
+	c->drv = d;
+	c->next = d->chunks;
+	if (d->chunks)
+		d->chunks->prev = c;
+	d->chunks = c;
+	stat_add(d, KVS_DRV_STAT_bytes_created, size);
+	stat_add(d, KVS_DRV_STAT_chunks, 1);
+	stat_peak(d, KVS_DRV_STAT_bytes_created, KVS_DRV_STAT_bytes_created_peak);
+	pthread_mutex_unlock(&d->lock);
+	*chunk = c;
+	return 0;
+}
+
+/* Forget a chunk whose handle is released and which has no mapping left. */
+static void chunk_drop(struct kvs_drv *d, struct kvs_chunk *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->chunks = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	stat_sub(d, KVS_DRV_STAT_bytes_created, c->size);
+	stat_sub(d, KVS_DRV_STAT_chunks, 1);
+	cset_del(d, c);
+	c->magic = 0;
+	free(c);
+}
+
+
+/**
+ * kvs_drv_chunk_release() - release a chunk.
+ * @drv: driver.
+ * @chunk: a chunk of @drv that was not released yet.
+ *
+ * Legal while the chunk is mapped: its memory is given back at its last
+ * unmap, and @chunk must not be used again either way.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (not a live chunk of @drv).
+ */
+KVS_EXPORT int kvs_drv_chunk_release(kvs_drv_t *d, kvs_chunk_t *c)
+{
+	if (!d)
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	if (!chunk_valid(d, c)) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	stat_add(d, KVS_DRV_STAT_release_calls, 1);
+	if (BE_CALL(d, d->be->release(d, c->handle)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	c->released = true;
+	if (c->nmaps == 0)
+		chunk_drop(d, c);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/**
+ * kvs_drv_chunk_size() - the size of a chunk.
+ * @chunk: a live chunk.
+ *
+ * Context: MT-Safe.
+ * Return: its size in bytes, or 0 for NULL.
+ */
+KVS_EXPORT size_t kvs_drv_chunk_size(const kvs_chunk_t *c)
+{
+	return c ? c->size : 0;
+}
+
+/**
+ * kvs_drv_map() - map a whole chunk at @addr.
+ * @drv: driver.
+ * @addr: a granularity-aligned address inside a reservation; the chunk's
+ *        size must fit in the same reservation.
+ * @chunk: a live chunk.
+ *
+ * A new mapping has no access: call kvs_drv_set_access() before use.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (misaligned, outside a reservation, not
+ * a live chunk), EBUSY (a granule is already mapped), ENOMEM (limit).
+ */
+KVS_EXPORT int kvs_drv_map(kvs_drv_t *d, kvs_devptr_t addr, kvs_chunk_t *c)
+{
+	struct kvs_range *r;
+	size_t g, n, i;
+
+	if (!d || !aligned(d, addr))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size))) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	g = (addr - r->base) / d->granularity;
+	n = c->size / d->granularity;
+	for (i = 0; i < n; i++) {
+		if (r->chunk[g + i]) {
+			pthread_mutex_unlock(&d->lock);
+			return fail(d, EBUSY);
+		}
+	}
+	if (over_limit(d, KVS_DRV_STAT_bytes_mapped, c->size)) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, ENOMEM);
+	}
+	stat_add(d, KVS_DRV_STAT_map_calls, 1);
+	if (BE_CALL(d, d->be->map(d, addr, c->size, c->handle)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	for (i = 0; i < n; i++) {
+		r->chunk[g + i] = c;
+		r->start[g + i] = i == 0;
+		r->access[g + i] = KVS_ACCESS_NONE;
+	}
+	r->nmapped += n;
+	c->nmaps++;
+	stat_add(d, KVS_DRV_STAT_bytes_mapped, c->size);
+	stat_peak(d, KVS_DRV_STAT_bytes_mapped, KVS_DRV_STAT_bytes_mapped_peak);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/* Does [g, g + n) of @r consist of whole mappings?  Call with the lock held. */
+static bool whole_mappings(struct kvs_range *r, size_t g, size_t n)
+{
+	size_t i;
+
+	if (!r->start[g])
+		return false;
+	for (i = 0; i < n; i++)
+		if (!r->chunk[g + i])
+			return false;
+	return g + n == r->ngran || !r->chunk[g + n] || r->start[g + n];
+}
+
+/* Clear the books of [g, g + n) after the backend unmapped it. */
+static void forget_mappings(struct kvs_drv *d, struct kvs_range *r, size_t g, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		struct kvs_chunk *c = r->chunk[g + i];
+
+		if (r->start[g + i]) {
+			stat_sub(d, KVS_DRV_STAT_bytes_mapped, c->size);
+			if (--c->nmaps == 0 && c->released)
+				chunk_drop(d, c);
+		}
+		r->chunk[g + i] = NULL;
+		r->start[g + i] = 0;
+		r->access[g + i] = KVS_ACCESS_NONE;
+	}
+	r->nmapped -= n;
+}
+
+/**
+ * kvs_drv_unmap() - unmap whole mappings.
+ * @drv: driver.
+ * @addr: start of a mapping.
+ * @size: bytes; [addr, addr + size) must be one or more adjacent whole
+ *        mappings with no hole.
+ *
+ * Queued copies are drained first.  The range returns to the reservation and
+ * a later mapping starts with no access.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (misaligned, holes, part of a mapping).
+ */
+KVS_EXPORT int kvs_drv_unmap(kvs_drv_t *d, kvs_devptr_t addr, size_t size)
+{
+	struct kvs_range *r;
+	size_t g, n;
+
+	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	r = range_find(d, addr, size);
+	if (!r) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	g = (addr - r->base) / d->granularity;
+	n = size / d->granularity;
+	if (!whole_mappings(r, g, n)) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	stat_add(d, KVS_DRV_STAT_unmap_calls, 1);
+	if (BE_CALL(d, d->be->unmap(d, addr, size)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	forget_mappings(d, r, g, n);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/**
+ * kvs_drv_set_access() - set access on a fully mapped range.
+ * @drv: driver.
+ * @addr: granularity-aligned start.
+ * @size: bytes; every granule of [addr, addr + size) must be mapped.  One
+ *        call may span many mappings: set access once per run, it is the
+ *        costly call on a GPU.
+ * @access: KVS_ACCESS_NONE, KVS_ACCESS_READ or KVS_ACCESS_RW.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_drv_set_access(kvs_drv_t *d, kvs_devptr_t addr, size_t size, int access)
+{
+	struct kvs_range *r;
+	size_t g, n, i;
+
+	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size) ||
+	    (access != KVS_ACCESS_NONE && access != KVS_ACCESS_READ &&
+	     access != KVS_ACCESS_RW))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	r = range_find(d, addr, size);
+	if (!r) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	g = (addr - r->base) / d->granularity;
+	n = size / d->granularity;
+	for (i = 0; i < n; i++) {
+		if (!r->chunk[g + i]) {
+			pthread_mutex_unlock(&d->lock);
+			return fail(d, EINVAL);
+		}
+	}
+	stat_add(d, KVS_DRV_STAT_set_access_calls, 1);
+	if (BE_CALL(d, d->be->set_access(d, addr, size, access)) < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	memset(&r->access[g], access, n);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/* Is [addr, addr + n) mapped with at least @need access?  Lock held. */
+static bool accessible(struct kvs_drv *d, kvs_devptr_t addr, size_t n, int need)
+{
+	struct kvs_range *r = range_find(d, addr, n);
+	size_t g, last, i;
+
+	if (!r || n == 0)
+		return false;
+	g = (addr - r->base) / d->granularity;
+	last = (addr + n - 1 - r->base) / d->granularity;
+	for (i = g; i <= last; i++)
+		if (!r->chunk[i] || (r->access[i] & need) != need)
+			return false;
+	return true;
+}
+
+/**
+ * kvs_event_create() - create a completion object for copies.
+ * @drv: driver.
+ * @ev: receives the event.
+ *
+ * An event passed to a copy completes when that copy and every copy
+ * submitted before it on @drv are done.  An event never recorded is complete.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT int kvs_event_create(kvs_drv_t *d, kvs_event_t **ev)
+{
+	struct kvs_event *e;
+
+	if (!d || !ev)
+		return fail(d, EINVAL);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return fail(d, ENOMEM);
+	e->drv = d;
+	if (d->be->event_create(d, &e->bev) < 0) {
+		int err = errno;
+
+		free(e);
+		return fail(d, err);
+	}
+	pthread_mutex_lock(&d->lock);
+	e->next = d->events;
+	if (d->events)
+		d->events->prev = e;
+	d->events = e;
+	pthread_mutex_unlock(&d->lock);
+	*ev = e;
+	return 0;
+}
+
+static void event_unlink(struct kvs_drv *d, struct kvs_event *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		d->events = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+}
+
+/**
+ * kvs_event_destroy() - destroy an event.
+ * @ev: event, or NULL.
+ *
+ * Context: MT-Safe, but not concurrently with a wait on the same event.
+ * Return: 0.
+ */
+KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
+{
+	struct kvs_drv *d;
+
+	if (!e)
+		return 0;
+	d = e->drv;
+	pthread_mutex_lock(&d->lock);
+	event_unlink(d, e);
+	pthread_mutex_unlock(&d->lock);
+	d->be->event_destroy(d, e->bev);
+	free(e);
+	return 0;
+}
+
+/**
+ * kvs_event_query() - poll an event.
+ * @ev: event.
+ *
+ * Context: MT-Safe.
+ * Return: 1 when complete, 0 when pending, -1 with errno (EIO: a copy before
+ * it failed; EINVAL: @ev is NULL).
+ */
+KVS_EXPORT int kvs_event_query(kvs_event_t *e)
+{
+	if (!e)
+		return fail(NULL, EINVAL);
+	return e->drv->be->event_query(e->drv, e->bev);
+}
+
+/**
+ * kvs_event_wait() - block until an event is complete.
+ * @ev: event.
+ *
+ * Context: MT-Safe; blocks.
+ * Return: 0, or -1 with errno (EIO: a copy before it failed).
+ */
+KVS_EXPORT int kvs_event_wait(kvs_event_t *e)
+{
+	if (!e)
+		return fail(NULL, EINVAL);
+	return e->drv->be->event_wait(e->drv, e->bev);
+}
+
+static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host,
+		       size_t n, kvs_event_t *ev)
+{
+	int rc;
+
+	if (!d || !host || n == 0 || (ev && ev->drv != d))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ)) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EFAULT);
+	}
+	stat_add(d, KVS_DRV_STAT_copy_calls, 1);
+	rc = BE_CALL(d, htod ? d->be->copy_htod(d, dev, host, n)
+			     : d->be->copy_dtoh(d, host, dev, n));
+	if (rc == 0 && ev)
+		rc = d->be->event_record(d, ev->bev);
+	if (rc < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, e);
+	}
+	stat_add(d, KVS_DRV_STAT_bytes_copied, n);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/**
+ * kvs_drv_copy_htod() - queue a copy from host memory to device memory.
+ * @drv: driver.
+ * @dst: device address; [dst, dst + n) mapped with KVS_ACCESS_RW.
+ * @src: host memory; must stay valid until the copy completes.
+ * @n: bytes, non-zero.
+ * @ev: event to record after the copy, or NULL.
+ *
+ * Copies on one driver run in submission order.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or EFAULT (device side not accessible).
+ */
+KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src, size_t n,
+				 kvs_event_t *ev)
+{
+	return copy_submit(d, 1, dst, (void *)src, n, ev);
+}
+
+/**
+ * kvs_drv_copy_dtoh() - queue a copy from device memory to host memory.
+ * @drv: driver.
+ * @dst: host memory; valid and untouched until the copy completes.
+ * @src: device address; [src, src + n) mapped with at least KVS_ACCESS_READ.
+ * @n: bytes, non-zero.
+ * @ev: event to record after the copy, or NULL.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or EFAULT.
+ */
+KVS_EXPORT int kvs_drv_copy_dtoh(kvs_drv_t *d, void *dst, kvs_devptr_t src, size_t n,
+				 kvs_event_t *ev)
+{
+	return copy_submit(d, 0, src, dst, n, ev);
+}
+
+/**
+ * kvs_drv_synchronize() - wait for every queued copy.
+ * @drv: driver.
+ *
+ * Context: MT-Safe; blocks.
+ * Return: 0, or -1 with errno (EIO: a copy failed).
+ */
+KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
+{
+	if (!d)
+		return fail(d, EINVAL);
+	if (BE_CALL(d, d->be->synchronize(d)) < 0)
+		return fail(d, errno);
+	return 0;
+}
+
+/**
+ * kvs_drv_host_alloc() - allocate pinned host memory.
+ * @drv: driver.
+ * @size: bytes, non-zero.
+ * @ptr: receives the memory (page aligned).
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT int kvs_drv_host_alloc(kvs_drv_t *d, size_t size, void **ptr)
+{
+	struct kvs_host_block *b;
+
+	if (!d || !ptr || size == 0)
+		return fail(d, EINVAL);
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return fail(d, ENOMEM);
+	stat_add(d, KVS_DRV_STAT_host_alloc_calls, 1);
+	if (BE_CALL(d, d->be->host_alloc(d, size, &b->ptr)) < 0) {
+		int e = errno;
+
+		free(b);
+		return fail(d, e);
+	}
+	b->size = size;
+	pthread_mutex_lock(&d->lock);
+	b->next = d->host_blocks;
+	d->host_blocks = b;
+	pthread_mutex_unlock(&d->lock);
+	stat_add(d, KVS_DRV_STAT_bytes_host, size);
+	*ptr = b->ptr;
+	return 0;
+}
+
+/**
+ * kvs_drv_host_free() - free memory from kvs_drv_host_alloc().
+ * @drv: driver.
+ * @ptr: the pointer returned, or NULL (nothing happens).
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (not a live block of @drv).
+ */
+KVS_EXPORT int kvs_drv_host_free(kvs_drv_t *d, void *ptr)
+{
+	struct kvs_host_block **pp, *b;
+
+	if (!d)
+		return fail(d, EINVAL);
+	if (!ptr)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	for (pp = &d->host_blocks; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
+		;
+	b = *pp;
+	if (!b) {
+		pthread_mutex_unlock(&d->lock);
+		return fail(d, EINVAL);
+	}
+	*pp = b->next;
+	pthread_mutex_unlock(&d->lock);
+	d->be->host_free(d, b->ptr);
+	stat_sub(d, KVS_DRV_STAT_bytes_host, b->size);
+	free(b);
+	return 0;
+}
+
+/**
+ * kvs_drv_close() - close a driver and release everything it holds.
+ * @drv: driver, or NULL.
+ *
+ * Live mappings are unmapped, chunks released, reservations freed, events
+ * and pinned host blocks freed, in that order; afterwards nothing of @drv is
+ * reserved or mapped, and @drv and every handle it gave out are invalid.
+ * A fault wrapper closes the driver it wraps.
+ *
+ * Context: MT-Unsafe: no other call on @drv may run concurrently.
+ * Return: 0; -1 with errno EIO if the backend failed to give something back
+ * (everything is still freed on the library's side).
+ */
+KVS_EXPORT int kvs_drv_close(kvs_drv_t *d)
+{
+	int err = 0;
+	size_t i, g;
+
+	if (!d)
+		return 0;
+	if (d->be->begin_close)
+		d->be->begin_close(d);
+	if (d->be->synchronize(d) < 0)
+		err = EIO;
+	for (i = 0; i < d->nranges; i++) {
+		struct kvs_range *r = d->ranges[i];
+
+		for (g = 0; g < r->ngran; g++) {
+			size_t n;
+
+			if (!r->chunk[g])
+				continue;
+			n = r->chunk[g]->size / d->granularity;
+			if (d->be->unmap(d, r->base + g * d->granularity,
+					 n * d->granularity) < 0)
+				err = EIO;
+			forget_mappings(d, r, g, n);
+			g += n - 1;
+		}
+		if (d->be->unreserve(d, r->base, r->size) < 0)
+			err = EIO;
+		stat_sub(d, KVS_DRV_STAT_bytes_reserved, r->size);
+		range_free(r);
+	}
+	free(d->ranges);
+	while (d->chunks) {
+		if (d->be->release(d, d->chunks->handle) < 0)
+			err = EIO;
+		chunk_drop(d, d->chunks);
+	}
+	while (d->events) {
+		struct kvs_event *e = d->events;
+
+		event_unlink(d, e);
+		d->be->event_destroy(d, e->bev);
+		free(e);
+	}
+	while (d->host_blocks) {
+		struct kvs_host_block *b = d->host_blocks;
+
+		d->host_blocks = b->next;
+		d->be->host_free(d, b->ptr);
+		free(b);
+	}
+	d->be->close(d);
+	free(d->cset);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+/**
+ * kvs_drv_name() - the backend's name ("host", "cuda", "fault").
+ * @drv: driver.
+ *
+ * Context: MT-Safe.
+ * Return: a static string; "" for NULL.
+ */
+KVS_EXPORT const char *kvs_drv_name(const kvs_drv_t *d)
+{
+	return d ? d->be->name : "";
+}
+
+/**
+ * kvs_drv_granularity() - the mapping granularity in bytes.
+ * @drv: driver.
+ *
+ * Context: MT-Safe.
+ * Return: the granularity; 0 for NULL.
+ */
+KVS_EXPORT size_t kvs_drv_granularity(const kvs_drv_t *d)
+{
+	return d ? d->granularity : 0;
+}
+
+/**
+ * kvs_drv_mem_info() - free and total memory, within the driver's limit.
+ * @drv: driver.
+ * @free_bytes: receives free bytes (may be NULL).
+ * @total_bytes: receives total bytes (may be NULL).
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno.
+ */
+KVS_EXPORT int kvs_drv_mem_info(kvs_drv_t *d, size_t *free_bytes, size_t *total_bytes)
+{
+	size_t f, t;
+
+	if (!d)
+		return fail(d, EINVAL);
+	if (BE_CALL(d, d->be->mem_info(d, &f, &t)) < 0)
+		return fail(d, errno);
+	if (d->mem_limit) {
+		uint64_t used = kvs_drv_stat(d, KVS_DRV_STAT_bytes_created);
+		size_t room = used >= d->mem_limit ? 0 : d->mem_limit - used;
+
+		if (t > d->mem_limit)
+			t = d->mem_limit;
+		if (f > room)
+			f = room;
+	}
+	if (free_bytes)
+		*free_bytes = f;
+	if (total_bytes)
+		*total_bytes = t;
+	return 0;
+}
+
+/**
+ * kvs_drv_strerror() - detail of the last backend failure.
+ * @drv: driver.
+ *
+ * Context: MT-Unsafe race:detail (another thread's failure may overwrite it).
+ * Return: a string owned by @drv, "" when there is none.
+ */
+KVS_EXPORT const char *kvs_drv_strerror(const kvs_drv_t *d)
+{
+	return d ? d->errdetail : "";
+}
+
+/**
+ * kvs_drv_stat() - read one counter.
+ * @drv: driver.
+ * @item: counter.
+ *
+ * Context: MT-Safe.
+ * Return: the value; 0 for NULL or an unknown item.
+ */
+KVS_EXPORT uint64_t kvs_drv_stat(const kvs_drv_t *d, enum kvs_drv_stat item)
+{
+	if (!d || (unsigned)item >= KVS_DRV_STAT__COUNT)
+		return 0;
+	return atomic_load_explicit(&((struct kvs_drv *)d)->stats[item], memory_order_relaxed);
+}
+
+/**
+ * kvs_drv_stat_name() - a counter's name.
+ * @item: counter.
+ *
+ * Context: MT-Safe.
+ * Return: a static string, or NULL for an unknown item.
+ */
+KVS_EXPORT const char *kvs_drv_stat_name(enum kvs_drv_stat item)
+{
+	if ((unsigned)item >= KVS_DRV_STAT__COUNT)
+		return NULL;
+	return stat_names[item];
+}
+
+/**
+ * kvs_drv_stat_get() - read a counter by name.
+ * @drv: driver.
+ * @name: counter name, as kvs_drv_stat_name() gives it.
+ * @value: receives the value.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL, ENOENT (no such counter).
+ */
+KVS_EXPORT int kvs_drv_stat_get(const kvs_drv_t *d, const char *name, uint64_t *value)
+{
+	unsigned i;
+
+	if (!d || !name || !value)
+		return fail(NULL, EINVAL);
+	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
+		if (strcmp(name, stat_names[i]) == 0) {
+			*value = kvs_drv_stat(d, i);
+			return 0;
+		}
+	}
+	return fail(NULL, ENOENT);
+}
+
+/**
+ * kvs_drv_stats_print() - print every counter through a callback.
+ * @drv: driver.
+ * @write_cb: called once per line ("name value  # description\n").
+ * @arg: passed to @write_cb.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_drv_stats_print(const kvs_drv_t *d,
+				   void (*write_cb)(void *arg, const char *line), void *arg)
+{
+	char line[160];
+	unsigned i;
+
+	if (!d || !write_cb)
+		return fail(NULL, EINVAL);
+	snprintf(line, sizeof(line), "driver %s granularity %zu\n", d->be->name, d->granularity);
+	write_cb(arg, line);
+	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
+		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", stat_names[i],
+			 (unsigned long long)kvs_drv_stat(d, i), stat_descs[i]);
+		write_cb(arg, line);
+	}
+	return 0;
+}

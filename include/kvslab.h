@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab.h - the umbrella header of kvslab, KV-cache memory management for
+ * LLM inference engines.  See kvslab(7).
+ */
+#ifndef KVSLAB_H
+#define KVSLAB_H
+
+#include <kvslab/version.h>
+#include <kvslab/drv.h>
+#include <kvslab/slab.h>
+
+#endif /* KVSLAB_H */

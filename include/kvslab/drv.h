@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab/drv.h - the driver shim: GPU virtual memory behind one small interface.
+ *
+ * KV memory is reserved as virtual address ranges and backed by physical chunks
+ * that are mapped and unmapped on demand.  Backends: "cuda" (the CUDA driver's
+ * VMM API, loaded with dlopen), "host" (the same semantics on CPU memory:
+ * mmap reservations, memfd chunks) and a fault-injecting wrapper around either.
+ *
+ * Every function returns 0 (or a count) on success and -1 with errno set on
+ * failure, unless its man page says otherwise.  See kvs_drv_open(3).
+ */
+#ifndef KVSLAB_DRV_H
+#define KVSLAB_DRV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** An address in a driver's address space (device address for cuda). */
+typedef uint64_t kvs_devptr_t;
+
+typedef struct kvs_drv kvs_drv_t;
+typedef struct kvs_chunk kvs_chunk_t;
+typedef struct kvs_event kvs_event_t;
+
+/** Attributes of kvs_drv_open(); always start from kvs_drv_attr_init(). */
+typedef struct kvs_drv_attr {
+	/* Hard limit on physical bytes created and on bytes mapped; 0: none. */
+	size_t mem_limit;
+	/* host: mapping granularity (a multiple of the system page size);
+	 * 0 selects 2 MiB.  cuda: ignored, the driver's MINIMUM is used. */
+	size_t granularity;
+	/* host: total memory the driver reports; 0: the machine's RAM. */
+	size_t total_mem;
+	/* cuda: device ordinal. */
+	int device;
+	/* KVS_DRV_F_* flags. */
+	unsigned int flags;
+	/* Room to grow without breaking the ABI. */
+	uint64_t _reserved[8];
+} kvs_drv_attr_t;
+
+/* Synchronize the device (cuda: cuCtxSynchronize) before every unmap. */
+#define KVS_DRV_F_SYNC_UNMAP 0x1u
+/* host: do not prefault pages when access is granted. */
+#define KVS_DRV_F_NO_POPULATE 0x2u
+
+/* Access flags for kvs_drv_set_access(). */
+#define KVS_ACCESS_NONE 0
+#define KVS_ACCESS_READ 1
+#define KVS_ACCESS_RW 3
+
+int kvs_drv_attr_init(kvs_drv_attr_t *attr);
+
+kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr);
+int kvs_drv_close(kvs_drv_t *drv);
+const char *kvs_drv_name(const kvs_drv_t *drv);
+size_t kvs_drv_granularity(const kvs_drv_t *drv);
+int kvs_drv_mem_info(kvs_drv_t *drv, size_t *free_bytes, size_t *total_bytes);
+const char *kvs_drv_strerror(const kvs_drv_t *drv);
+
+int kvs_drv_reserve(kvs_drv_t *drv, size_t size, kvs_devptr_t *base);
+int kvs_drv_unreserve(kvs_drv_t *drv, kvs_devptr_t base);
+
+int kvs_drv_chunk_create(kvs_drv_t *drv, size_t size, kvs_chunk_t **chunk);
+int kvs_drv_chunk_release(kvs_drv_t *drv, kvs_chunk_t *chunk);
+size_t kvs_drv_chunk_size(const kvs_chunk_t *chunk);
+
+int kvs_drv_map(kvs_drv_t *drv, kvs_devptr_t addr, kvs_chunk_t *chunk);
+int kvs_drv_unmap(kvs_drv_t *drv, kvs_devptr_t addr, size_t size);
+int kvs_drv_set_access(kvs_drv_t *drv, kvs_devptr_t addr, size_t size, int access);
+
+int kvs_event_create(kvs_drv_t *drv, kvs_event_t **ev);
+int kvs_event_destroy(kvs_event_t *ev);
+int kvs_event_query(kvs_event_t *ev);
+int kvs_event_wait(kvs_event_t *ev);
+
+int kvs_drv_copy_htod(kvs_drv_t *drv, kvs_devptr_t dst, const void *src, size_t n,
+		      kvs_event_t *ev);
+int kvs_drv_copy_dtoh(kvs_drv_t *drv, void *dst, kvs_devptr_t src, size_t n,
+		      kvs_event_t *ev);
+int kvs_drv_synchronize(kvs_drv_t *drv);
+
+int kvs_drv_host_alloc(kvs_drv_t *drv, size_t size, void **ptr);
+int kvs_drv_host_free(kvs_drv_t *drv, void *ptr);
+
+/*
+ * Counters, defined once.  X(name, kind, description); kind is "calls",
+ * "bytes" or "ns".  Read with kvs_drv_stat() or kvs_drv_stat_get().
+ */
+#define KVS_DRV_STATS(X)                                                      \
+	X(reserve_calls, calls, "kvs_drv_reserve calls")                      \
+	X(unreserve_calls, calls, "kvs_drv_unreserve calls")                  \
+	X(create_calls, calls, "kvs_drv_chunk_create calls")                  \
+	X(release_calls, calls, "kvs_drv_chunk_release calls")                \
+	X(map_calls, calls, "kvs_drv_map calls")                              \
+	X(unmap_calls, calls, "kvs_drv_unmap calls")                          \
+	X(set_access_calls, calls, "kvs_drv_set_access calls")                \
+	X(copy_calls, calls, "kvs_drv_copy_htod/dtoh calls")                  \
+	X(host_alloc_calls, calls, "kvs_drv_host_alloc calls")                \
+	X(failed_calls, calls, "calls that returned -1")                      \
+	X(bytes_reserved, bytes, "virtual bytes reserved now")                \
+	X(bytes_created, bytes, "physical bytes held by live chunks now")     \
+	X(bytes_created_peak, bytes, "peak of bytes_created")                 \
+	X(bytes_mapped, bytes, "bytes mapped now")                            \
+	X(bytes_mapped_peak, bytes, "peak of bytes_mapped")                   \
+	X(bytes_copied, bytes, "bytes submitted for copy")                    \
+	X(bytes_host, bytes, "pinned host bytes allocated now")               \
+	X(chunks, calls, "live chunks now")                                   \
+	X(ns_in_calls, ns, "wall time spent inside backend calls")
+
+enum kvs_drv_stat {
+#define KVS_X_ENUM(n, k, d) KVS_DRV_STAT_##n,
+	KVS_DRV_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_DRV_STAT__COUNT
+};
+
+uint64_t kvs_drv_stat(const kvs_drv_t *drv, enum kvs_drv_stat item);
+int kvs_drv_stat_get(const kvs_drv_t *drv, const char *name, uint64_t *value);
+const char *kvs_drv_stat_name(enum kvs_drv_stat item);
+int kvs_drv_stats_print(const kvs_drv_t *drv,
+			void (*write_cb)(void *arg, const char *line), void *arg);
+
+/* Fault injection: operations that can be made to fail. */
+enum kvs_drv_op {
+	KVS_OP_ANY = 0,
+	KVS_OP_RESERVE,
+	KVS_OP_UNRESERVE,
+	KVS_OP_CREATE,
+	KVS_OP_RELEASE,
+	KVS_OP_MAP,
+	KVS_OP_UNMAP,
+	KVS_OP_SET_ACCESS,
+	KVS_OP_COPY,
+	KVS_OP_HOST_ALLOC,
+	KVS_OP__COUNT
+};
+
+kvs_drv_t *kvs_fault_open(kvs_drv_t *inner);
+int kvs_fault_fail_nth(kvs_drv_t *fault, enum kvs_drv_op op, uint64_t nth, int err);
+int kvs_fault_fail_random(kvs_drv_t *fault, enum kvs_drv_op op, double p,
+			  uint64_t seed, int err);
+int kvs_fault_clear(kvs_drv_t *fault);
+uint64_t kvs_fault_calls(const kvs_drv_t *fault, enum kvs_drv_op op);
+uint64_t kvs_fault_injected(const kvs_drv_t *fault);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSLAB_DRV_H */

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab/slab.h - the slab allocator for KV pages.
+ *
+ * An object is one KV page of page_size tokens.  A slab is a group of pages
+ * whose bytes, in every buffer of the allocator (each layer's K and V range,
+ * or one latent range), form whole granularity-aligned chunks, so that a slab
+ * is mapped and unmapped as a unit, in all buffers or in none.  See
+ * kvs_slab_create(3).
+ */
+#ifndef KVSLAB_SLAB_H
+#define KVSLAB_SLAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvslab/drv.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_slab kvs_slab_t;
+
+/** Attributes of kvs_slab_create(); always start from kvs_slab_attr_init(). */
+typedef struct kvs_slab_attr {
+	/* Tokens per page (>= 1).  Default 1. */
+	uint32_t page_size;
+	/* Number of buffers (>= 1) and the bytes one token takes in each. */
+	uint32_t nbuffers;
+	const size_t *token_bytes;
+	/* Pages the allocator can ever hold: the virtual reservation. */
+	uint64_t capacity_pages;
+	/* Granules per slab in the buffer with the smallest token size
+	 * (>= 1; default 1): larger slabs, fewer driver calls. */
+	uint32_t slab_granules;
+	/* Hard limit on mapped bytes, all buffers together; 0: none. */
+	size_t max_mapped;
+	/* Empty mapped slabs kept ahead of demand (low watermark) and the count
+	 * above which empty slabs are unmapped (high watermark, >= low). */
+	uint32_t min_empty, max_empty;
+	/* Created-but-unmapped chunk sets (one per slab) kept for reuse. */
+	uint32_t chunk_pool;
+	/* Pages a thread caches (0 disables the per-thread caches). Default 32. */
+	uint32_t magazine;
+	/* KVS_SLAB_F_* */
+	unsigned int flags;
+	uint64_t _reserved[8];
+} kvs_slab_attr_t;
+
+/* A persistent worker thread maps ahead of demand (min_empty), keeps the
+ * chunk pool filled and unmaps above max_empty, off the caller's thread. */
+#define KVS_SLAB_F_WORKER 0x1u
+/* Map every slab at creation and never unmap (a static pool, for comparison). */
+#define KVS_SLAB_F_STATIC 0x2u
+
+int kvs_slab_attr_init(kvs_slab_attr_t *attr);
+kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *attr);
+int kvs_slab_destroy(kvs_slab_t *slab);
+
+int64_t kvs_slab_alloc(kvs_slab_t *slab);
+int kvs_slab_free(kvs_slab_t *slab, uint32_t page);
+int kvs_slab_alloc_bulk(kvs_slab_t *slab, size_t n, uint32_t *pages);
+int kvs_slab_free_bulk(kvs_slab_t *slab, size_t n, const uint32_t *pages);
+int kvs_slab_alloc_contig(kvs_slab_t *slab, size_t n, uint32_t *first);
+int kvs_slab_ref(kvs_slab_t *slab, uint32_t page);
+int kvs_slab_refcount(kvs_slab_t *slab, uint32_t page);
+
+int kvs_slab_shrink(kvs_slab_t *slab);
+int kvs_slab_flush(kvs_slab_t *slab);
+int kvs_slab_validate(kvs_slab_t *slab);
+
+uint32_t kvs_slab_page_size(const kvs_slab_t *slab);
+uint64_t kvs_slab_capacity(const kvs_slab_t *slab);
+uint32_t kvs_slab_pages_per_slab(const kvs_slab_t *slab);
+uint64_t kvs_slab_available(kvs_slab_t *slab);
+kvs_devptr_t kvs_slab_buffer(const kvs_slab_t *slab, uint32_t buffer);
+int kvs_slab_page_mapped(kvs_slab_t *slab, uint32_t page);
+
+/*
+ * Statistics, defined once, named after /sys/kernel/slab/<cache>/ where one
+ * exists.  X(name, description).
+ */
+#define KVS_SLAB_STATS(X)                                                               \
+	X(objects, "pages held (refcount > 0)")                                       \
+	X(objects_free, "free pages in mapped slabs, per-thread caches included")     \
+	X(cpu_cached, "free pages sitting in per-thread caches")                      \
+	X(objs_per_slab, "pages per slab")                                            \
+	X(total_objects, "pages in mapped slabs")                                     \
+	X(slabs_full, "mapped slabs with no free page")                               \
+	X(slabs_partial, "mapped slabs with some pages free")                         \
+	X(slabs_empty, "mapped slabs with every page free")                           \
+	X(slabs_unmapped, "slabs with no memory behind them")                         \
+	X(bytes_mapped, "bytes mapped now, all buffers")                              \
+	X(bytes_mapped_peak, "peak of bytes_mapped")                                  \
+	X(bytes_live, "bytes of held pages, all buffers")                             \
+	X(bytes_pooled, "bytes created but unmapped, kept in the chunk pool")         \
+	X(alloc_fast, "pages allocated from a per-thread cache")                      \
+	X(alloc_slow, "pages allocated under the allocator lock")                     \
+	X(free_fast, "pages freed into a per-thread cache")                           \
+	X(free_slow, "pages freed under the allocator lock")                          \
+	X(alloc_fail, "allocations that failed")                                      \
+	X(slab_maps, "slabs mapped")                                                  \
+	X(slab_unmaps, "slabs unmapped")                                              \
+	X(map_fail, "slab maps that failed and were undone")                          \
+	X(drv_calls, "driver calls made by the allocator")                            \
+	X(drv_calls_caller, "driver calls made on a caller's thread (not the worker)") \
+	X(drv_creates_caller, "chunk creations on a caller's thread")                 \
+	X(drv_ns, "time spent in driver calls")
+
+enum kvs_slab_stat {
+#define KVS_X_ENUM(n, d) KVS_SLAB_STAT_##n,
+	KVS_SLAB_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_SLAB_STAT__COUNT
+};
+
+uint64_t kvs_slab_stat(kvs_slab_t *slab, enum kvs_slab_stat item);
+int kvs_slab_stat_get(kvs_slab_t *slab, const char *name, uint64_t *value);
+const char *kvs_slab_stat_name(enum kvs_slab_stat item);
+int kvs_slab_stats_print(kvs_slab_t *slab, void (*write_cb)(void *arg, const char *line),
+			 void *arg);
+double kvs_slab_fragmentation(kvs_slab_t *slab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSLAB_SLAB_H */

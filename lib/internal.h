@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/internal.h - what the core files share: export and branch hints,
+ * timing, bit operations on page bitmaps, and the counter helpers.
+ */
+#ifndef KVSLAB_INTERNAL_H
+#define KVSLAB_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define KVS_EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+static inline uint64_t kvs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Set errno and return -1: the one failure convention of the library. */
+static inline int kvs_fail(int err)
+{
+	errno = err;
+	return -1;
+}
+
+static inline bool bit_test(const uint64_t *map, uint64_t i)
+{
+	return (map[i >> 6] >> (i & 63)) & 1;
+}
+
+static inline void bit_set(uint64_t *map, uint64_t i)
+{
+	map[i >> 6] |= 1ULL << (i & 63);
+}
+
+static inline void bit_clear(uint64_t *map, uint64_t i)
+{
+	map[i >> 6] &= ~(1ULL << (i & 63));
+}
+
+/* Set or clear bits [from, to). */
+static inline void bits_fill(uint64_t *map, uint64_t from, uint64_t to, bool on)
+{
+	while (from < to && (from & 63)) {
+		if (on)
+			bit_set(map, from);
+		else
+			bit_clear(map, from);
+		from++;
+	}
+	for (; from + 64 <= to; from += 64)
+		map[from >> 6] = on ? ~0ULL : 0;
+	for (; from < to; from++) {
+		if (on)
+			bit_set(map, from);
+		else
+			bit_clear(map, from);
+	}
+}
+
+/* First set bit in [from, to), or @to when none. */
+static inline uint64_t bits_next_set(const uint64_t *map, uint64_t from, uint64_t to)
+{
+	while (from < to) {
+		uint64_t w = map[from >> 6] >> (from & 63);
+
+		if (w) {
+			from += (uint64_t)__builtin_ctzll(w);
+			return from < to ? from : to;
+		}
+		from = (from | 63) + 1;
+	}
+	return to;
+}
+
+static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+#endif /* KVSLAB_INTERNAL_H */

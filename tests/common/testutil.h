@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/common/testutil.h - helpers shared by the libcheck suites. */
+#ifndef KVSLAB_TESTUTIL_H
+#define KVSLAB_TESTUTIL_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvslab.h"
+
+/* Backends the suites loop over: "host" always, "cuda" when the double is built. */
+extern const char *const tu_backends[];
+int tu_nbackends(void);
+
+/* Open backend @i of tu_backends with a memory limit (0: none) and flags.
+ * For "cuda" the libcuda test double is loaded. */
+kvs_drv_t *tu_open(int i, size_t mem_limit, unsigned int flags);
+/* The same with a host granularity (the double's comes from
+ * KVSLAB_DOUBLE_GRANULARITY, read at its first cuInit). */
+kvs_drv_t *tu_open_gran(int i, size_t gran, size_t mem_limit, unsigned int flags);
+
+/* Resident shared-memory pages of this process (RssShmem), in bytes. */
+long tu_rss_shmem(void);
+/* Mappings and open descriptors of host-backend chunks still in this process. */
+int tu_host_chunk_maps(void);
+int tu_host_chunk_fds(void);
+
+/* Introspection of the libcuda double (0 when it is not loaded). */
+size_t tu_double_query(const char *fn);
+
+/* Fill and check a byte pattern seeded by @seed. */
+void tu_fill(void *p, size_t n, unsigned int seed);
+int tu_check(const void *p, size_t n, unsigned int seed);
+
+/* Run the suite with check's runner and print its summary; the exit code. */
+int tu_run(Suite *s);
+
+#endif

@@ -1,0 +1,1942 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/cudadouble/libcuda.c - a test double of libcuda.so.1 over host memory.
+ *
+ * kvslab's cuda backend loads the CUDA driver with dlopen and calls a small
+ * subset of it: start-up, the primary context, the ten virtual-memory (VMM)
+ * calls, pinned host memory, async copies, streams and events.  No GPU is
+ * available where the tests run, so this library stands in for the driver.
+ * It is only worth having if it is stricter than the code it tests: every rule
+ * of shared/CUDA-VMM.md that a driver documents (or that the survey found
+ * enforced) is checked, and a broken rule is answered with the CUresult of
+ * that document's section 4 table, with no state changed.  The double owns
+ * no policy beyond that; where the real driver's answer is unknown the choice
+ * is written down next to the check.
+ *
+ * The model.  Device pointers are host addresses (UVA), so the code under
+ * test can look at device memory and a copy is a memmove.  A reservation is
+ * an anonymous PROT_NONE, MAP_NORESERVE mapping, trimmed to its alignment, so
+ * stray accesses fault as they would on a GPU and an untouched reservation
+ * costs nothing.  A physical allocation is a memfd of its size: it exists
+ * apart from any address, and one allocation mapped at several addresses
+ * aliases, as the VMM guide promises.  cuMemMap puts the memfd over the
+ * reservation with MAP_FIXED and no access; cuMemSetAccess turns the device
+ * access flags into mprotect; cuMemUnmap puts the PROT_NONE placeholder back.
+ * The kernel thus enforces access for host code, and the bookkeeping enforces
+ * it for copies, which check every byte of the device side before touching
+ * anything and fail with CUDA_ERROR_ILLEGAL_ADDRESS instead of faulting.
+ * Copies and events are synchronous: a stream that finishes its work at
+ * submission is a legal in-order stream, and it keeps failures attributable
+ * to the call that caused them (the real driver's sticky ILLEGAL_ADDRESS is
+ * not modelled, so one misuse test does not poison the rest of a process).
+ *
+ * Data structures.  Everything lives in one global, `g`.  Reservations,
+ * allocations, mappings, pinned host blocks, streams and events are each kept
+ * in a `struct vec`: an array of pointers to structs whose first member is a
+ * 64-bit key, sorted by that key, found by binary search.  Keys are the base
+ * address (reservations, mappings, host blocks), the handle (allocations, and
+ * handles only grow, so stale ones are never reused and are always caught),
+ * or the object's own address (streams, events, so a dangling CUstream is
+ * recognised instead of dereferenced).  Mappings are one global array, not
+ * one per reservation, because copies and cuMemSetAccess may legitimately run
+ * across adjacent mappings whatever reservation they came from.  Each mapping
+ * records the access flags of each of its granules, since cuMemSetAccess may
+ * cover part of a mapping.  An allocation counts its references (creation,
+ * each retain) and its live mappings, and is freed when both reach zero: that
+ * is how a release while mapped defers the free to the last unmap.  Arrays
+ * grow before any irreversible step (mmap, mprotect), so a call that cannot
+ * complete leaves nothing half done.
+ *
+ * Locking.  One mutex, taken by every exported entry point for its whole
+ * duration and by the introspection calls.  No call is hot enough for
+ * contention to matter, and a single lock makes every call atomic, which is
+ * what the tests want to reason about.  The current context is per thread, as in the
+ * driver, so it is a __thread pointer; whether the context it names is alive
+ * is global state and is read under the lock.
+ *
+ * Configuration comes from the environment when cuInit runs (see init()
+ * and read_sizes()).  The kvsdbl_* functions at the end let tests
+ * see what the double holds; they are not CUDA API.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The ABI names for which cuda.h has no declaration of its own. */
+EXPORT size_t kvsdbl_live_handles(void);
+EXPORT size_t kvsdbl_live_reservations(void);
+EXPORT size_t kvsdbl_mapped_bytes(void);
+EXPORT size_t kvsdbl_created_bytes(void);
+EXPORT unsigned long kvsdbl_calls(const char *fn);
+EXPORT int kvsdbl_last_error(void);
+
+#define DRIVER_VERSION 13000
+#define DEFAULT_GRANULARITY ((size_t)2 << 20)
+#define DEFAULT_CAPACITY ((size_t)1 << 30)
+/* Far from small integers, so that a size or an fd passed as a handle fails. */
+#define HANDLE_BASE 0x6b76730000000001ULL
+#define NONE SIZE_MAX
+
+/* Every exported cu* function: its ABI (dlsym) name and its base name. */
+#define CU_FUNCS(X)						\
+	X(cuInit, cuInit)					\
+	X(cuDriverGetVersion, cuDriverGetVersion)		\
+	X(cuDeviceGetCount, cuDeviceGetCount)			\
+	X(cuDeviceGet, cuDeviceGet)				\
+	X(cuDeviceGetAttribute, cuDeviceGetAttribute)		\
+	X(cuDeviceGetName, cuDeviceGetName)			\
+	X(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain)	\
+	X(cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxRelease) \
+	X(cuCtxSetCurrent, cuCtxSetCurrent)			\
+	X(cuCtxGetCurrent, cuCtxGetCurrent)			\
+	X(cuCtxSynchronize, cuCtxSynchronize)			\
+	X(cuCtxSynchronize_v2, cuCtxSynchronize)		\
+	X(cuMemGetAllocationGranularity, cuMemGetAllocationGranularity) \
+	X(cuMemAddressReserve, cuMemAddressReserve)		\
+	X(cuMemAddressFree, cuMemAddressFree)			\
+	X(cuMemCreate, cuMemCreate)				\
+	X(cuMemRelease, cuMemRelease)				\
+	X(cuMemMap, cuMemMap)					\
+	X(cuMemUnmap, cuMemUnmap)				\
+	X(cuMemSetAccess, cuMemSetAccess)			\
+	X(cuMemGetAccess, cuMemGetAccess)			\
+	X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle) \
+	X(cuMemGetInfo_v2, cuMemGetInfo)			\
+	X(cuMemHostAlloc, cuMemHostAlloc)			\
+	X(cuMemAllocHost_v2, cuMemAllocHost)			\
+	X(cuMemFreeHost, cuMemFreeHost)				\
+	X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync)		\
+	X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync)		\
+	X(cuMemcpyAsync, cuMemcpyAsync)				\
+	X(cuStreamCreate, cuStreamCreate)			\
+	X(cuStreamDestroy_v2, cuStreamDestroy)			\
+	X(cuStreamSynchronize, cuStreamSynchronize)		\
+	X(cuEventCreate, cuEventCreate)				\
+	X(cuEventRecord, cuEventRecord)				\
+	X(cuEventQuery, cuEventQuery)				\
+	X(cuEventSynchronize, cuEventSynchronize)		\
+	X(cuEventDestroy_v2, cuEventDestroy)			\
+	X(cuGetErrorString, cuGetErrorString)			\
+	X(cuGetErrorName, cuGetErrorName)			\
+	X(cuGetProcAddress_v2, cuGetProcAddress)
+
+enum fn {
+#define X(abi, base) FN_##abi,
+	CU_FUNCS(X)
+#undef X
+	FN__COUNT
+};
+
+static const struct {
+	const char *abi, *base;
+} fn_names[FN__COUNT] = {
+#define X(abi, base) [FN_##abi] = { #abi, #base },
+	CU_FUNCS(X)
+#undef X
+};
+
+/* ---- sorted arrays ------------------------------------------------------ */
+
+struct vec {
+	void **v;	/* each points at a struct starting with a uint64_t key */
+	size_t n, cap;
+};
+
+static inline uint64_t vkey(const struct vec *vec, size_t i)
+{
+	return *(const uint64_t *)vec->v[i];
+}
+
+/* How many elements have a key <= k: the insertion point after equals. */
+static size_t vec_upper(const struct vec *vec, uint64_t k)
+{
+	size_t lo = 0, hi = vec->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (vkey(vec, mid) <= k)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static size_t vec_exact(const struct vec *vec, uint64_t k)
+{
+	size_t i = vec_upper(vec, k);
+
+	return i && vkey(vec, i - 1) == k ? i - 1 : NONE;
+}
+
+/* Called before the step that cannot be undone, so insertion cannot fail. */
+static bool vec_reserve(struct vec *vec, size_t extra)
+{
+	size_t cap;
+	void **v;
+
+	if (vec->n + extra <= vec->cap)
+		return true;
+	cap = vec->cap ? vec->cap * 2 : 16;
+	if (cap < vec->n + extra)
+		cap = vec->n + extra;
+	v = realloc(vec->v, cap * sizeof(*v));
+	if (!v)
+		return false;
+	vec->v = v;
+	vec->cap = cap;
+	return true;
+}
+
+static void vec_insert(struct vec *vec, void *p)
+{
+	size_t i = vec_upper(vec, *(const uint64_t *)p);
+
+	memmove(&vec->v[i + 1], &vec->v[i], (vec->n - i) * sizeof(*vec->v));
+	vec->v[i] = p;
+	vec->n++;
+}
+
+static void vec_remove(struct vec *vec, size_t i, size_t count)
+{
+	memmove(&vec->v[i], &vec->v[i + count],
+		(vec->n - i - count) * sizeof(*vec->v));
+	vec->n -= count;
+	/* An empty array holds no memory, so a clean run ends with none. */
+	if (!vec->n) {
+		free(vec->v);
+		vec->v = NULL;
+		vec->cap = 0;
+	}
+}
+
+/* Free every element and the array itself. */
+static void vec_clear(struct vec *vec)
+{
+	for (size_t i = 0; i < vec->n; i++)
+		free(vec->v[i]);
+	free(vec->v);
+	vec->v = NULL;
+	vec->n = vec->cap = 0;
+}
+
+/* ---- state -------------------------------------------------------------- */
+
+struct resv {
+	uint64_t base;
+	size_t size;
+};
+
+struct alloc {
+	uint64_t handle;
+	size_t size;
+	int fd;
+	unsigned long refs;	/* creation + retains - releases */
+	unsigned long maps;	/* live mappings */
+};
+
+struct mapping {
+	uint64_t addr;
+	size_t size;
+	struct alloc *alloc;
+	unsigned char acc[];	/* CUmemAccess_flags of each granule */
+};
+
+struct hostblk {
+	uint64_t addr;
+	size_t size;
+	unsigned int flags;	/* CU_MEMHOSTALLOC_* */
+};
+
+struct CUstream_st {
+	uint64_t key;		/* its own address */
+	unsigned int flags;
+};
+
+struct CUevent_st {
+	uint64_t key;		/* its own address */
+	unsigned int flags;
+};
+
+struct CUctx_st {
+	unsigned long refs;	/* primary context retains; 0: inactive */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	bool init;		/* a cuInit succeeded */
+	bool nodev;		/* the last cuInit saw KVSLAB_DOUBLE_NODEV */
+	size_t page, gran, capacity;
+	struct CUctx_st ctx;	/* the one device's primary context */
+	uint64_t next_handle;
+	struct vec resvs, allocs, maps, hosts, streams, events;
+	size_t created, mapped;
+	unsigned long calls[FN__COUNT];
+	CUresult last_error;
+} g = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.next_handle = HANDLE_BASE,
+};
+
+/* initial-exec: the variable lives in the static TLS surplus glibc keeps
+ * for dlopen'ed libraries, so no per-thread block is allocated on first use
+ * (one glibc would keep after dlclose, which valgrind reports). */
+static __thread struct CUctx_st *tls_ctx __attribute__((tls_model("initial-exec")));
+
+static void enter(enum fn f)
+{
+	pthread_mutex_lock(&g.lock);
+	g.calls[f]++;
+}
+
+static CUresult leave(CUresult r)
+{
+	if (r != CUDA_SUCCESS)
+		g.last_error = r;
+	pthread_mutex_unlock(&g.lock);
+	return r;
+}
+
+static CUresult need_init(void)
+{
+	return g.init ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+static CUresult need_ctx(void)
+{
+	if (!g.init)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	/* A context whose last retain was released is gone for every thread. */
+	return tls_ctx == &g.ctx && g.ctx.refs ? CUDA_SUCCESS
+					       : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static bool gran_ok(uint64_t v)
+{
+	return v % g.gran == 0;
+}
+
+/* Non-empty and not wrapping past the top of the address space. */
+static bool range_ok(uint64_t p, size_t n)
+{
+	return n && n - 1 <= UINT64_MAX - p;
+}
+
+static int prot_of(unsigned long long flags)
+{
+	if (flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		return PROT_READ | PROT_WRITE;
+	return flags == CU_MEM_ACCESS_FLAGS_PROT_READ ? PROT_READ : PROT_NONE;
+}
+
+static size_t resv_at(uint64_t a)
+{
+	size_t i = vec_upper(&g.resvs, a);
+	const struct resv *r;
+
+	if (!i)
+		return NONE;
+	r = g.resvs.v[i - 1];
+	return a - r->base < r->size ? i - 1 : NONE;
+}
+
+static size_t map_at(uint64_t a)
+{
+	size_t i = vec_upper(&g.maps, a);
+	const struct mapping *m;
+
+	if (!i)
+		return NONE;
+	m = g.maps.v[i - 1];
+	return a - m->addr < m->size ? i - 1 : NONE;
+}
+
+/* Does any mapping have a byte in [p, p + n)?  Mappings are disjoint and
+ * sorted, so only the last one starting below the end can reach in. */
+static bool map_overlaps(uint64_t p, size_t n)
+{
+	size_t i = vec_upper(&g.maps, p + (n - 1));
+	const struct mapping *m;
+
+	if (!i)
+		return false;
+	m = g.maps.v[i - 1];
+	return m->addr + (m->size - 1) >= p;
+}
+
+/*
+ * If mappings cover every byte of [p, p + n), the index of the first one and,
+ * in *end, one past the last; NONE if any byte is unmapped.
+ */
+static size_t map_cover(uint64_t p, size_t n, size_t *end)
+{
+	size_t i = map_at(p), j;
+	uint64_t cur = p, lim = p + (n - 1);
+
+	if (i == NONE)
+		return NONE;
+	for (j = i; cur <= lim; j++) {
+		const struct mapping *m;
+
+		if (j == g.maps.n)
+			return NONE;
+		m = g.maps.v[j];
+		if (m->addr > cur)
+			return NONE;
+		cur = m->addr + m->size;
+		if (!cur)	/* a mapping ending at the top of the space */
+			break;
+	}
+	*end = j + (cur == 0);
+	return i;
+}
+
+static size_t host_at(uint64_t a)
+{
+	size_t i = vec_upper(&g.hosts, a);
+	const struct hostblk *h;
+
+	if (!i)
+		return NONE;
+	h = g.hosts.v[i - 1];
+	return a - h->addr < h->size ? i - 1 : NONE;
+}
+
+/*
+ * Could the device touch every byte of [p, p + n) with `need` (READ for a
+ * source, READWRITE for a destination)?  Device memory is a mapping whose
+ * granules grant it; under UVA a pinned host block is device-accessible at
+ * its host address too, except write-combined ones, whose device address
+ * differs.
+ */
+static bool dev_ok(uint64_t p, size_t n, unsigned int need)
+{
+	if (!range_ok(p, n))
+		return false;
+	while (n) {
+		size_t i = map_at(p), step;
+
+		if (i != NONE) {
+			const struct mapping *m = g.maps.v[i];
+			size_t left = m->size - (p - m->addr);
+			size_t gi = (p - m->addr) / g.gran;
+
+			step = n < left ? n : left;
+			for (size_t ge = (p - m->addr + step - 1) / g.gran;
+			     gi <= ge; gi++)
+				if ((m->acc[gi] & need) != need)
+					return false;
+		} else {
+			const struct hostblk *h;
+
+			i = host_at(p);
+			if (i == NONE)
+				return false;
+			h = g.hosts.v[i];
+			if (h->flags & CU_MEMHOSTALLOC_WRITECOMBINED)
+				return false;
+			step = h->size - (p - h->addr);
+			if (step > n)
+				step = n;
+		}
+		p += step;
+		n -= step;
+	}
+	return true;
+}
+
+/* Does [p, p + n) touch any reservation?  Then it is device address space,
+ * even when a call names it a host pointer. */
+static bool resv_overlaps(uint64_t p, size_t n)
+{
+	size_t i = vec_upper(&g.resvs, p + (n - 1));
+	const struct resv *r;
+
+	if (!i)
+		return false;
+	r = g.resvs.v[i - 1];
+	return r->base + (r->size - 1) >= p;
+}
+
+static void alloc_maybe_free(struct alloc *a)
+{
+	size_t i;
+
+	if (a->refs || a->maps)
+		return;
+	i = vec_exact(&g.allocs, a->handle);
+	if (i != NONE)
+		vec_remove(&g.allocs, i, 1);
+	close(a->fd);
+	g.created -= a->size;
+	free(a);
+}
+
+/* What the driver does when the primary context's last retain goes: the
+ * context's streams, events and pinned memory die with it; VMM memory
+ * belongs to no context and stays. */
+static void ctx_reset(void)
+{
+	vec_clear(&g.streams);
+	vec_clear(&g.events);
+	for (size_t i = 0; i < g.hosts.n; i++)
+		free((void *)(uintptr_t)((struct hostblk *)g.hosts.v[i])->addr);
+	vec_clear(&g.hosts);
+}
+
+/* ---- start-up ------------------------------------------------------------ */
+
+/* An unset or empty variable keeps the default; anything but a plain
+ * non-negative number is a configuration error. */
+static bool env_size(const char *name, size_t *out)
+{
+	const char *s = getenv(name);
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s)
+		return true;
+	if (strchr(s, '-'))
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s || *end || v > SIZE_MAX)
+		return false;
+	*out = v;
+	return true;
+}
+
+/*
+ * The sizes are read by the first successful cuInit only: they cannot
+ * change under live mappings.  A failed cuInit keeps nothing, so a test may
+ * fix its environment and call again.
+ */
+static CUresult read_sizes(void)
+{
+	size_t gran = DEFAULT_GRANULARITY, cap = DEFAULT_CAPACITY;
+	long page = sysconf(_SC_PAGESIZE);
+
+	if (page <= 0)
+		page = 4096;
+	/* A typo in a test's environment should fail loudly, not fall back. */
+	if (!env_size("KVSLAB_DOUBLE_GRANULARITY", &gran) ||
+	    !env_size("KVSLAB_DOUBLE_MEM", &cap) ||
+	    !gran || gran % (size_t)page)
+		return CUDA_ERROR_INVALID_VALUE;
+	g.page = page;
+	g.gran = gran;
+	g.capacity = cap;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * KVSLAB_DOUBLE_NODEV, unlike the sizes, is read by every cuInit, so one
+ * process (a test suite run without fork) can see the device vanish and come
+ * back.  While it is set, cuInit fails and the device count is 0; whoever
+ * initialised before keeps working, as a process keeps a GPU that is
+ * hidden from later starters.
+ */
+static CUresult init(unsigned int flags)
+{
+	const char *nodev = getenv("KVSLAB_DOUBLE_NODEV");
+	CUresult r;
+
+	if (flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	g.nodev = nodev && *nodev && strcmp(nodev, "0") != 0;
+	if (g.nodev)
+		return CUDA_ERROR_NO_DEVICE;
+	if (g.init)
+		return CUDA_SUCCESS;
+	r = read_sizes();
+	if (r == CUDA_SUCCESS)
+		g.init = true;
+	return r;
+}
+
+EXPORT CUresult cuInit(unsigned int Flags)
+{
+	enter(FN_cuInit);
+	return leave(init(Flags));
+}
+
+/* Documented to work before cuInit (it lists no NOT_INITIALIZED), and
+ * loaders ask for the version first. */
+EXPORT CUresult cuDriverGetVersion(int *driverVersion)
+{
+	enter(FN_cuDriverGetVersion);
+	if (!driverVersion)
+		return leave(CUDA_ERROR_INVALID_VALUE);
+	*driverVersion = DRIVER_VERSION;
+	return leave(CUDA_SUCCESS);
+}
+
+static CUresult device_get_count(int *count)
+{
+	/* With no device the failed cuInit still leaves the count meaningful:
+	 * that is how a caller tells "no GPU" from a broken driver. */
+	if (g.nodev) {
+		if (!count)
+			return CUDA_ERROR_INVALID_VALUE;
+		*count = 0;
+		return CUDA_SUCCESS;
+	}
+	if (!g.init)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = 1;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *count)
+{
+	enter(FN_cuDeviceGetCount);
+	return leave(device_get_count(count));
+}
+
+static CUresult device_get(CUdevice *device, int ordinal)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!device)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Ordinals are in [0, count), and the count is 0 without a device. */
+	if (ordinal != 0 || g.nodev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*device = 0;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	enter(FN_cuDeviceGet);
+	return leave(device_get(device, ordinal));
+}
+
+static CUresult device_get_attribute(int *pi, CUdevice_attribute attrib,
+				     CUdevice dev)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!pi || (int)attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+		*pi = 1;
+		break;
+	default:
+		/* Including POSIX fd handles (103) and GPUDirect RDMA with
+		 * VMM (110): the double can export neither. */
+		*pi = 0;
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	enter(FN_cuDeviceGetAttribute);
+	return leave(device_get_attribute(pi, attrib, dev));
+}
+
+static CUresult device_get_name(char *name, int len, CUdevice dev)
+{
+	static const char dev_name[] = "kvslab CUDA test double";
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!name || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if ((size_t)len > sizeof(dev_name))
+		len = sizeof(dev_name);
+	memcpy(name, dev_name, len - 1);
+	name[len - 1] = '\0';
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	enter(FN_cuDeviceGetName);
+	return leave(device_get_name(name, len, dev));
+}
+
+/* ---- contexts ------------------------------------------------------------ */
+
+static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	g.ctx.refs++;
+	*pctx = &g.ctx;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	enter(FN_cuDevicePrimaryCtxRetain);
+	return leave(primary_retain(pctx, dev));
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (dev != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (!g.ctx.refs)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (!--g.ctx.refs)
+		ctx_reset();
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	enter(FN_cuDevicePrimaryCtxRelease_v2);
+	return leave(primary_release(dev));
+}
+
+static CUresult ctx_set_current(CUcontext ctx)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (ctx && (ctx != &g.ctx || !g.ctx.refs))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	tls_ctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	enter(FN_cuCtxSetCurrent);
+	return leave(ctx_set_current(ctx));
+}
+
+static CUresult ctx_get_current(CUcontext *pctx)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = tls_ctx;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	enter(FN_cuCtxGetCurrent);
+	return leave(ctx_get_current(pctx));
+}
+
+/* All work completed at submission, so there is never anything to wait for;
+ * what remains is the context check. */
+EXPORT CUresult cuCtxSynchronize(void)
+{
+	enter(FN_cuCtxSynchronize);
+	return leave(need_ctx());
+}
+
+/* The 13.0 form, returned by cuGetProcAddress for version >= 13000. */
+EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	enter(FN_cuCtxSynchronize_v2);
+	if (!ctx)
+		return leave(need_ctx());
+	if (!g.init)
+		return leave(CUDA_ERROR_NOT_INITIALIZED);
+	return leave(ctx == &g.ctx && g.ctx.refs ? CUDA_SUCCESS
+						 : CUDA_ERROR_INVALID_CONTEXT);
+}
+
+/* ---- virtual memory ------------------------------------------------------- */
+
+/*
+ * The properties the double can honour: pinned device memory on device 0.
+ * Exportable handles, compression and GPUDirect RDMA are features the
+ * attributes report as absent, hence NOT_SUPPORTED rather than a bad value.
+ */
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+	if (!prop)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (prop->location.id != 0)
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
+	    prop->allocFlags.compressionType ||
+	    prop->allocFlags.gpuDirectRDMACapable ||
+	    prop->allocFlags.usage)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	for (size_t i = 0; i < sizeof(prop->allocFlags.reserved); i++)
+		if (prop->allocFlags.reserved[i])
+			return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
+}
+
+static CUresult get_granularity(size_t *granularity, const CUmemAllocationProp *prop,
+				CUmemAllocationGranularity_flags option)
+{
+	CUresult r = need_init();
+
+	if (r)
+		return r;
+	if (!granularity)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = check_prop(prop);
+	if (r)
+		return r;
+	switch (option) {
+	case CU_MEM_ALLOC_GRANULARITY_MINIMUM:
+		*granularity = g.gran;
+		return CUDA_SUCCESS;
+	case CU_MEM_ALLOC_GRANULARITY_RECOMMENDED:
+		/* Deliberately larger than MINIMUM: code that takes the
+		 * hint for the binding unit shows up in the tests. */
+		*granularity = 2 * g.gran;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
+					      const CUmemAllocationProp *prop,
+					      CUmemAllocationGranularity_flags option)
+{
+	enter(FN_cuMemGetAllocationGranularity);
+	return leave(get_granularity(granularity, prop, option));
+}
+
+static size_t gcd(size_t a, size_t b)
+{
+	while (b) {
+		size_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* A PROT_NONE placeholder: reserves addresses without committing memory. */
+static void *placeholder(void *addr, size_t size, int extra)
+{
+	return mmap(addr, size, PROT_NONE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | extra, -1, 0);
+}
+
+static CUresult address_reserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+				CUdeviceptr addr, unsigned long long flags)
+{
+	CUresult r = need_init();
+	struct resv *rv;
+	size_t align, total;
+	uintptr_t raw, base;
+	void *p = MAP_FAILED;
+
+	if (r)
+		return r;
+	/* The driver asks only for page multiples here; the double asks for
+	 * MINIMUM multiples like everywhere else, which kvslab promises.  An
+	 * alignment must be a power of two, or a multiple of the granularity:
+	 * with a non-power-of-two test granularity (no GPU has one) the usual
+	 * "alignment = granularity" must keep working. */
+	if (!ptr || flags || !size || !gran_ok(size) || !gran_ok(addr) ||
+	    ((alignment & (alignment - 1)) && !gran_ok(alignment)))
+		return CUDA_ERROR_INVALID_VALUE;
+	align = g.gran;
+	if (alignment > 1) {
+		/* Aligned to both: their least common multiple. */
+		if (__builtin_mul_overflow(g.gran / gcd(g.gran, alignment),
+					   alignment, &align))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rv = malloc(sizeof(*rv));
+	if (!rv || !vec_reserve(&g.resvs, 1)) {
+		free(rv);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+#ifdef MAP_FIXED_NOREPLACE
+	/* The address is only a hint: take it if it is free and aligned. */
+	if (addr && addr % align == 0) {
+		p = placeholder((void *)(uintptr_t)addr, size, MAP_FIXED_NOREPLACE);
+		if (p != MAP_FAILED && (uintptr_t)p != addr) {
+			/* A kernel that ignores the flag treats it as a hint. */
+			munmap(p, size);
+			p = MAP_FAILED;
+		}
+	}
+#endif
+	if (p == MAP_FAILED) {
+		if (__builtin_add_overflow(size, align - g.page, &total)) {
+			free(rv);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		p = placeholder(NULL, total, 0);
+		if (p == MAP_FAILED) {
+			free(rv);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		raw = (uintptr_t)p;
+		base = (raw + align - 1) / align * align;
+		if (base > raw)
+			munmap(p, base - raw);
+		if (raw + total > base + size)
+			munmap((void *)(base + size), raw + total - (base + size));
+		p = (void *)base;
+	}
+	rv->base = (uintptr_t)p;
+	rv->size = size;
+	vec_insert(&g.resvs, rv);
+	*ptr = rv->base;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+				    CUdeviceptr addr, unsigned long long flags)
+{
+	enter(FN_cuMemAddressReserve);
+	return leave(address_reserve(ptr, size, alignment, addr, flags));
+}
+
+static CUresult address_free(CUdeviceptr ptr, size_t size)
+{
+	CUresult r = need_init();
+	struct resv *rv;
+	size_t i;
+
+	if (r)
+		return r;
+	i = vec_exact(&g.resvs, ptr);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	rv = g.resvs.v[i];
+	/* No partial free, and no freeing under live mappings: what the
+	 * driver does then is unknown, so the double refuses. */
+	if (size != rv->size || map_overlaps(ptr, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (munmap((void *)(uintptr_t)ptr, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	vec_remove(&g.resvs, i, 1);
+	free(rv);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+	enter(FN_cuMemAddressFree);
+	return leave(address_free(ptr, size));
+}
+
+static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
+			   const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	CUresult r = need_init();
+	struct alloc *a;
+	int fd;
+
+	if (r)
+		return r;
+	if (!handle || flags || !size || !gran_ok(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	r = check_prop(prop);
+	if (r)
+		return r;
+	if (size > g.capacity - g.created)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a = malloc(sizeof(*a));
+	if (!a || !vec_reserve(&g.allocs, 1)) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	fd = memfd_create("kvslab-cuda-double", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size)) {
+		if (fd >= 0)
+			close(fd);
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->handle = g.next_handle++;
+	a->size = size;
+	a->fd = fd;
+	a->refs = 1;
+	a->maps = 0;
+	vec_insert(&g.allocs, a);
+	g.created += size;
+	*handle = a->handle;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+			    const CUmemAllocationProp *prop, unsigned long long flags)
+{
+	enter(FN_cuMemCreate);
+	return leave(mem_create(handle, size, prop, flags));
+}
+
+/* A handle is usable while it holds a reference: a released handle that
+ * is still mapped keeps its memory, not its name. */
+static struct alloc *alloc_live(CUmemGenericAllocationHandle handle)
+{
+	size_t i = vec_exact(&g.allocs, handle);
+	struct alloc *a;
+
+	if (i == NONE)
+		return NULL;
+	a = g.allocs.v[i];
+	return a->refs ? a : NULL;
+}
+
+static CUresult mem_release(CUmemGenericAllocationHandle handle)
+{
+	CUresult r = need_init();
+	struct alloc *a;
+
+	if (r)
+		return r;
+	/* Undefined behaviour in the driver; a test wants to hear of it. */
+	a = alloc_live(handle);
+	if (!a)
+		return CUDA_ERROR_INVALID_VALUE;
+	a->refs--;
+	alloc_maybe_free(a);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+	enter(FN_cuMemRelease);
+	return leave(mem_release(handle));
+}
+
+static CUresult mem_map(CUdeviceptr ptr, size_t size, size_t offset,
+			CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	CUresult r = need_init();
+	struct mapping *m;
+	struct alloc *a;
+	size_t i;
+	void *p;
+
+	if (r)
+		return r;
+	if (flags || !range_ok(ptr, size) || !gran_ok(ptr) || !gran_ok(size) ||
+	    !gran_ok(offset))
+		return CUDA_ERROR_INVALID_VALUE;
+	a = alloc_live(handle);
+	/* The driver allows mapping a prefix; nobody does, so the double
+	 * wants the whole allocation. */
+	if (!a || offset != 0 || size != a->size)
+		return CUDA_ERROR_INVALID_VALUE;
+	i = resv_at(ptr);
+	if (i == NONE) {
+		return CUDA_ERROR_INVALID_VALUE;
+	} else {
+		const struct resv *rv = g.resvs.v[i];
+
+		if (ptr - rv->base + size > rv->size)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (map_overlaps(ptr, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	m = calloc(1, sizeof(*m) + size / g.gran);
+	if (!m || !vec_reserve(&g.maps, 1)) {
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* A new mapping has no access for anyone. */
+	p = mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+		 a->fd, 0);
+	if (p == MAP_FAILED) {
+		/* A failed MAP_FIXED may have dropped the placeholder; put it
+		 * back so no other mmap can land inside the reservation. */
+		placeholder((void *)(uintptr_t)ptr, size, MAP_FIXED);
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->addr = ptr;
+	m->size = size;
+	m->alloc = a;
+	vec_insert(&g.maps, m);
+	a->maps++;
+	g.mapped += size;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+			 CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+	enter(FN_cuMemMap);
+	return leave(mem_map(ptr, size, offset, handle, flags));
+}
+
+static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
+{
+	CUresult r = need_init();
+	size_t i, end;
+
+	if (r)
+		return r;
+	if (!range_ok(ptr, size) || !gran_ok(ptr) || !gran_ok(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Whole mappings only: the range starts where one starts, ends where
+	 * one ends, and has no hole in between. */
+	i = map_cover(ptr, size, &end);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	{
+		const struct mapping *first = g.maps.v[i], *last = g.maps.v[end - 1];
+
+		if (first->addr != ptr || last->addr + last->size != ptr + size)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* One call swaps the whole range back to a placeholder, so there is
+	 * no moment at which it is unreserved. */
+	if (placeholder((void *)(uintptr_t)ptr, size, MAP_FIXED) == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t k = i; k < end; k++) {
+		struct mapping *m = g.maps.v[k];
+		struct alloc *a = m->alloc;
+
+		a->maps--;
+		g.mapped -= m->size;
+		free(m);
+		alloc_maybe_free(a);
+	}
+	vec_remove(&g.maps, i, end - i);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+	enter(FN_cuMemUnmap);
+	return leave(mem_unmap(ptr, size));
+}
+
+static CUresult check_location(const CUmemLocation *loc)
+{
+	if (!loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	return loc->id == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* Give the part of mappings [i, end) inside [p, lim] the protections their
+ * granules record: the undo of a half-applied mprotect. */
+static void reprotect(size_t i, size_t end, uint64_t p, uint64_t lim)
+{
+	for (size_t k = i; k < end; k++) {
+		const struct mapping *m = g.maps.v[k];
+		uint64_t a = m->addr > p ? m->addr : p;
+		uint64_t e = m->addr + (m->size - 1) < lim ? m->addr + (m->size - 1) : lim;
+
+		while (a <= e) {
+			unsigned char acc = m->acc[(a - m->addr) / g.gran];
+			uint64_t b = a + g.gran;
+
+			while (b <= e && m->acc[(b - m->addr) / g.gran] == acc)
+				b += g.gran;
+			(void)mprotect((void *)(uintptr_t)a, b - a, prot_of(acc));
+			a = b;
+		}
+	}
+}
+
+static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+			   size_t count)
+{
+	CUresult r = need_init();
+	unsigned long long flags;
+	size_t i, end;
+
+	if (r)
+		return r;
+	if (!desc || !count || !range_ok(ptr, size) || !gran_ok(ptr) ||
+	    !gran_ok(size))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t k = 0; k < count; k++) {
+		r = check_location(&desc[k].location);
+		if (r)
+			return r;
+		if (desc[k].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+		    desc[k].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+		    desc[k].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	/* One descriptor per location, and there is one device. */
+	if (count > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	flags = desc[0].flags;
+	i = map_cover(ptr, size, &end);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (mprotect((void *)(uintptr_t)ptr, size, prot_of(flags))) {
+		reprotect(i, end, ptr, ptr + (size - 1));
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (size_t k = i; k < end; k++) {
+		struct mapping *m = g.maps.v[k];
+		uint64_t a = m->addr > ptr ? m->addr : ptr;
+		uint64_t e = m->addr + m->size < ptr + size ? m->addr + m->size
+							    : ptr + size;
+
+		memset(&m->acc[(a - m->addr) / g.gran], (int)flags, (e - a) / g.gran);
+	}
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+			       size_t count)
+{
+	enter(FN_cuMemSetAccess);
+	return leave(set_access(ptr, size, desc, count));
+}
+
+static CUresult get_access(unsigned long long *flags, const CUmemLocation *location,
+			   CUdeviceptr ptr)
+{
+	CUresult r = need_init();
+	const struct mapping *m;
+	size_t i;
+
+	if (r)
+		return r;
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = check_location(location);
+	if (r)
+		return r;
+	i = map_at(ptr);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	m = g.maps.v[i];
+	*flags = m->acc[(ptr - m->addr) / g.gran];
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location,
+			       CUdeviceptr ptr)
+{
+	enter(FN_cuMemGetAccess);
+	return leave(get_access(flags, location, ptr));
+}
+
+static CUresult retain_handle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	CUresult r = need_init();
+	struct alloc *a;
+	size_t i;
+
+	if (r)
+		return r;
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	i = map_at((uintptr_t)addr);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Revives a released-but-mapped handle's name, as the driver's
+	 * reference counting implies. */
+	a = ((struct mapping *)g.maps.v[i])->alloc;
+	a->refs++;
+	*handle = a->handle;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+	enter(FN_cuMemRetainAllocationHandle);
+	return leave(retain_handle(handle, addr));
+}
+
+static CUresult mem_get_info(size_t *free_bytes, size_t *total_bytes)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!free_bytes || !total_bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	*free_bytes = g.capacity - g.created;
+	*total_bytes = g.capacity;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+	enter(FN_cuMemGetInfo_v2);
+	return leave(mem_get_info(free_bytes, total_bytes));
+}
+
+/* ---- pinned host memory -------------------------------------------------- */
+
+static CUresult host_alloc(void **pp, size_t bytesize, unsigned int flags)
+{
+	CUresult r = need_ctx();
+	struct hostblk *h;
+	void *p;
+
+	if (r)
+		return r;
+	if (!pp || !bytesize ||
+	    (flags & ~(unsigned int)(CU_MEMHOSTALLOC_PORTABLE |
+				      CU_MEMHOSTALLOC_DEVICEMAP |
+				      CU_MEMHOSTALLOC_WRITECOMBINED)))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Heap memory, so that valgrind sees overruns of staging buffers. */
+	h = malloc(sizeof(*h));
+	if (!h || !vec_reserve(&g.hosts, 1) ||
+	    posix_memalign(&p, g.page, bytesize)) {
+		free(h);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	h->addr = (uintptr_t)p;
+	h->size = bytesize;
+	h->flags = flags;
+	vec_insert(&g.hosts, h);
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	enter(FN_cuMemHostAlloc);
+	return leave(host_alloc(pp, bytesize, Flags));
+}
+
+EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	enter(FN_cuMemAllocHost_v2);
+	return leave(host_alloc(pp, bytesize, 0));
+}
+
+static CUresult free_host(void *p)
+{
+	CUresult r = need_init();
+	size_t i;
+
+	if (r)
+		return r;
+	if (!p)
+		return CUDA_SUCCESS;
+	/* Freeing needs no current context: any thread may drop a buffer. */
+	i = vec_exact(&g.hosts, (uintptr_t)p);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(g.hosts.v[i]);
+	vec_remove(&g.hosts, i, 1);
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+	enter(FN_cuMemFreeHost);
+	return leave(free_host(p));
+}
+
+/* ---- streams, copies, events ---------------------------------------------- */
+
+static bool stream_ok(CUstream s)
+{
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return true;
+	return vec_exact(&g.streams, (uintptr_t)s) != NONE;
+}
+
+static CUresult stream_create(CUstream *ph, unsigned int flags)
+{
+	CUresult r = need_ctx();
+	struct CUstream_st *s;
+
+	if (r)
+		return r;
+	if (!ph || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING))
+		return CUDA_ERROR_INVALID_VALUE;
+	s = malloc(sizeof(*s));
+	if (!s || !vec_reserve(&g.streams, 1)) {
+		free(s);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	s->key = (uintptr_t)s;
+	s->flags = flags;
+	vec_insert(&g.streams, s);
+	*ph = s;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+	enter(FN_cuStreamCreate);
+	return leave(stream_create(phStream, Flags));
+}
+
+static CUresult stream_destroy(CUstream s)
+{
+	CUresult r = need_ctx();
+	size_t i;
+
+	if (r)
+		return r;
+	i = vec_exact(&g.streams, (uintptr_t)s);
+	if (i == NONE)
+		return CUDA_ERROR_INVALID_HANDLE;
+	free(g.streams.v[i]);
+	vec_remove(&g.streams, i, 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+	enter(FN_cuStreamDestroy_v2);
+	return leave(stream_destroy(hStream));
+}
+
+static CUresult stream_sync(CUstream s)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	return stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+	enter(FN_cuStreamSynchronize);
+	return leave(stream_sync(hStream));
+}
+
+enum side { HOST_SIDE, DEV_READ, DEV_WRITE };
+
+/* Check one side of a copy.  A "host" pointer inside a reservation is
+ * device address space under UVA and is checked as such, so a bad pointer
+ * cannot make the double itself fault. */
+static CUresult copy_side(uint64_t p, size_t n, enum side side, bool src)
+{
+	if (side == HOST_SIDE) {
+		if (!p || !range_ok(p, n))
+			return CUDA_ERROR_INVALID_VALUE;
+		if (resv_overlaps(p, n) &&
+		    !dev_ok(p, n, src ? CU_MEM_ACCESS_FLAGS_PROT_READ
+				      : CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+			return CUDA_ERROR_ILLEGAL_ADDRESS;
+		return CUDA_SUCCESS;
+	}
+	return dev_ok(p, n, side == DEV_WRITE ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+					      : CU_MEM_ACCESS_FLAGS_PROT_READ)
+		       ? CUDA_SUCCESS : CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
+/*
+ * The whole copy is validated before a byte moves, then done at once: the
+ * stream is in order and its work is complete when the call returns.
+ */
+static CUresult copy(uint64_t dst, enum side dside, uint64_t src, enum side sside,
+		     size_t n, CUstream s)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!stream_ok(s))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!n)
+		return CUDA_SUCCESS;
+	/* Bad arguments (INVALID_VALUE) outrank bad addresses. */
+	if (dside == HOST_SIDE && (!dst || !range_ok(dst, n)))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (sside == HOST_SIDE && (!src || !range_ok(src, n)))
+		return CUDA_ERROR_INVALID_VALUE;
+	r = copy_side(dst, n, dside, false);
+	if (!r)
+		r = copy_side(src, n, sside, true);
+	if (r)
+		return r;
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+				     size_t ByteCount, CUstream hStream)
+{
+	enter(FN_cuMemcpyHtoDAsync_v2);
+	return leave(copy(dstDevice, DEV_WRITE, (uintptr_t)srcHost, HOST_SIDE,
+			  ByteCount, hStream));
+}
+
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice,
+				     size_t ByteCount, CUstream hStream)
+{
+	enter(FN_cuMemcpyDtoHAsync_v2);
+	return leave(copy((uintptr_t)dstHost, HOST_SIDE, srcDevice, DEV_READ,
+			  ByteCount, hStream));
+}
+
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+			      CUstream hStream)
+{
+	enter(FN_cuMemcpyAsync);
+	return leave(copy(dst, DEV_WRITE, src, DEV_READ, ByteCount, hStream));
+}
+
+static bool event_ok(CUevent e)
+{
+	return e && vec_exact(&g.events, (uintptr_t)e) != NONE;
+}
+
+static CUresult event_create(CUevent *ph, unsigned int flags)
+{
+	const unsigned int known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+				   CU_EVENT_INTERPROCESS;
+	CUresult r = need_ctx();
+	struct CUevent_st *e;
+
+	if (r)
+		return r;
+	if (!ph || (flags & ~known) ||
+	    ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)))
+		return CUDA_ERROR_INVALID_VALUE;
+	e = malloc(sizeof(*e));
+	if (!e || !vec_reserve(&g.events, 1)) {
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	e->key = (uintptr_t)e;
+	e->flags = flags;
+	vec_insert(&g.events, e);
+	*ph = e;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+	enter(FN_cuEventCreate);
+	return leave(event_create(phEvent, Flags));
+}
+
+static CUresult event_record(CUevent e, CUstream s)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	/* Everything before it on the stream is done, so recording marks a
+	 * completed point and there is no state to keep. */
+	return event_ok(e) && stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
+{
+	enter(FN_cuEventRecord);
+	return leave(event_record(hEvent, hStream));
+}
+
+/* Complete whether recorded or not, as the driver says of a fresh event. */
+static CUresult event_check(CUevent e)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	return event_ok(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+EXPORT CUresult cuEventQuery(CUevent hEvent)
+{
+	enter(FN_cuEventQuery);
+	return leave(event_check(hEvent));
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent hEvent)
+{
+	enter(FN_cuEventSynchronize);
+	return leave(event_check(hEvent));
+}
+
+static CUresult event_destroy(CUevent e)
+{
+	CUresult r = event_check(e);
+	size_t i;
+
+	if (r)
+		return r;
+	i = vec_exact(&g.events, (uintptr_t)e);
+	free(g.events.v[i]);
+	vec_remove(&g.events, i, 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+	enter(FN_cuEventDestroy_v2);
+	return leave(event_destroy(hEvent));
+}
+
+/* ---- errors --------------------------------------------------------------- */
+
+#define E(code, text) { code, #code, text }
+static const struct {
+	CUresult code;
+	const char *name, *text;
+} errors[] = {
+	E(CUDA_SUCCESS, "no error"),
+	E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),
+	E(CUDA_ERROR_OUT_OF_MEMORY, "out of memory"),
+	E(CUDA_ERROR_NOT_INITIALIZED, "initialization error"),
+	E(CUDA_ERROR_DEINITIALIZED, "driver shutting down"),
+	E(CUDA_ERROR_PROFILER_DISABLED, "profiler disabled while using external profiling tool"),
+	E(CUDA_ERROR_PROFILER_NOT_INITIALIZED, "profiler not initialized"),
+	E(CUDA_ERROR_PROFILER_ALREADY_STARTED, "profiler already started"),
+	E(CUDA_ERROR_PROFILER_ALREADY_STOPPED, "profiler already stopped"),
+	E(CUDA_ERROR_STUB_LIBRARY, "CUDA driver is a stub library"),
+	E(CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER, "call requires a newer driver"),
+	E(CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA-capable device(s) is/are busy or unavailable"),
+	E(CUDA_ERROR_NO_DEVICE, "no CUDA-capable device is detected"),
+	E(CUDA_ERROR_INVALID_DEVICE, "invalid device ordinal"),
+	E(CUDA_ERROR_DEVICE_NOT_LICENSED, "device doesn't have valid Grid license"),
+	E(CUDA_ERROR_INVALID_IMAGE, "device kernel image is invalid"),
+	E(CUDA_ERROR_INVALID_CONTEXT, "invalid device context"),
+	E(CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "context already current"),
+	E(CUDA_ERROR_MAP_FAILED, "mapping of buffer object failed"),
+	E(CUDA_ERROR_UNMAP_FAILED, "unmapping of buffer object failed"),
+	E(CUDA_ERROR_ARRAY_IS_MAPPED, "array is mapped"),
+	E(CUDA_ERROR_ALREADY_MAPPED, "resource already mapped"),
+	E(CUDA_ERROR_NO_BINARY_FOR_GPU, "no kernel image is available for execution on the device"),
+	E(CUDA_ERROR_ALREADY_ACQUIRED, "resource already acquired"),
+	E(CUDA_ERROR_NOT_MAPPED, "resource not mapped"),
+	E(CUDA_ERROR_NOT_MAPPED_AS_ARRAY, "resource not mapped as array"),
+	E(CUDA_ERROR_NOT_MAPPED_AS_POINTER, "resource not mapped as pointer"),
+	E(CUDA_ERROR_ECC_UNCORRECTABLE, "uncorrectable ECC error encountered"),
+	E(CUDA_ERROR_UNSUPPORTED_LIMIT, "limit is not supported on this architecture"),
+	E(CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "exclusive-thread device already in use by a different thread"),
+	E(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, "peer access is not supported between these two devices"),
+	E(CUDA_ERROR_INVALID_PTX, "a PTX JIT compilation failed"),
+	E(CUDA_ERROR_INVALID_GRAPHICS_CONTEXT, "invalid OpenGL or DirectX context"),
+	E(CUDA_ERROR_NVLINK_UNCORRECTABLE, "uncorrectable NVLink error detected during the execution"),
+	E(CUDA_ERROR_JIT_COMPILER_NOT_FOUND, "PTX JIT compiler library not found"),
+	E(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, "the provided PTX was compiled with an unsupported toolchain."),
+	E(CUDA_ERROR_JIT_COMPILATION_DISABLED, "PTX JIT compilation was disabled"),
+	E(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "the provided execution affinity is not supported"),
+	E(CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC, "the provided PTX contains unsupported call to cudaDeviceSynchronize"),
+	E(CUDA_ERROR_CONTAINED, "an exception occurred on the device that is now contained"),
+	E(CUDA_ERROR_INVALID_SOURCE, "device kernel image is invalid"),
+	E(CUDA_ERROR_FILE_NOT_FOUND, "file not found"),
+	E(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, "shared object symbol not found"),
+	E(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED, "shared object initialization failed"),
+	E(CUDA_ERROR_OPERATING_SYSTEM, "OS call failed or operation not supported on this OS"),
+	E(CUDA_ERROR_INVALID_HANDLE, "invalid resource handle"),
+	E(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
+	E(CUDA_ERROR_LOSSY_QUERY, "attempted introspection would be semantically lossy"),
+	E(CUDA_ERROR_NOT_FOUND, "named symbol not found"),
+	E(CUDA_ERROR_NOT_READY, "device not ready"),
+	E(CUDA_ERROR_ILLEGAL_ADDRESS, "an illegal memory access was encountered"),
+	E(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "too many resources requested for launch"),
+	E(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch timed out and was terminated"),
+	E(CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING, "launch uses incompatible texturing mode"),
+	E(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "peer access is already enabled"),
+	E(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "peer access has not been enabled"),
+	E(CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "cannot set while device is active in this process"),
+	E(CUDA_ERROR_CONTEXT_IS_DESTROYED, "context is destroyed"),
+	E(CUDA_ERROR_ASSERT, "device-side assert triggered"),
+	E(CUDA_ERROR_TOO_MANY_PEERS, "peer mapping resources exhausted"),
+	E(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "part or all of the requested memory range is already mapped"),
+	E(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "pointer does not correspond to a registered memory region"),
+	E(CUDA_ERROR_HARDWARE_STACK_ERROR, "hardware stack error"),
+	E(CUDA_ERROR_ILLEGAL_INSTRUCTION, "an illegal instruction was encountered"),
+	E(CUDA_ERROR_MISALIGNED_ADDRESS, "misaligned address"),
+	E(CUDA_ERROR_INVALID_ADDRESS_SPACE, "operation not supported on global/shared address space"),
+	E(CUDA_ERROR_INVALID_PC, "invalid program counter"),
+	E(CUDA_ERROR_LAUNCH_FAILED, "unspecified launch failure"),
+	E(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, "too many blocks in cooperative launch"),
+	E(CUDA_ERROR_TENSOR_MEMORY_LEAK, "tensor memory not completely freed"),
+	E(CUDA_ERROR_NOT_PERMITTED, "operation not permitted"),
+	E(CUDA_ERROR_NOT_SUPPORTED, "operation not supported"),
+	E(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
+	E(CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, "system has unsupported display driver / cuda driver combination"),
+	E(CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, "forward compatibility was attempted on non supported HW"),
+	E(CUDA_ERROR_MPS_CONNECTION_FAILED, "MPS client failed to connect to the MPS control daemon or the MPS server"),
+	E(CUDA_ERROR_MPS_RPC_FAILURE, "the remote procedural call between the MPS server and the MPS client failed"),
+	E(CUDA_ERROR_MPS_SERVER_NOT_READY, "MPS server is not ready to accept new MPS client requests"),
+	E(CUDA_ERROR_MPS_MAX_CLIENTS_REACHED, "the hardware resources required to create MPS client have been exhausted"),
+	E(CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED, "the hardware resources required to support device connections have been exhausted"),
+	E(CUDA_ERROR_MPS_CLIENT_TERMINATED, "the MPS client has been terminated by the server"),
+	E(CUDA_ERROR_CDP_NOT_SUPPORTED, "the module is using CUDA Dynamic Parallelism, but the current configuration does not support it"),
+	E(CUDA_ERROR_CDP_VERSION_MISMATCH, "the module uses a CUDA Dynamic Parallelism version the current configuration does not support"),
+	E(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
+	E(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+	E(CUDA_ERROR_STREAM_CAPTURE_MERGE, "operation would result in a merge of separate capture sequences"),
+	E(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "capture was not ended in the same stream as it began"),
+	E(CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "capturing stream has unjoined work"),
+	E(CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "dependency created on uncaptured work in another stream"),
+	E(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "operation would make the legacy stream depend on a capturing blocking stream"),
+	E(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
+	E(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+	E(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
+	E(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, "the graph update was not performed because it included changes which violated constraints specific to instantiated graph update"),
+	E(CUDA_ERROR_EXTERNAL_DEVICE, "an async error has occurred in external entity outside of CUDA"),
+	E(CUDA_ERROR_INVALID_CLUSTER_SIZE, "a kernel launch error has occurred due to cluster misconfiguration"),
+	E(CUDA_ERROR_FUNCTION_NOT_LOADED, "the function handle is not loaded"),
+	E(CUDA_ERROR_INVALID_RESOURCE_TYPE, "one or more resources passed in are not valid resource types for the operation"),
+	E(CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, "one or more resources are insufficient or non-applicable for the operation"),
+	E(CUDA_ERROR_KEY_ROTATION, "an error occurred during the key rotation sequence"),
+	E(CUDA_ERROR_UNKNOWN, "unknown error"),
+};
+#undef E
+
+/* Before cuInit too: a failing cuInit must be printable. */
+static CUresult error_text(CUresult error, const char **pStr, bool name)
+{
+	if (!pStr)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		if (errors[i].code == error) {
+			*pStr = name ? errors[i].name : errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+	enter(FN_cuGetErrorString);
+	return leave(error_text(error, pStr, false));
+}
+
+EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+	enter(FN_cuGetErrorName);
+	return leave(error_text(error, pStr, true));
+}
+
+/* ---- versioned lookup ------------------------------------------------------ */
+
+/*
+ * Base name, the CUDA version range [from, until) it answers for, and the
+ * function.  Versions are those of cudaTypedefs.h.  Below a _v2's version
+ * the real driver hands out the legacy variant, which the double lacks: the
+ * lookup then says VERSION_NOT_SUFFICIENT rather than give a pointer whose
+ * signature differs.
+ */
+#define P(base, from, until, fn) { #base, from, until, (void *)(fn) }
+static const struct {
+	const char *name;
+	int from, until;
+	void *fn;
+} procs[] = {
+	P(cuInit, 2000, INT_MAX, cuInit),
+	P(cuDriverGetVersion, 2020, INT_MAX, cuDriverGetVersion),
+	P(cuDeviceGetCount, 2000, INT_MAX, cuDeviceGetCount),
+	P(cuDeviceGet, 2000, INT_MAX, cuDeviceGet),
+	P(cuDeviceGetAttribute, 2000, INT_MAX, cuDeviceGetAttribute),
+	P(cuDeviceGetName, 2000, INT_MAX, cuDeviceGetName),
+	P(cuDevicePrimaryCtxRetain, 7000, INT_MAX, cuDevicePrimaryCtxRetain),
+	P(cuDevicePrimaryCtxRelease, 11000, INT_MAX, cuDevicePrimaryCtxRelease_v2),
+	P(cuCtxSetCurrent, 4000, INT_MAX, cuCtxSetCurrent),
+	P(cuCtxGetCurrent, 4000, INT_MAX, cuCtxGetCurrent),
+	P(cuCtxSynchronize, 2000, 13000, cuCtxSynchronize),
+	P(cuCtxSynchronize, 13000, INT_MAX, cuCtxSynchronize_v2),
+	P(cuMemGetAllocationGranularity, 10020, INT_MAX, cuMemGetAllocationGranularity),
+	P(cuMemAddressReserve, 10020, INT_MAX, cuMemAddressReserve),
+	P(cuMemAddressFree, 10020, INT_MAX, cuMemAddressFree),
+	P(cuMemCreate, 10020, INT_MAX, cuMemCreate),
+	P(cuMemRelease, 10020, INT_MAX, cuMemRelease),
+	P(cuMemMap, 10020, INT_MAX, cuMemMap),
+	P(cuMemUnmap, 10020, INT_MAX, cuMemUnmap),
+	P(cuMemSetAccess, 10020, INT_MAX, cuMemSetAccess),
+	P(cuMemGetAccess, 10020, INT_MAX, cuMemGetAccess),
+	P(cuMemRetainAllocationHandle, 11000, INT_MAX, cuMemRetainAllocationHandle),
+	P(cuMemGetInfo, 3020, INT_MAX, cuMemGetInfo_v2),
+	P(cuMemHostAlloc, 2020, INT_MAX, cuMemHostAlloc),
+	P(cuMemAllocHost, 3020, INT_MAX, cuMemAllocHost_v2),
+	P(cuMemFreeHost, 2000, INT_MAX, cuMemFreeHost),
+	P(cuMemcpyHtoDAsync, 3020, INT_MAX, cuMemcpyHtoDAsync_v2),
+	P(cuMemcpyDtoHAsync, 3020, INT_MAX, cuMemcpyDtoHAsync_v2),
+	P(cuMemcpyAsync, 4000, INT_MAX, cuMemcpyAsync),
+	P(cuStreamCreate, 2000, INT_MAX, cuStreamCreate),
+	P(cuStreamDestroy, 4000, INT_MAX, cuStreamDestroy_v2),
+	P(cuStreamSynchronize, 2000, INT_MAX, cuStreamSynchronize),
+	P(cuEventCreate, 2000, INT_MAX, cuEventCreate),
+	P(cuEventRecord, 2000, INT_MAX, cuEventRecord),
+	P(cuEventQuery, 2000, INT_MAX, cuEventQuery),
+	P(cuEventSynchronize, 2000, INT_MAX, cuEventSynchronize),
+	P(cuEventDestroy, 4000, INT_MAX, cuEventDestroy_v2),
+	P(cuGetErrorString, 6000, INT_MAX, cuGetErrorString),
+	P(cuGetErrorName, 6000, INT_MAX, cuGetErrorName),
+	P(cuGetProcAddress, 12000, INT_MAX, cuGetProcAddress_v2),
+};
+#undef P
+
+/* Works before cuInit, as the runtime relies on. */
+static CUresult get_proc(const char *symbol, void **pfn, int version, cuuint64_t flags,
+			 CUdriverProcAddressQueryResult *status)
+{
+	CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+
+	if (!symbol || !pfn || version > DRIVER_VERSION ||
+	    flags > CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* Streams never overlap here, so per-thread-default-stream lookups
+	 * get the same functions as legacy ones. */
+	*pfn = NULL;
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		if (strcmp(procs[i].name, symbol))
+			continue;
+		if (version >= procs[i].from && version < procs[i].until) {
+			*pfn = procs[i].fn;
+			st = CU_GET_PROC_ADDRESS_SUCCESS;
+			break;
+		}
+		st = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+	}
+	if (status)
+		*status = st;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+				    cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+	enter(FN_cuGetProcAddress_v2);
+	return leave(get_proc(symbol, pfn, cudaVersion, flags, symbolStatus));
+}
+
+/* ---- introspection for tests ---------------------------------------------- */
+
+/* Allocations not yet freed, including released ones kept by a mapping. */
+EXPORT size_t kvsdbl_live_handles(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.allocs.n;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+EXPORT size_t kvsdbl_live_reservations(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.resvs.n;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+EXPORT size_t kvsdbl_mapped_bytes(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.mapped;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+EXPORT size_t kvsdbl_created_bytes(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.created;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+/*
+ * Calls of `fn`, failed ones included.  The ABI name ("cuMemGetInfo_v2")
+ * names one export; a base name ("cuMemGetInfo") that is no export's ABI
+ * name counts every export with that base.
+ */
+EXPORT unsigned long kvsdbl_calls(const char *fn)
+{
+	unsigned long n = 0;
+
+	if (!fn)
+		return 0;
+	pthread_mutex_lock(&g.lock);
+	for (size_t i = 0; i < FN__COUNT; i++) {
+		if (!strcmp(fn_names[i].abi, fn)) {
+			n = g.calls[i];
+			goto out;
+		}
+	}
+	for (size_t i = 0; i < FN__COUNT; i++)
+		if (!strcmp(fn_names[i].base, fn))
+			n += g.calls[i];
+out:
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+/* The last CUresult other than CUDA_SUCCESS any cu* call returned; 0 if none. */
+EXPORT int kvsdbl_last_error(void)
+{
+	int r;
+
+	pthread_mutex_lock(&g.lock);
+	r = (int)g.last_error;
+	pthread_mutex_unlock(&g.lock);
+	return r;
+}
+
+/*
+ * Process exit (or dlclose): drop what the double allocated, as a driver's
+ * teardown would, so valgrind sees a clean exit even when the code under
+ * test leaks (the kvsdbl_* counters are how tests catch that).  Reservations
+ * and mappings stay in the address space: a thread still touching device
+ * memory at exit should not fault because of the double.  Later calls find
+ * the double uninitialised.
+ */
+__attribute__((destructor)) static void dbl_fini(void)
+{
+	pthread_mutex_lock(&g.lock);
+	ctx_reset();
+	g.ctx.refs = 0;
+	vec_clear(&g.maps);
+	for (size_t i = 0; i < g.allocs.n; i++)
+		close(((struct alloc *)g.allocs.v[i])->fd);
+	vec_clear(&g.allocs);
+	vec_clear(&g.resvs);
+	g.created = g.mapped = 0;
+	g.init = false;
+	pthread_mutex_unlock(&g.lock);
+}

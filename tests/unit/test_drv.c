@@ -1,0 +1,524 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_drv.c - the driver shim, on every backend: host, and cuda
+ * over the libcuda test double.  Each loop test runs once per backend.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define BACKEND_LOOP(tc, fn) tcase_add_loop_test(tc, fn, 0, tu_nbackends())
+
+static int is_cuda(int i)
+{
+	return strcmp(tu_backends[i], "cuda") == 0;
+}
+
+/* Nothing of the driver's (and, for cuda, of the double's) is left. */
+static void assert_nothing_left(int i)
+{
+	if (is_cuda(i)) {
+		ck_assert_uint_eq(tu_double_query("kvsdbl_live_handles"), 0);
+		ck_assert_uint_eq(tu_double_query("kvsdbl_live_reservations"), 0);
+		ck_assert_uint_eq(tu_double_query("kvsdbl_mapped_bytes"), 0);
+	} else {
+		ck_assert_int_eq(tu_host_chunk_maps(), 0);
+		ck_assert_int_eq(tu_host_chunk_fds(), 0);
+	}
+}
+
+static void assert_drv_empty(kvs_drv_t *d)
+{
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_chunks), 0);
+}
+
+START_TEST(test_open_info)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t f = 0, t = 0, g;
+
+	ck_assert_ptr_nonnull(d);
+	ck_assert_str_eq(kvs_drv_name(d), tu_backends[_i]);
+	g = kvs_drv_granularity(d);
+	ck_assert_uint_gt(g, 0);
+	ck_assert_uint_eq(g % 4096, 0);
+	ck_assert_int_eq(kvs_drv_mem_info(d, &f, &t), 0);
+	ck_assert_uint_gt(t, 0);
+	ck_assert_uint_le(f, t);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+START_TEST(test_open_errors)
+{
+	kvs_drv_attr_t attr;
+
+	errno = 0;
+	ck_assert_ptr_null(kvs_drv_open("nosuch", NULL));
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_drv_attr_init(NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	kvs_drv_attr_init(&attr);
+	attr.granularity = 1000; /* not a page multiple */
+	errno = 0;
+	ck_assert_ptr_null(kvs_drv_open("host", &attr));
+	ck_assert_int_eq(errno, EINVAL);
+
+	/* A library that cannot be loaded means no device, not a crash. */
+	setenv("KVSLAB_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+	errno = 0;
+	ck_assert_ptr_null(kvs_drv_open("cuda", NULL));
+	ck_assert_int_eq(errno, ENODEV);
+	unsetenv("KVSLAB_LIBCUDA");
+}
+END_TEST
+
+START_TEST(test_cuda_nodev)
+{
+	kvs_drv_t *d;
+
+	/* The double reports no device: cuda fails with ENODEV, auto falls back. */
+	setenv("KVSLAB_DOUBLE_NODEV", "1", 1);
+	setenv("KVSLAB_LIBCUDA", getenv("KVSLAB_CUDA_DOUBLE"), 1);
+	errno = 0;
+	ck_assert_ptr_null(kvs_drv_open("cuda", NULL));
+	ck_assert_int_eq(errno, ENODEV);
+	d = kvs_drv_open("auto", NULL);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_str_eq(kvs_drv_name(d), "host");
+	kvs_drv_close(d);
+	unsetenv("KVSLAB_DOUBLE_NODEV");
+	d = kvs_drv_open("auto", NULL);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_str_eq(kvs_drv_name(d), "cuda");
+	kvs_drv_close(d);
+}
+END_TEST
+
+/* Map @c at @addr with RW access. */
+static void map_rw(kvs_drv_t *d, kvs_devptr_t addr, kvs_chunk_t *c)
+{
+	ck_assert_int_eq(kvs_drv_map(d, addr, c), 0);
+	ck_assert_int_eq(kvs_drv_set_access(d, addr, kvs_drv_chunk_size(c), KVS_ACCESS_RW), 0);
+}
+
+START_TEST(test_data_survives_remap)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a, b;
+	kvs_chunk_t *c;
+	kvs_event_t *ev;
+	unsigned char *buf = malloc(2 * g), *out = malloc(2 * g);
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 4 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_reserve(d, 8 * g, &b), 0);
+	ck_assert_uint_eq(a % g, 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 12 * g);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 2 * g, &c), 0);
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_event_query(ev), 1); /* never recorded: complete */
+
+	map_rw(d, a + g, c);
+	tu_fill(buf, 2 * g, 7);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a + g, buf, 2 * g, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_event_query(ev), 1);
+	ck_assert_int_eq(kvs_drv_unmap(d, a + g, 2 * g), 0);
+
+	/* Elsewhere, in another range: the bytes are the chunk's, not the address's. */
+	map_rw(d, b + 5 * g, c);
+	memset(out, 0, 2 * g);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, b + 5 * g, 2 * g, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert(tu_check(out, 2 * g, 7));
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 2 * g);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped_peak), 2 * g);
+
+	ck_assert_int_eq(kvs_drv_unmap(d, b + 5 * g, 2 * g), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(kvs_drv_unreserve(d, a), 0);
+	ck_assert_int_eq(kvs_drv_unreserve(d, b), 0);
+	assert_drv_empty(d);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_failed_calls), 0);
+	kvs_event_destroy(ev);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+	free(buf);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_misaligned)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_reserve(d, g + 4096, &a), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_reserve(d, 0, &a), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g / 2, &c), -1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 4 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_map(d, a + 4096, c), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_map(d, a + 4 * g, c), -1); /* past the range */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_set_access(d, a, g, KVS_ACCESS_RW), -1); /* unmapped */
+	ck_assert_int_eq(errno, EINVAL);
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g / 2), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, 2 * g), -1); /* a hole after it */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_set_access(d, a, 2 * g, KVS_ACCESS_RW), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_set_access(d, a, g, 2), -1); /* not an access value */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unreserve(d, a + g), -1); /* not a base */
+	ck_assert_int_eq(errno, EINVAL);
+	/* Failures changed nothing. */
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), g);
+	ck_assert_uint_ge(kvs_drv_stat(d, KVS_DRV_STAT_failed_calls), 11);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), -1); /* twice */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unreserve(d, a), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+START_TEST(test_map_over_mapped)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c1, *c2;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 4 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 2 * g, &c1), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 2 * g, &c2), 0);
+	ck_assert_int_eq(kvs_drv_map(d, a + g, c1), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_map(d, a, c2), -1); /* overlaps one granule */
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(kvs_drv_map(d, a + 2 * g, c2), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_unreserve(d, a), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_int_eq(kvs_drv_unmap(d, a + g, 2 * g), 0);
+	/* Now both fit side by side, and one unmap covers both mappings. */
+	ck_assert_int_eq(kvs_drv_map(d, a, c1), 0);
+	ck_assert_int_eq(kvs_drv_map(d, a + 2 * g, c2), 0);
+	ck_assert_int_eq(kvs_drv_set_access(d, a, 4 * g, KVS_ACCESS_RW), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a + g, 2 * g), -1); /* halves of two */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, 4 * g), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c1), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c2), 0);
+	assert_drv_empty(d);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+START_TEST(test_limit)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c[3];
+	size_t f, t;
+
+	kvs_drv_close(d);
+	d = tu_open(_i, 2 * g, 0);
+	ck_assert_int_eq(kvs_drv_mem_info(d, &f, &t), 0);
+	ck_assert_uint_eq(t, 2 * g);
+	ck_assert_uint_eq(f, 2 * g);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c[0]), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c[1]), 0);
+	ck_assert_int_eq(kvs_drv_mem_info(d, &f, &t), 0);
+	ck_assert_uint_eq(f, 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c[2]), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), 2 * g);
+
+	/* Mapped bytes are limited too: one chunk at three places. */
+	ck_assert_int_eq(kvs_drv_reserve(d, 4 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_map(d, a, c[0]), 0);
+	ck_assert_int_eq(kvs_drv_map(d, a + g, c[0]), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_map(d, a + 2 * g, c[0]), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_le(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped_peak), 2 * g);
+	/* After giving memory back the limit admits again. */
+	ck_assert_int_eq(kvs_drv_unmap(d, a, 2 * g), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c[1]), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c[2]), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+START_TEST(test_close_releases_everything)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a, b;
+	kvs_chunk_t *c;
+	kvs_event_t *ev;
+	void *h;
+	int k;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 8 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_reserve(d, 2 * g, &b), 0);
+	for (k = 0; k < 4; k++) {
+		ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+		map_rw(d, a + 2 * k * g, c);
+		if (k & 1)
+			ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	}
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0); /* created, never mapped */
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 12345, &h), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 4 * g);
+	if (!is_cuda(_i))
+		ck_assert_int_eq(tu_host_chunk_maps(), 4);
+	else
+		ck_assert_uint_eq(tu_double_query("kvsdbl_live_handles"), 5);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+START_TEST(test_release_while_mapped)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	unsigned char *buf = malloc(g);
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 2 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(buf, g, 3);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	/* Still there until its last unmap. */
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), g);
+	memset(buf, 0, g);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert(tu_check(buf, g, 3));
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_map(d, a + g, c), -1); /* released: no new mapping */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	assert_drv_empty(d);
+	ck_assert_int_eq(kvs_drv_unreserve(d, a), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_copy_needs_access)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	char buf[64] = "kv";
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 2 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, sizeof(buf), NULL), -1); /* unmapped */
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_map(d, a, c), 0);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, sizeof(buf), NULL), -1); /* no access */
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_set_access(d, a, g, KVS_ACCESS_READ), 0);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, sizeof(buf), NULL), -1); /* read only */
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a, sizeof(buf), NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a + g - 8, sizeof(buf), NULL), -1); /* straddles */
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	/* A new mapping starts with no access. */
+	ck_assert_int_eq(kvs_drv_map(d, a, c), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a, sizeof(buf), NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+START_TEST(test_host_alloc)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	void *p, *q;
+	int x;
+
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 1 << 20, &p), 0);
+	ck_assert_uint_eq((uintptr_t)p % 4096, 0);
+	memset(p, 0xab, 1 << 20);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 100, &q), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_host), (1 << 20) + 100);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_host_free(d, &x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 0, &q), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_host_free(d, p), 0);
+	ck_assert_int_eq(kvs_drv_host_free(d, NULL), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_host), 100);
+	ck_assert_int_eq(kvs_drv_close(d), 0); /* frees q */
+}
+END_TEST
+
+struct sink {
+	char text[4096];
+	int lines;
+};
+
+static void sink_write(void *arg, const char *line)
+{
+	struct sink *s = arg;
+
+	strncat(s->text, line, sizeof(s->text) - strlen(s->text) - 1);
+	s->lines++;
+}
+
+START_TEST(test_stats)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	struct sink s = {{0}, 0};
+	kvs_devptr_t a;
+	uint64_t v;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, 2 * g, &a), 0);
+	ck_assert_int_eq(kvs_drv_stat_get(d, "bytes_reserved", &v), 0);
+	ck_assert_uint_eq(v, 2 * g);
+	ck_assert_int_eq(kvs_drv_stat_get(d, "reserve_calls", &v), 0);
+	ck_assert_uint_eq(v, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_stat_get(d, "nonsense", &v), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_str_eq(kvs_drv_stat_name(KVS_DRV_STAT_map_calls), "map_calls");
+	ck_assert_ptr_null(kvs_drv_stat_name(KVS_DRV_STAT__COUNT));
+	ck_assert_int_eq(kvs_drv_stats_print(d, sink_write, &s), 0);
+	ck_assert_int_eq(s.lines, KVS_DRV_STAT__COUNT + 1);
+	ck_assert_ptr_nonnull(strstr(s.text, "bytes_reserved"));
+	ck_assert_uint_gt(kvs_drv_stat(d, KVS_DRV_STAT_ns_in_calls), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* Host only: pages really become resident when access is granted and really
+ * leave on unmap; the chunk's memory is gone after release. */
+START_TEST(test_host_rss)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d), sz = 16 * g;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	long base, mapped, after;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, sz, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, sz, &c), 0);
+	base = tu_rss_shmem();
+	ck_assert_int_ge(base, 0);
+	map_rw(d, a, c);
+	memset((void *)(uintptr_t)a, 1, sz); /* resident whether or not populate works */
+	mapped = tu_rss_shmem();
+	ck_assert_int_ge(mapped - base, (long)sz * 9 / 10);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, sz), 0);
+	after = tu_rss_shmem();
+	ck_assert_int_le(after - base, (long)sz / 10);
+	ck_assert_int_eq(tu_host_chunk_fds(), 1);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(tu_host_chunk_fds(), 0);
+	ck_assert_int_eq(tu_host_chunk_maps(), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* Host only: access is granted with populate, so pages are resident before
+ * any touch, as device memory is. */
+START_TEST(test_host_populate)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d), sz = 8 * g;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	long base;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, sz, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, sz, &c), 0);
+	base = tu_rss_shmem();
+	map_rw(d, a, c);
+	ck_assert_int_ge(tu_rss_shmem() - base, (long)sz * 9 / 10);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(tu_host_chunk_maps(), 0);
+}
+END_TEST
+
+static Suite *drv_suite(void)
+{
+	Suite *s = suite_create("drv");
+	TCase *tc = tcase_create("backends");
+
+	tcase_set_timeout(tc, 60);
+	BACKEND_LOOP(tc, test_open_info);
+	BACKEND_LOOP(tc, test_data_survives_remap);
+	BACKEND_LOOP(tc, test_misaligned);
+	BACKEND_LOOP(tc, test_map_over_mapped);
+	BACKEND_LOOP(tc, test_limit);
+	BACKEND_LOOP(tc, test_close_releases_everything);
+	BACKEND_LOOP(tc, test_release_while_mapped);
+	BACKEND_LOOP(tc, test_copy_needs_access);
+	BACKEND_LOOP(tc, test_host_alloc);
+	BACKEND_LOOP(tc, test_stats);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("open");
+	tcase_add_test(tc, test_open_errors);
+	if (tu_nbackends() > 1)
+		tcase_add_test(tc, test_cuda_nodev);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("host");
+	tcase_add_test(tc, test_host_rss);
+	tcase_add_test(tc, test_host_populate);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(drv_suite());
+}

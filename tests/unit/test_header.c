@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_header.c - the public header compiles alone in C (this
+ * file includes nothing before it) and in C++ (test_header_cxx.cc), and the
+ * version macros agree with the package.
+ */
+#include <kvslab.h>
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kvs_cxx_header_ok(void);
+
+START_TEST(test_header_c_and_cxx)
+{
+	ck_assert_int_eq(kvs_cxx_header_ok(), (int)sizeof(kvs_drv_attr_t));
+	ck_assert_str_eq(KVSLAB_VERSION_STRING, PACKAGE_VERSION);
+	ck_assert_int_ge(sizeof(kvs_devptr_t), 8);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("header");
+	TCase *tc = tcase_create("compile");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_header_c_and_cxx);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

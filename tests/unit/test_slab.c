@@ -1,0 +1,747 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_slab.c - the slab allocator on every backend.
+ *
+ * Granularity is 64 KiB on both backends here (the double reads
+ * KVSLAB_DOUBLE_GRANULARITY, set in main() before any cuInit), so slabs are
+ * small and a test can map and unmap many of them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define GRAN (64 * 1024)
+
+static const size_t tb2[2] = {1024, 1024}; /* K and V of one layer: 64 tokens a slab */
+
+static kvs_drv_t *drv_open(int i, size_t limit)
+{
+	kvs_drv_t *d = tu_open_gran(i, GRAN, limit, 0);
+
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_eq(kvs_drv_granularity(d), GRAN);
+	return d;
+}
+
+static kvs_slab_t *mk(kvs_drv_t *d, uint32_t page_size, uint64_t cap, uint32_t mag,
+		      unsigned flags)
+{
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+
+	kvs_slab_attr_init(&a);
+	a.page_size = page_size;
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = cap;
+	a.magazine = mag;
+	a.flags = flags;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+static void finish(int i, kvs_drv_t *d, kvs_slab_t *s)
+{
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	if (strcmp(tu_backends[i], "cuda") == 0)
+		ck_assert_uint_eq(tu_double_query("kvsdbl_live_handles"), 0);
+	else
+		ck_assert_int_eq(tu_host_chunk_fds(), 0);
+}
+
+START_TEST(test_geometry_and_basics)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 16, 20, 0, 0);
+	kvs_slab_attr_t a;
+	int64_t p;
+
+	/* 64 tokens a slab (64 KiB / 1 KiB), 4 pages of 16 tokens; 20 -> 20. */
+	ck_assert_uint_eq(kvs_slab_pages_per_slab(s), 4);
+	ck_assert_uint_eq(kvs_slab_capacity(s), 20);
+	ck_assert_uint_eq(kvs_slab_page_size(s), 16);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0); /* lazy */
+	ck_assert_uint_eq(kvs_slab_available(s), 20);
+	p = kvs_slab_alloc(s);
+	ck_assert_int_ge(p, 0);
+	ck_assert_int_eq(kvs_slab_refcount(s, (uint32_t)p), 1);
+	ck_assert_int_eq(kvs_slab_page_mapped(s, (uint32_t)p), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 2 * GRAN);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_live), 2 * GRAN / 4);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial), 1);
+	ck_assert(kvs_slab_fragmentation(s) > 0.74 && kvs_slab_fragmentation(s) < 0.76);
+	ck_assert_uint_eq(kvs_slab_available(s), 19);
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+
+	/* Odd token sizes: the slab grows until every buffer holds whole granules. */
+	kvs_slab_attr_init(&a);
+	{
+		size_t tb[3] = {576, 1024, 3000};
+		kvs_slab_t *s2;
+
+		a.nbuffers = 3;
+		a.token_bytes = tb;
+		a.capacity_pages = 1;
+		a.page_size = 3;
+		s2 = kvs_slab_create(d, &a);
+		ck_assert_ptr_nonnull(s2);
+		for (int b = 0; b < 3; b++)
+			ck_assert_uint_eq((uint64_t)kvs_slab_pages_per_slab(s2) * 3 * tb[b] % GRAN, 0);
+		ck_assert_int_eq(kvs_slab_destroy(s2), 0);
+	}
+	errno = 0;
+	a.page_size = 0;
+	ck_assert_ptr_null(kvs_slab_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	a.page_size = 1;
+	a.min_empty = 3;
+	a.max_empty = 2;
+	ck_assert_ptr_null(kvs_slab_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* Write a page's bytes, churn other slabs through unmap and remap, and read
+ * the page back. */
+START_TEST(test_data_survives_churn)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 16, 64, 0, 0);
+	uint32_t pps = kvs_slab_pages_per_slab(s), pages[64];
+	size_t page_bytes = 16 * 1024;
+	unsigned char *buf = malloc(page_bytes), *out = malloc(page_bytes);
+	int64_t keep = kvs_slab_alloc(s);
+	int round, b;
+
+	ck_assert_int_ge(keep, 0);
+	for (b = 0; b < 2; b++) {
+		tu_fill(buf, page_bytes, 100 + b);
+		ck_assert_int_eq(kvs_drv_copy_htod(d, kvs_slab_buffer(s, b) + keep * page_bytes, buf,
+						   page_bytes, NULL),
+				 0);
+		ck_assert_int_eq(kvs_drv_synchronize(d), 0); /* buf is reused */
+	}
+	for (round = 0; round < 5; round++) {
+		uint64_t unmaps = kvs_slab_stat(s, KVS_SLAB_STAT_slab_unmaps);
+
+		ck_assert_int_eq(kvs_slab_alloc_bulk(s, 8 * pps, pages), (int)(8 * pps));
+		ck_assert_int_eq(kvs_slab_free_bulk(s, 8 * pps, pages), 0);
+		ck_assert_int_eq(kvs_slab_shrink(s), 0);
+		ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_slab_unmaps), unmaps);
+		ck_assert_int_eq(kvs_slab_validate(s), 0);
+	}
+	/* Only the slab with the kept page is still mapped. */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 2 * GRAN);
+	for (b = 0; b < 2; b++) {
+		memset(out, 0, page_bytes);
+		ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, kvs_slab_buffer(s, b) + keep * page_bytes,
+						   page_bytes, NULL),
+				 0);
+		ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+		ck_assert(tu_check(out, page_bytes, 100 + b));
+	}
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)keep), 0);
+	free(buf);
+	free(out);
+	finish(_i, d, s);
+}
+END_TEST
+
+START_TEST(test_refcounts)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 1, 256, 8, 0);
+	uint32_t pages[4], bad[3];
+	int64_t p = kvs_slab_alloc(s);
+
+	ck_assert_int_ge(p, 0);
+	ck_assert_int_eq(kvs_slab_ref(s, (uint32_t)p), 0);
+	ck_assert_int_eq(kvs_slab_ref(s, (uint32_t)p), 0);
+	ck_assert_int_eq(kvs_slab_refcount(s, (uint32_t)p), 3);
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 1);
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), -1); /* free page */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_ref(s, (uint32_t)p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_free(s, 1u << 30), -1); /* out of range */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_refcount(s, 1u << 30), -1);
+
+	/* Bulk free is all or nothing: one bad entry, nothing changes. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 4, pages), 4);
+	ck_assert_int_eq(kvs_slab_ref(s, pages[1]), 0);
+	bad[0] = pages[0];
+	bad[1] = pages[1];
+	bad[2] = pages[0]; /* pages[0] has one reference, not two */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3, bad), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_refcount(s, pages[0]), 1);
+	ck_assert_int_eq(kvs_slab_refcount(s, pages[1]), 2);
+	bad[2] = pages[1]; /* now legal: pages[1] has two */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3, bad), 0);
+	ck_assert_int_eq(kvs_slab_refcount(s, pages[0]), 0);
+	ck_assert_int_eq(kvs_slab_refcount(s, pages[1]), 0);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 2, pages + 2), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
+START_TEST(test_contiguous)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 4, 64, 0, 0); /* 16 pages a slab, 4 slabs */
+	uint32_t first, pages[64], k;
+
+	ck_assert_int_eq(kvs_slab_alloc_contig(s, 40, &first), 0); /* spans 3 slabs */
+	for (k = 0; k < 40; k++)
+		ck_assert_int_eq(kvs_slab_refcount(s, first + k), 1);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	/* Hold every other remaining page: no run of 3 is left anywhere. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 24, pages), 24);
+	for (k = 0; k < 24; k += 2)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_alloc_contig(s, 3, &first), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 40 + 12);
+	/* A run of 1 still works. */
+	ck_assert_int_eq(kvs_slab_alloc_contig(s, 1, &first), 0);
+	ck_assert_int_eq(kvs_slab_free(s, first), 0);
+	ck_assert_int_eq(kvs_slab_alloc_contig(s, 0, &first), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	finish(_i, d, s);
+}
+END_TEST
+
+START_TEST(test_limits)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[256];
+	int64_t p;
+	int k;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 256; /* 4 slabs of 64 tokens */
+	a.max_mapped = 2 * 2 * GRAN; /* two slabs */
+	a.magazine = 0;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_uint_eq(kvs_slab_available(s), 128);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 129, pages), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 128, pages), 128);
+	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), a.max_mapped);
+	p = kvs_slab_alloc(s);
+	ck_assert_int_eq(p, -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_alloc_fail), 0);
+	for (k = 0; k < 128; k++)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+
+	/* Capacity exhausted. */
+	a.max_mapped = 0;
+	a.capacity_pages = 64;
+	s = kvs_slab_create(d, &a);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+	ck_assert_int_eq(kvs_slab_alloc(s), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* Allocation goes to the fullest partial slab, so frees concentrate in the
+ * emptiest slabs and those can be unmapped. */
+START_TEST(test_fullest_first)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 4, 64, 0, 0); /* 16 pages a slab */
+	uint32_t pages[64], k;
+	int64_t p;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 48, pages), 48); /* 3 full slabs */
+	/* Slab of pages[0..15]: free 12 (4 left); slab of pages[16..31]: free 2. */
+	for (k = 0; k < 12; k++)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_int_eq(kvs_slab_free(s, pages[16]), 0);
+	ck_assert_int_eq(kvs_slab_free(s, pages[17]), 0);
+	p = kvs_slab_alloc(s);
+	ck_assert_uint_eq((uint64_t)p / 16, pages[16] / 16);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial), 2);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_full), 1);
+	ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+	for (k = 12; k < 48; k++)
+		if (k != 16 && k != 17)
+			ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
+START_TEST(test_shrinker_hysteresis)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[512];
+	int k;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 512;
+	a.min_empty = 1;
+	a.max_empty = 3;
+	a.magazine = 0;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	/* min_empty is mapped up front. */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 512, pages), 512);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_full), 8);
+	/* Empty slabs accumulate to the high watermark, then drop to the low one. */
+	for (k = 0; k < 3 * 64; k++)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 3);
+	for (; k < 4 * 64; k++)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 5 * 2 * GRAN);
+	for (; k < 512; k++)
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 3);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_pooled), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
+START_TEST(test_static_mode)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 1, 256, 8, KVS_SLAB_F_STATIC);
+	uint32_t pages[256];
+
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 4 * 2 * GRAN);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 4 * 2 * GRAN);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* Fail each driver call of slab growth in turn: the allocator stays
+ * consistent, reports -1/errno, and nothing leaks. */
+START_TEST(test_fault_during_growth)
+{
+	uint64_t k, ncalls;
+	uint32_t pages[256];
+
+	for (k = 0;; k++) {
+		kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
+		kvs_slab_attr_t a;
+		kvs_slab_t *s;
+		uint64_t c0;
+		int rc;
+
+		kvs_slab_attr_init(&a);
+		a.nbuffers = 2;
+		a.token_bytes = tb2;
+		a.capacity_pages = 256;
+		a.magazine = 0;
+		a.chunk_pool = 0;
+		s = kvs_slab_create(f, &a);
+		ck_assert_ptr_nonnull(s);
+		c0 = kvs_fault_calls(f, KVS_OP_ANY);
+		if (k > 0)
+			kvs_fault_fail_nth(f, KVS_OP_ANY, k, k % 2 ? ENOMEM : EIO);
+		rc = kvs_slab_alloc_bulk(s, 200, pages);
+		ncalls = kvs_fault_calls(f, KVS_OP_ANY) - c0;
+		if (k == 0) {
+			ck_assert_int_eq(rc, 200);
+		} else if (k <= ncalls && kvs_fault_injected(f)) {
+			ck_assert_int_eq(rc, -1);
+			ck_assert(errno == ENOMEM || errno == EIO);
+			ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+			ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_map_fail), 1);
+		}
+		ck_assert_int_eq(kvs_slab_validate(s), 0);
+		/* The allocator's books match the driver's. */
+		ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped),
+				  kvs_drv_stat(f, KVS_DRV_STAT_bytes_mapped));
+		kvs_fault_clear(f);
+		if (rc < 0) /* and it still works */
+			ck_assert_int_eq(kvs_slab_alloc_bulk(s, 200, pages), 200);
+		ck_assert_int_eq(kvs_slab_free_bulk(s, 200, pages), 0);
+		ck_assert_int_eq(kvs_slab_validate(s), 0);
+		ck_assert_int_eq(kvs_slab_destroy(s), 0);
+		ck_assert_uint_eq(kvs_drv_stat(inner, KVS_DRV_STAT_bytes_created), 0);
+		ck_assert_uint_eq(kvs_drv_stat(inner, KVS_DRV_STAT_bytes_mapped), 0);
+		ck_assert_int_eq(kvs_drv_close(f), 0);
+		if (k > 0 && k > ncalls)
+			break;
+	}
+	/* 4 slabs x 2 buffers x (create, map, set access). */
+	ck_assert_uint_eq(ncalls, 24);
+}
+END_TEST
+
+static int wait_for(kvs_slab_t *s, enum kvs_slab_stat st, uint64_t want)
+{
+	int k;
+
+	for (k = 0; k < 2000; k++) {
+		if (kvs_slab_stat(s, st) >= want)
+			return 1;
+		usleep(1000);
+	}
+	return 0;
+}
+
+/* With the worker, steady-state allocation makes no driver call on the
+ * caller's thread. */
+START_TEST(test_worker_premaps)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[64];
+	int round;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 64 * 16;
+	a.min_empty = 2;
+	a.max_empty = 4;
+	a.chunk_pool = 2;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert(wait_for(s, KVS_SLAB_STAT_bytes_pooled, 2 * 2 * GRAN));
+	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 2);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls_caller), 0);
+	for (round = 0; round < 6; round++) {
+		/* Take one slab's worth, let the worker catch up, give it back. */
+		ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+		ck_assert(wait_for(s, KVS_SLAB_STAT_slabs_empty, 2));
+		ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls_caller), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_drv_creates_caller), 0);
+	ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls), 0);
+	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4 + 1);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* ---------------------------------------------------------- model test */
+
+static uint64_t rng_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static void model_check(kvs_slab_t *s, const uint16_t *model, uint64_t n, size_t limit)
+{
+	uint64_t p, held = 0;
+
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	for (p = 0; p < n; p++) {
+		ck_assert_int_eq(kvs_slab_refcount(s, (uint32_t)p), model[p]);
+		held += model[p] > 0;
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), held);
+	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), limit);
+	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_live),
+			  kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped));
+}
+
+static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
+{
+	kvs_drv_t *d = drv_open(i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint64_t x = seed, n, k;
+	uint16_t *model;
+	uint32_t *held, nheld = 0, buf[96];
+	size_t limit;
+	int step;
+
+	kvs_slab_attr_init(&a);
+	a.page_size = page_size;
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 12 * 64 / page_size;
+	a.max_mapped = limit = 9 * 2 * GRAN; /* below capacity: the limit bites */
+	a.min_empty = 0;
+	a.max_empty = 2;
+	a.magazine = 6;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	n = kvs_slab_capacity(s);
+	model = calloc(n, sizeof(*model));
+	held = calloc(n * 4, sizeof(*held)); /* one entry per reference */
+	for (step = 0; step < steps; step++) {
+		uint64_t op = rng_next(&x) % 100;
+
+		if (op < 30) { /* alloc one */
+			int64_t p = kvs_slab_alloc(s);
+
+			if (p < 0) {
+				ck_assert_int_eq(errno, ENOMEM);
+			} else {
+				ck_assert_int_eq(model[p], 0);
+				model[p] = 1;
+				held[nheld++] = (uint32_t)p;
+			}
+		} else if (op < 40) { /* alloc bulk */
+			size_t want = 1 + rng_next(&x) % 40;
+
+			if (kvs_slab_alloc_bulk(s, want, buf) < 0) {
+				ck_assert_int_eq(errno, ENOMEM);
+			} else {
+				for (k = 0; k < want; k++) {
+					ck_assert_int_eq(model[buf[k]], 0);
+					model[buf[k]] = 1;
+					held[nheld++] = buf[k];
+				}
+			}
+		} else if (op < 45) { /* contiguous */
+			size_t want = 1 + rng_next(&x) % 20;
+			uint32_t first;
+
+			if (kvs_slab_alloc_contig(s, want, &first) < 0) {
+				ck_assert_int_eq(errno, ENOMEM);
+			} else {
+				for (k = 0; k < want; k++) {
+					ck_assert_int_eq(model[first + k], 0);
+					model[first + k] = 1;
+					held[nheld++] = first + (uint32_t)k;
+				}
+			}
+		} else if (op < 55 && nheld) { /* ref */
+			uint32_t p = held[rng_next(&x) % nheld];
+
+			ck_assert_int_eq(kvs_slab_ref(s, p), 0);
+			model[p]++;
+			held[nheld++] = p;
+		} else if (op < 85 && nheld) { /* free one reference */
+			uint32_t j = (uint32_t)(rng_next(&x) % nheld), p = held[j];
+
+			ck_assert_int_eq(kvs_slab_free(s, p), 0);
+			model[p]--;
+			held[j] = held[--nheld];
+		} else if (op < 92 && nheld) { /* free bulk */
+			uint32_t m = 1 + (uint32_t)(rng_next(&x) % 20), j;
+
+			if (m > nheld)
+				m = nheld;
+			for (j = 0; j < m; j++) {
+				uint32_t r = (uint32_t)(rng_next(&x) % nheld);
+
+				buf[j] = held[r];
+				held[r] = held[--nheld];
+			}
+			ck_assert_int_eq(kvs_slab_free_bulk(s, m, buf), 0);
+			for (j = 0; j < m; j++)
+				model[buf[j]]--;
+		} else if (op < 95) { /* invalid free: a free page or out of range */
+			uint32_t p = (uint32_t)(rng_next(&x) % (n + 4));
+
+			if (p >= n || model[p] == 0) {
+				ck_assert_int_eq(kvs_slab_free(s, p), -1);
+				ck_assert_int_eq(errno, EINVAL);
+			}
+		} else if (op < 98) {
+			ck_assert_int_eq(kvs_slab_shrink(s), 0);
+		} else {
+			ck_assert_int_eq(kvs_slab_flush(s), 0);
+		}
+		model_check(s, model, n, limit);
+	}
+	while (nheld)
+		ck_assert_int_eq(kvs_slab_free(s, held[--nheld]), 0);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0);
+	free(model);
+	free(held);
+	finish(i, d, s);
+}
+
+START_TEST(test_random_ps1)
+{
+	random_run(_i, 1, 0x1234567ULL, 3000);
+}
+END_TEST
+
+START_TEST(test_random_ps4)
+{
+	random_run(_i, 4, 0xabcdefULL, 3000);
+}
+END_TEST
+
+START_TEST(test_random_ps16)
+{
+	random_run(_i, 16, 0x5eedULL, 3000);
+}
+END_TEST
+
+/* ---------------------------------------------------------- threads */
+
+struct thr {
+	kvs_slab_t *s;
+	uint64_t seed;
+	int fails;
+};
+
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	uint32_t held[64], buf[16];
+	int n = 0, step;
+
+	for (step = 0; step < 20000; step++) {
+		uint64_t op = rng_next(&t->seed) % 10;
+
+		if (op < 4 && n < 48) {
+			int64_t p = kvs_slab_alloc(t->s);
+
+			if (p >= 0)
+				held[n++] = (uint32_t)p;
+		} else if (op < 5 && n < 48) {
+			if (kvs_slab_alloc_bulk(t->s, 8, buf) == 8)
+				for (int k = 0; k < 8; k++)
+					held[n++] = buf[k];
+		} else if (op < 6 && n > 0 && n < 60) {
+			uint32_t p = held[rng_next(&t->seed) % n];
+
+			if (kvs_slab_ref(t->s, p) == 0)
+				held[n++] = p;
+			else
+				t->fails++;
+		} else if (op == 9 && step % 500 == 0) {
+			kvs_slab_shrink(t->s);
+		} else if (n > 0) {
+			int j = (int)(rng_next(&t->seed) % n);
+
+			if (kvs_slab_free(t->s, held[j]) < 0)
+				t->fails++;
+			held[j] = held[--n];
+		}
+	}
+	while (n > 0)
+		if (kvs_slab_free(t->s, held[--n]) < 0)
+			t->fails++;
+	kvs_slab_flush(t->s);
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	pthread_t th[3];
+	struct thr t[3];
+	int k;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 64 * 8;
+	a.min_empty = 1;
+	a.max_empty = 2;
+	a.magazine = 16;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	for (k = 0; k < 3; k++) {
+		t[k].s = s;
+		t[k].seed = 77 + k;
+		t[k].fails = 0;
+		ck_assert_int_eq(pthread_create(&th[k], NULL, thr_main, &t[k]), 0);
+	}
+	for (k = 0; k < 3; k++) {
+		pthread_join(th[k], NULL);
+		ck_assert_int_eq(t[k].fails, 0);
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_cpu_cached), 0);
+	ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_alloc_fast), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
+static Suite *slab_suite(void)
+{
+	Suite *s = suite_create("slab");
+	TCase *tc = tcase_create("behaviour");
+	int nb = tu_nbackends();
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_geometry_and_basics, 0, nb);
+	tcase_add_loop_test(tc, test_data_survives_churn, 0, nb);
+	tcase_add_loop_test(tc, test_refcounts, 0, nb);
+	tcase_add_loop_test(tc, test_contiguous, 0, nb);
+	tcase_add_loop_test(tc, test_limits, 0, nb);
+	tcase_add_loop_test(tc, test_fullest_first, 0, nb);
+	tcase_add_loop_test(tc, test_shrinker_hysteresis, 0, nb);
+	tcase_add_loop_test(tc, test_static_mode, 0, nb);
+	tcase_add_loop_test(tc, test_fault_during_growth, 0, nb);
+	tcase_add_loop_test(tc, test_worker_premaps, 0, nb);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("random");
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_random_ps1, 0, nb);
+	tcase_add_loop_test(tc, test_random_ps4, 0, nb);
+	tcase_add_loop_test(tc, test_random_ps16, 0, nb);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("threads");
+	tcase_set_timeout(tc, 300);
+	tcase_add_loop_test(tc, test_threads, 0, nb);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("KVSLAB_DOUBLE_GRANULARITY", "65536", 1);
+	return tu_run(slab_suite());
+}
