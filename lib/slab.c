@@ -86,6 +86,7 @@ struct kvs_slab {
 	kvs_drv_t *drv;
 	uint64_t id;			/* never reused: keys the TLS cache */
 	uint32_t page_size, pps, nbuf;
+	uint64_t bucket_mul;		/* (NBUCKET << 32) / pps */
 	uint64_t nslabs, npages;
 	size_t *token_bytes, *slab_bytes;
 	size_t slab_total;		/* bytes of one slab, all buffers */
@@ -135,7 +136,8 @@ static int32_t want_list(struct kvs_slab *s, uint32_t inuse)
 		return L_EMPTY;
 	if (inuse >= s->pps)
 		return L_FULL;
-	return (int32_t)((uint64_t)inuse * NBUCKET / s->pps);
+	/* floor(inuse * NBUCKET / pps) without a division on the hot path */
+	return (int32_t)(((uint64_t)inuse * s->bucket_mul) >> 32);
 }
 
 static int64_t *list_head(struct kvs_slab *s, int32_t list)
@@ -206,25 +208,40 @@ static void relist(struct kvs_slab *s, uint64_t i)
 
 /* ------------------------------------------------------------ page moves */
 
-/* Take the lowest free page of mapped slab @i.  Lock held; slab not full. */
-static uint32_t slab_take(struct kvs_slab *s, uint64_t i)
+/* Take up to @n free pages of mapped slab @i, lowest first.  Lock held. */
+static uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
 {
 	struct slab_info *x = &s->si[i];
 	uint64_t first = i * s->pps, end = first + s->pps;
-	uint64_t from = first + (uint64_t)x->hint * 64, p;
+	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
+	uint32_t got = 0;
 
-	if (from < first)
-		from = first;
-	p = bits_next_set(s->freebits, from, end);
-	if (p == end) /* hint overshot: cannot happen, but stay correct */
-		p = bits_next_set(s->freebits, first, end);
-	bit_clear(s->freebits, p);
-	x->hint = (uint32_t)((p - first) / 64);
-	x->inuse++;
-	s->inuse_total++;
-	s->free_in_slabs--;
+	for (; w < wend && got < n; w++) {
+		uint64_t bits = s->freebits[w];
+
+		/* A word may be shared with the neighbour slabs: mask them off. */
+		if (w * 64 < first)
+			bits &= ~0ULL << (first - w * 64);
+		if (w * 64 + 64 > end)
+			bits &= ~0ULL >> (w * 64 + 64 - end);
+		while (bits && got < n) {
+			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+
+			bits &= bits - 1;
+			out[got++] = (uint32_t)p;
+			s->freebits[w] &= ~(1ULL << (p & 63));
+		}
+		if (got == n)
+			break;
+	}
+	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
+	if (x->hint * 64ULL >= s->pps)
+		x->hint = 0;
+	x->inuse += got;
+	s->inuse_total += got;
+	s->free_in_slabs -= got;
 	relist(s, i);
-	return (uint32_t)p;
+	return got;
 }
 
 /* Give free page @p back to its slab.  Lock held. */
@@ -540,7 +557,7 @@ static void *worker_main(void *arg)
 				goto wait; /* the driver said no: retry when woken */
 			continue;
 		}
-		if (s->n_empty > s->max_empty) {
+		if (s->n_empty > s->max_empty && !(s->flags & KVS_SLAB_F_STATIC)) {
 			if (shrink_to_locked(s, s->min_empty) < 0)
 				goto wait;
 			continue;
@@ -607,12 +624,10 @@ static void mag_destructor(void *arg)
 }
 
 /* This thread's magazine, created on first use; NULL when disabled. */
-static struct mag *mag_get(struct kvs_slab *s)
+static __attribute__((noinline, cold)) struct mag *mag_get_slow(struct kvs_slab *s)
 {
 	struct mag *m;
 
-	if (likely(tls_mag.id == s->id))
-		return tls_mag.mag;
 	if (s->magcap == 0)
 		return NULL;
 	m = pthread_getspecific(s->key);
@@ -637,6 +652,13 @@ static struct mag *mag_get(struct kvs_slab *s)
 	tls_mag.id = s->id;
 	tls_mag.mag = m;
 	return m;
+}
+
+static inline struct mag *mag_get(struct kvs_slab *s)
+{
+	if (likely(tls_mag.id == s->id))
+		return tls_mag.mag;
+	return mag_get_slow(s);
 }
 
 static inline bool mag_drain_due(struct kvs_slab *s, struct mag *m)
@@ -740,6 +762,7 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->page_size = a->page_size;
 	s->pps = (uint32_t)(tokens / a->page_size);
 	s->nbuf = a->nbuffers;
+	s->bucket_mul = ((uint64_t)NBUCKET << 32) / s->pps;
 	s->nslabs = (a->capacity_pages + s->pps - 1) / s->pps;
 	s->npages = s->nslabs * s->pps;
 	if (s->npages > UINT32_MAX) {
@@ -931,20 +954,23 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 			}
 			continue;
 		}
-		out[got++] = slab_take(s, (uint64_t)i);
+		got += slab_take_many(s, (uint64_t)i, (uint32_t)(n - got < UINT32_MAX ? n - got : UINT32_MAX),
+				      out + got);
 	}
 	after_alloc_locked(s);
 	return 0;
 }
 
 /* Refill the magazine from the slabs and hand out one page. */
-static int64_t alloc_slow(struct kvs_slab *s, struct mag *m)
+static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct mag *m)
 {
 	uint32_t p;
 
 	pthread_mutex_lock(&s->lock);
-	if (m && mag_drain_due(s, m))
+	if (m && mag_drain_due(s, m)) {
 		mag_flush_locked(s, m, 0);
+		after_free_locked(s);
+	}
 	if (take_locked(s, 1, &p) < 0) {
 		ST(s, alloc_fail)++;
 		pthread_mutex_unlock(&s->lock);
@@ -961,7 +987,7 @@ static int64_t alloc_slow(struct kvs_slab *s, struct mag *m)
 
 			if (i < 0)
 				break;
-			m->pages[n++] = slab_take(s, (uint64_t)i);
+			n += slab_take_many(s, (uint64_t)i, want - n, m->pages + n);
 		}
 		atomic_store_explicit(&m->count, n, memory_order_relaxed);
 	}
@@ -1006,7 +1032,7 @@ KVS_EXPORT int64_t kvs_slab_alloc(kvs_slab_t *s)
 }
 
 /* Drop one reference; 1 when it was the last, 0 when others remain. */
-static int unref(struct kvs_slab *s, uint32_t p)
+static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint32_t p)
 {
 	uint16_t r;
 
@@ -1027,7 +1053,7 @@ static int unref(struct kvs_slab *s, uint32_t p)
 	}
 }
 
-static void free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
+static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
 {
 	pthread_mutex_lock(&s->lock);
 	ST(s, free_slow)++;
@@ -1040,6 +1066,7 @@ static void free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
 
 			m->pages[n] = p;
 			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+			after_free_locked(s); /* the flush may have emptied slabs */
 			pthread_mutex_unlock(&s->lock);
 			return;
 		}
@@ -1138,16 +1165,18 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
  */
 KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages)
 {
-	unsigned char *last;
+	unsigned char lastbuf[512], *last = lastbuf;
 	size_t k, nlast = 0;
 
 	if (!s || (!pages && n))
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
-	last = malloc(n);
-	if (!last)
-		return kvs_fail(ENOMEM);
+	if (n > sizeof(lastbuf)) {
+		last = malloc(n);
+		if (!last)
+			return kvs_fail(ENOMEM);
+	}
 	for (k = 0; k < n; k++) {
 		int r = unref(s, pages[k]);
 
@@ -1161,7 +1190,8 @@ KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages
 					atomic_fetch_add_explicit(&s->ref[pages[k]], 1,
 								  memory_order_relaxed);
 			}
-			free(last);
+			if (last != lastbuf)
+				free(last);
 			return kvs_fail(EINVAL);
 		}
 		last[k] = (unsigned char)r;
@@ -1176,7 +1206,8 @@ KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages
 		after_free_locked(s);
 		pthread_mutex_unlock(&s->lock);
 	}
-	free(last);
+	if (last != lastbuf)
+		free(last);
 	return 0;
 }
 

@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 make -j"$(nproc)" check
+make -s check-summary
 make check-valgrind
+make -s check-summary
 tests/check-install.sh
 make -j"$(nproc)" distcheck
 echo "kvslab: all test stages passed"

@@ -160,6 +160,33 @@ START_TEST(test_data_survives_churn)
 }
 END_TEST
 
+/* Slabs of 4 pages share bitmap words: taking from one slab must never
+ * touch, or stop at, a neighbour's bits (a hang once). */
+START_TEST(test_shared_bitmap_words)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 16, 20, 0, KVS_SLAB_F_WORKER | KVS_SLAB_F_STATIC);
+	uint32_t pages[24], k;
+	int64_t p;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 8, pages), 8);
+	ck_assert_int_eq(kvs_slab_free(s, pages[0]), 0);
+	ck_assert_int_eq(kvs_slab_free(s, pages[1]), 0);
+	ck_assert_int_eq(kvs_slab_free(s, pages[2]), 0);
+	ck_assert_int_eq(kvs_slab_free(s, pages[7]), 0);
+	p = kvs_slab_alloc(s); /* fullest partial: the slab of pages[7] */
+	ck_assert_uint_eq((uint64_t)p / 4, pages[7] / 4u);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 15, pages + 8), 15);
+	for (k = 8; k < 23; k++)
+		ck_assert_int_eq(kvs_slab_refcount(s, pages[k]), 1);
+	ck_assert_int_eq(kvs_slab_alloc(s), -1); /* 20 pages, all held */
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
 START_TEST(test_refcounts)
 {
 	kvs_drv_t *d = drv_open(_i, 0);
@@ -717,6 +744,7 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_geometry_and_basics, 0, nb);
 	tcase_add_loop_test(tc, test_data_survives_churn, 0, nb);
 	tcase_add_loop_test(tc, test_refcounts, 0, nb);
+	tcase_add_loop_test(tc, test_shared_bitmap_words, 0, nb);
 	tcase_add_loop_test(tc, test_contiguous, 0, nb);
 	tcase_add_loop_test(tc, test_limits, 0, nb);
 	tcase_add_loop_test(tc, test_fullest_first, 0, nb);
