@@ -9,5 +9,6 @@
 #include <kvslab/version.h>
 #include <kvslab/drv.h>
 #include <kvslab/slab.h>
+#include <kvslab/pool.h>
 
 #endif /* KVSLAB_H */

@@ -1,0 +1,653 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/pool.c - the KV pool: SGLang's token_to_kv_pool and its allocator over
+ * the slab allocator, the model shapes, and the memory planner.
+ *
+ * Layout.  MHA: buffer 2l holds layer l's keys and buffer 2l + 1 its values,
+ * each its own virtual range, so that every layer's pages stay dense in that
+ * layer's range (the layout attention kernels want; kvcached measured an
+ * all-layers-in-one-chunk layout 31% slower end to end).  MLA: buffer l holds
+ * layer l's latent vectors (kv_lora_rank + qk_rope_head_dim elements).  A
+ * token's location is loc = page * page_size + offset; its bytes in buffer b
+ * are at base[b] + loc * token_bytes[b].
+ *
+ * Allocation is in pages (page_size 1: token slots), with SGLang's interface:
+ * alloc n tokens returns n locations, page by page; free takes locations and
+ * drops one reference per page (the tokens of a page given together count
+ * once).  Pages carry reference counts so the prefix cache can share them.
+ *
+ * Locking: none of its own.  The pool's fields are set at creation and only
+ * read afterwards; every mutable state lives in the slab allocator, whose
+ * calls are MT-Safe.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvslab/pool.h"
+
+struct kvs_pool {
+	kvs_drv_t *drv;
+	kvs_slab_t *slab;
+	kvs_model_t model;
+	uint32_t page_size, nbuf;
+	uint64_t capacity;		/* tokens */
+	size_t *token_bytes;
+};
+
+/* ---------------------------------------------------------------- models */
+
+struct preset {
+	const char *name;
+	kvs_model_t m;
+};
+
+/* Public model configurations (config.json of each model). */
+static const struct preset presets[] = {
+	{"llama-3-8b", {.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_size = 2,
+			.tp_size = 1, .context_len = 8192}},
+	{"llama-3-70b-tp8", {.layers = 80, .kv_heads = 8, .head_dim = 128, .dtype_size = 2,
+			     .tp_size = 8, .context_len = 8192}},
+	{"qwen2.5-7b", {.layers = 28, .kv_heads = 4, .head_dim = 128, .dtype_size = 2,
+			.tp_size = 1, .context_len = 32768}},
+	{"deepseek-v3-tp8", {.layers = 61, .kv_heads = 1, .head_dim = 576, .dtype_size = 2,
+			     .tp_size = 8, .attn = KVS_ATTN_MLA, .kv_lora_rank = 512,
+			     .qk_rope_head_dim = 64, .context_len = 163840}},
+	/* Two bytes a token: lets tests and replays hold 10^8 tokens in memory. */
+	{"tiny", {.layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_size = 1, .tp_size = 1,
+		  .context_len = 1 << 20}},
+};
+
+#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
+
+/**
+ * kvs_model_preset() - fill @model with a named shape.
+ * @name: "llama-3-8b", "llama-3-70b-tp8", "qwen2.5-7b", "deepseek-v3-tp8" or
+ *        "tiny" (see kvs_model_preset_name()).
+ * @model: receives the shape.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (NULL) or ENOENT (unknown name).
+ */
+KVS_EXPORT int kvs_model_preset(const char *name, kvs_model_t *model)
+{
+	size_t i;
+
+	if (!name || !model)
+		return kvs_fail(EINVAL);
+	for (i = 0; i < NPRESETS; i++) {
+		if (strcmp(name, presets[i].name) == 0) {
+			*model = presets[i].m;
+			return 0;
+		}
+	}
+	return kvs_fail(ENOENT);
+}
+
+/**
+ * kvs_model_preset_name() - the name of preset @index.
+ * @index: 0, 1, ...
+ *
+ * Context: MT-Safe.
+ * Return: a static string, or NULL past the last preset.
+ */
+KVS_EXPORT const char *kvs_model_preset_name(unsigned int index)
+{
+	return index < NPRESETS ? presets[index].name : NULL;
+}
+
+static bool model_valid(const kvs_model_t *m)
+{
+	if (!m || m->layers == 0 || m->dtype_size == 0 || m->tp_size == 0)
+		return false;
+	if (m->attn == KVS_ATTN_MLA)
+		return m->kv_lora_rank + m->qk_rope_head_dim > 0;
+	return m->attn == KVS_ATTN_MHA && m->kv_heads > 0 && m->head_dim > 0;
+}
+
+/**
+ * kvs_model_kv_heads_per_rank() - KV heads one TP rank holds.
+ * @model: shape.
+ *
+ * As SGLang does: kv_heads / tp_size, at least 1 (heads are replicated when
+ * there are more ranks than heads).
+ *
+ * Context: MT-Safe.
+ * Return: the count; 0 for an invalid shape.
+ */
+KVS_EXPORT uint32_t kvs_model_kv_heads_per_rank(const kvs_model_t *m)
+{
+	uint32_t h;
+
+	if (!model_valid(m))
+		return 0;
+	if (m->attn == KVS_ATTN_MLA)
+		return 1;
+	h = m->kv_heads / m->tp_size;
+	return h ? h : 1;
+}
+
+/* Bytes one token takes in one buffer. */
+static size_t token_bytes_of(const kvs_model_t *m)
+{
+	if (m->attn == KVS_ATTN_MLA)
+		return (size_t)(m->kv_lora_rank + m->qk_rope_head_dim) * m->dtype_size;
+	return (size_t)kvs_model_kv_heads_per_rank(m) * m->head_dim * m->dtype_size;
+}
+
+/**
+ * kvs_model_cell_size() - KV bytes of one token on one rank, all layers.
+ * @model: shape.
+ *
+ * MHA: kv_heads/tp * head_dim * layers * 2 * dtype_size; MLA:
+ * (kv_lora_rank + qk_rope_head_dim) * layers * dtype_size.
+ *
+ * Context: MT-Safe.
+ * Return: the size, or 0 with errno EINVAL for an invalid shape.
+ */
+KVS_EXPORT size_t kvs_model_cell_size(const kvs_model_t *m)
+{
+	if (!model_valid(m)) {
+		errno = EINVAL;
+		return 0;
+	}
+	return token_bytes_of(m) * m->layers * (m->attn == KVS_ATTN_MLA ? 1 : 2);
+}
+
+/* --------------------------------------------------------------- planner */
+
+/**
+ * kvs_plan_attr_init() - planner defaults: page_size 1,
+ * mem_fraction_static 0.88, memory from the driver, no caps.
+ * @attr: attributes.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_plan_attr_init(kvs_plan_attr_t *attr)
+{
+	if (!attr)
+		return kvs_fail(EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	attr->page_size = 1;
+	attr->mem_fraction_static = 0.88;
+	return 0;
+}
+
+/**
+ * kvs_plan() - size the KV pool and the request table as SGLang does.
+ * @drv: driver to ask for free and total memory when @attr leaves them 0
+ *       (may be NULL when both are given).
+ * @attr: model, page size, mem_fraction_static and optional caps.
+ * @plan: receives the plan.
+ *
+ * rest = free - total * (1 - mem_fraction_static); max tokens = rest /
+ * cell size, capped by max_total_tokens, aligned down to the page size;
+ * max requests = max_running_requests, else
+ * min(max(max_tokens / context_len * 512, 2048), 4096); the request table
+ * has max requests + 1 rows of context_len + 4 entries.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (bad attributes) or ENOMEM (no memory
+ * left for KV once the non-static share is set aside).
+ */
+KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *plan)
+{
+	size_t total, freeb, cell;
+	double rest;
+	uint64_t tokens;
+	uint32_t ctx;
+
+	if (!a || !plan || a->page_size == 0 || !(a->mem_fraction_static > 0) ||
+	    a->mem_fraction_static > 1)
+		return kvs_fail(EINVAL);
+	cell = kvs_model_cell_size(&a->model);
+	if (!cell)
+		return kvs_fail(EINVAL);
+	ctx = a->context_len ? a->context_len : a->model.context_len;
+	if (ctx == 0)
+		return kvs_fail(EINVAL);
+	total = a->total_bytes;
+	freeb = a->free_bytes;
+	if (!total || !freeb) {
+		size_t f, t;
+
+		if (!drv)
+			return kvs_fail(EINVAL);
+		if (kvs_drv_mem_info(drv, &f, &t) < 0)
+			return -1;
+		if (!total)
+			total = t;
+		if (!freeb)
+			freeb = f;
+	}
+	rest = (double)freeb - (double)total * (1.0 - a->mem_fraction_static);
+	if (rest < (double)cell * a->page_size)
+		return kvs_fail(ENOMEM);
+	tokens = (uint64_t)(rest / (double)cell);
+	if (a->max_total_tokens && a->max_total_tokens < tokens)
+		tokens = a->max_total_tokens;
+	tokens = tokens / a->page_size * a->page_size;
+	if (tokens == 0)
+		return kvs_fail(ENOMEM);
+	memset(plan, 0, sizeof(*plan));
+	plan->cell_size = cell;
+	plan->max_total_tokens = tokens;
+	if (a->max_running_requests) {
+		plan->max_requests = a->max_running_requests;
+	} else {
+		uint64_t r = tokens / ctx * 512;
+
+		if (r < 2048)
+			r = 2048;
+		if (r > 4096)
+			r = 4096;
+		plan->max_requests = (uint32_t)r;
+	}
+	plan->req_rows = plan->max_requests + 1;
+	plan->req_cols = ctx + 4;
+	plan->kv_bytes = (size_t)tokens * cell;
+	plan->rest_bytes = (size_t)rest;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ pool */
+
+/**
+ * kvs_pool_attr_init() - pool defaults: page_size 1 and the slab
+ * allocator's defaults (see kvs_slab_attr_init(3)).
+ * @attr: attributes; model and max_tokens must then be set.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
+{
+	kvs_slab_attr_t s;
+
+	if (!attr)
+		return kvs_fail(EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	kvs_slab_attr_init(&s);
+	attr->page_size = 1;
+	attr->min_empty = s.min_empty;
+	attr->max_empty = s.max_empty;
+	attr->chunk_pool = s.chunk_pool;
+	attr->magazine = s.magazine;
+	attr->slab_granules = s.slab_granules;
+	return 0;
+}
+
+/**
+ * kvs_pool_create() - create a KV pool on @drv.
+ * @drv: driver; must outlive the pool.
+ * @attr: model shape, page size, capacity in tokens, slab knobs.
+ *
+ * Context: MT-Safe.
+ * Return: the pool, or NULL with errno EINVAL (bad shape, capacity beyond
+ * INT32_MAX tokens), ENOMEM, or the driver's errno.
+ */
+KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
+{
+	struct kvs_pool *p;
+	kvs_slab_attr_t sa;
+	uint64_t pages;
+	uint32_t b;
+
+	if (!drv || !a || !model_valid(&a->model) || a->page_size == 0 || a->max_tokens == 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pages = (a->max_tokens + a->page_size - 1) / a->page_size;
+	if (pages * a->page_size > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	p->drv = drv;
+	p->model = a->model;
+	p->page_size = a->page_size;
+	p->nbuf = a->model.layers * (a->model.attn == KVS_ATTN_MLA ? 1 : 2);
+	p->token_bytes = calloc(p->nbuf, sizeof(size_t));
+	if (!p->token_bytes) {
+		free(p);
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (b = 0; b < p->nbuf; b++)
+		p->token_bytes[b] = token_bytes_of(&a->model);
+	kvs_slab_attr_init(&sa);
+	sa.page_size = a->page_size;
+	sa.nbuffers = p->nbuf;
+	sa.token_bytes = p->token_bytes;
+	sa.capacity_pages = pages;
+	sa.max_mapped = a->max_mapped;
+	sa.min_empty = a->min_empty;
+	sa.max_empty = a->max_empty;
+	sa.chunk_pool = a->chunk_pool;
+	sa.magazine = a->magazine;
+	sa.slab_granules = a->slab_granules ? a->slab_granules : 1;
+	sa.flags = a->slab_flags;
+	p->slab = kvs_slab_create(drv, &sa);
+	if (!p->slab) {
+		int e = errno;
+
+		free(p->token_bytes);
+		free(p);
+		errno = e;
+		return NULL;
+	}
+	p->capacity = kvs_slab_capacity(p->slab) * p->page_size;
+	if (p->capacity > INT32_MAX) /* rounded up to whole slabs */
+		p->capacity = (uint64_t)INT32_MAX / p->page_size * p->page_size;
+	return p;
+}
+
+/**
+ * kvs_pool_destroy() - free the pool, its slab allocator and its memory.
+ * @pool: pool, or NULL.
+ *
+ * Context: MT-Unsafe.
+ * Return: 0, or -1 with errno from the driver (everything is freed anyway).
+ */
+KVS_EXPORT int kvs_pool_destroy(kvs_pool_t *p)
+{
+	int rc;
+
+	if (!p)
+		return 0;
+	rc = kvs_slab_destroy(p->slab);
+	free(p->token_bytes);
+	free(p);
+	return rc;
+}
+
+/**
+ * kvs_pool_alloc() - allocate @n token locations.
+ * @pool: pool.
+ * @n: tokens; a multiple of the page size.
+ * @locs: receives n locations: whole pages, each page's tokens in order.
+ *
+ * All or nothing.  Each page comes with one reference.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (n not a page multiple) or ENOMEM.
+ */
+KVS_EXPORT int kvs_pool_alloc(kvs_pool_t *p, size_t n, int32_t *locs)
+{
+	uint32_t ps, *pages;
+	size_t npages, i, j;
+
+	if (!p || (!locs && n) || n % p->page_size)
+		return kvs_fail(EINVAL);
+	if (n == 0)
+		return 0;
+	ps = p->page_size;
+	npages = n / ps;
+	if (npages == 1) {
+		int64_t pg = kvs_slab_alloc(p->slab);
+
+		if (pg < 0)
+			return -1;
+		for (j = 0; j < ps; j++)
+			locs[j] = (int32_t)((uint64_t)pg * ps + j);
+		return 0;
+	}
+	/* Pages land in the tail of @locs and are expanded forwards: page i is
+	 * read before slots i * ps .. i * ps + ps - 1 are written, and those
+	 * never reach a later page's slot. */
+	pages = (uint32_t *)(locs + (n - npages));
+	if (kvs_slab_alloc_bulk(p->slab, npages, pages) < 0)
+		return -1;
+	if (ps == 1)
+		return 0;
+	for (i = 0; i < npages; i++) {
+		uint64_t base = (uint64_t)pages[i] * ps;
+
+		for (j = 0; j < ps; j++)
+			locs[i * ps + j] = (int32_t)(base + j);
+	}
+	return 0;
+}
+
+/* Pages of @locs, one entry per run of tokens of the same page. */
+static size_t pages_of(const struct kvs_pool *p, size_t n, const int32_t *locs, uint32_t *out)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++) {
+		uint32_t pg = (uint32_t)locs[i] / p->page_size;
+
+		if (locs[i] < 0)
+			return SIZE_MAX;
+		if (k == 0 || out[k - 1] != pg || p->page_size == 1)
+			out[k++] = pg;
+	}
+	return k;
+}
+
+static int pool_pages_call(struct kvs_pool *p, size_t n, const int32_t *locs, int ref)
+{
+	uint32_t stackbuf[256], *pages = stackbuf;
+	size_t k, i;
+	int rc = 0;
+
+	if (!p || (!locs && n))
+		return kvs_fail(EINVAL);
+	if (n == 0)
+		return 0;
+	if (n > 256) {
+		pages = malloc(n * sizeof(*pages));
+		if (!pages)
+			return kvs_fail(ENOMEM);
+	}
+	k = pages_of(p, n, locs, pages);
+	if (k == SIZE_MAX) {
+		rc = kvs_fail(EINVAL);
+	} else if (!ref) {
+		rc = k == 1 ? kvs_slab_free(p->slab, pages[0]) : kvs_slab_free_bulk(p->slab, k, pages);
+	} else {
+		for (i = 0; i < k; i++) {
+			if (kvs_slab_ref(p->slab, pages[i]) < 0) {
+				int e = errno;
+
+				while (i-- > 0)
+					kvs_slab_free(p->slab, pages[i]);
+				rc = kvs_fail(e);
+				break;
+			}
+		}
+	}
+	if (pages != stackbuf)
+		free(pages);
+	return rc;
+}
+
+/**
+ * kvs_pool_free() - drop one reference to the pages of @locs.
+ * @pool: pool.
+ * @n: entries.
+ * @locs: token locations; adjacent tokens of one page count once, so a
+ *        request's whole list of locations frees each page once.
+ *
+ * All or nothing: an invalid entry (negative, out of range, a free page)
+ * changes nothing.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT int kvs_pool_free(kvs_pool_t *p, size_t n, const int32_t *locs)
+{
+	return pool_pages_call(p, n, locs, 0);
+}
+
+/**
+ * kvs_pool_ref() - add one reference to the pages of @locs.
+ * @pool: pool.
+ * @n: entries.
+ * @locs: token locations, counted per page as for kvs_pool_free().
+ *
+ * All or nothing.  The caller must hold a reference to each page already.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL, EOVERFLOW or ENOMEM.
+ */
+KVS_EXPORT int kvs_pool_ref(kvs_pool_t *p, size_t n, const int32_t *locs)
+{
+	return pool_pages_call(p, n, locs, 1);
+}
+
+/**
+ * kvs_pool_available() - tokens that can still be allocated.
+ * @pool: pool.
+ *
+ * Context: MT-Safe.
+ * Return: the count; 0 for NULL.
+ */
+KVS_EXPORT uint64_t kvs_pool_available(kvs_pool_t *p)
+{
+	return p ? kvs_slab_available(p->slab) * p->page_size : 0;
+}
+
+/**
+ * kvs_pool_capacity() - tokens the pool can hold.
+ * @pool: pool.
+ *
+ * Context: MT-Safe.
+ * Return: max_tokens rounded up to whole slabs; 0 for NULL.
+ */
+KVS_EXPORT uint64_t kvs_pool_capacity(const kvs_pool_t *p)
+{
+	return p ? p->capacity : 0;
+}
+
+/**
+ * kvs_pool_page_size() - tokens per page.
+ * @pool: pool.
+ *
+ * Context: MT-Safe.
+ * Return: the page size; 0 for NULL.
+ */
+KVS_EXPORT uint32_t kvs_pool_page_size(const kvs_pool_t *p)
+{
+	return p ? p->page_size : 0;
+}
+
+/**
+ * kvs_pool_slab() - the slab allocator under the pool, for statistics.
+ * @pool: pool.
+ *
+ * Context: MT-Safe.
+ * Return: the allocator; NULL for NULL.
+ */
+KVS_EXPORT kvs_slab_t *kvs_pool_slab(kvs_pool_t *p)
+{
+	return p ? p->slab : NULL;
+}
+
+static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uint32_t *b)
+{
+	if (!p || layer >= p->model.layers)
+		return kvs_fail(EINVAL);
+	if (p->model.attn == KVS_ATTN_MLA) {
+		if (which != KVS_KV_LATENT && which != KVS_KV_K)
+			return kvs_fail(EINVAL);
+		*b = layer;
+	} else {
+		if (which != KVS_KV_K && which != KVS_KV_V)
+			return kvs_fail(EINVAL);
+		*b = 2 * layer + (uint32_t)which;
+	}
+	return 0;
+}
+
+/**
+ * kvs_pool_buffer() - device pointer and stride of one layer's buffer.
+ * @pool: pool.
+ * @layer: layer index.
+ * @which: KVS_KV_K or KVS_KV_V (MHA); KVS_KV_LATENT (MLA).
+ * @ptr: receives the buffer's base: token loc is at ptr + loc * stride.
+ * @token_stride: receives the bytes of one token (may be NULL).
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_pool_buffer(const kvs_pool_t *p, uint32_t layer, int which, kvs_devptr_t *ptr,
+			       size_t *token_stride)
+{
+	uint32_t b;
+
+	if (!ptr || buffer_index(p, layer, which, &b) < 0)
+		return kvs_fail(EINVAL);
+	*ptr = kvs_slab_buffer(p->slab, b);
+	if (token_stride)
+		*token_stride = p->token_bytes[b];
+	return 0;
+}
+
+static int kv_copy(struct kvs_pool *p, uint32_t layer, int32_t loc, size_t n, void *k, void *v,
+		   int to_device)
+{
+	int which[2] = {KVS_KV_K, KVS_KV_V};
+	void *host[2] = {k, v};
+	int nb = p && p->model.attn == KVS_ATTN_MLA ? 1 : 2, i;
+
+	if (!p || loc < 0 || n == 0 || (uint64_t)loc + n > p->capacity || !k || (nb == 2 && !v))
+		return kvs_fail(EINVAL);
+	for (i = 0; i < nb; i++) {
+		kvs_devptr_t base;
+		size_t stride;
+		int rc;
+
+		if (kvs_pool_buffer(p, layer, which[i], &base, &stride) < 0)
+			return -1;
+		base += (uint64_t)loc * stride;
+		rc = to_device ? kvs_drv_copy_htod(p->drv, base, host[i], n * stride, NULL)
+			       : kvs_drv_copy_dtoh(p->drv, host[i], base, n * stride, NULL);
+		if (rc < 0)
+			return -1;
+	}
+	return kvs_drv_synchronize(p->drv);
+}
+
+/**
+ * kvs_pool_set_kv() - write the KV bytes of tokens loc .. loc + n - 1.
+ * @pool: pool.
+ * @layer: layer.
+ * @loc: first token location; the range must lie in allocated pages.
+ * @n: tokens.
+ * @k: n * stride bytes of keys (MLA: latent vectors).
+ * @v: n * stride bytes of values (MHA); ignored for MLA.
+ *
+ * A synchronous copy through the driver, for tests and tools.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or EFAULT (memory not mapped).
+ */
+KVS_EXPORT int kvs_pool_set_kv(kvs_pool_t *p, uint32_t layer, int32_t loc, size_t n,
+			       const void *k, const void *v)
+{
+	return kv_copy(p, layer, loc, n, (void *)k, (void *)v, 1);
+}
+
+/**
+ * kvs_pool_get_kv() - read the KV bytes of tokens loc .. loc + n - 1.
+ * @pool: pool.
+ * @layer: layer.
+ * @loc: first token location.
+ * @n: tokens.
+ * @k: receives n * stride bytes of keys (MLA: latent vectors).
+ * @v: receives n * stride bytes of values (MHA); ignored for MLA.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL or EFAULT.
+ */
+KVS_EXPORT int kvs_pool_get_kv(kvs_pool_t *p, uint32_t layer, int32_t loc, size_t n, void *k,
+			       void *v)
+{
+	return kv_copy(p, layer, loc, n, k, v, 0);
+}

@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_pool.c - the KV pool and the planner, on every backend.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define GRAN (64 * 1024)
+
+static kvs_pool_t *mk(kvs_drv_t *d, const char *preset, uint32_t ps, uint64_t tokens)
+{
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+
+	kvs_pool_attr_init(&a);
+	ck_assert_int_eq(kvs_model_preset(preset, &a.model), 0);
+	a.page_size = ps;
+	a.max_tokens = tokens;
+	a.magazine = 0;
+	p = kvs_pool_create(d, &a);
+	ck_assert_ptr_nonnull(p);
+	return p;
+}
+
+START_TEST(test_cell_size)
+{
+	kvs_model_t m;
+
+	/* Llama-3-8B: 8 KV heads x 128 x 32 layers x 2 (K, V) x 2 bytes. */
+	ck_assert_int_eq(kvs_model_preset("llama-3-8b", &m), 0);
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 8 * 128 * 32 * 2 * 2);
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 131072);
+	/* Llama-3-70B on 8 ranks: one head a rank. */
+	ck_assert_int_eq(kvs_model_preset("llama-3-70b-tp8", &m), 0);
+	ck_assert_uint_eq(kvs_model_kv_heads_per_rank(&m), 1);
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 1 * 128 * 80 * 2 * 2);
+	/* More ranks than heads: heads are replicated, at least one a rank. */
+	m.tp_size = 16;
+	ck_assert_uint_eq(kvs_model_kv_heads_per_rank(&m), 1);
+	/* MLA: (512 + 64) x 61 layers x 2 bytes, no K/V split. */
+	ck_assert_int_eq(kvs_model_preset("deepseek-v3-tp8", &m), 0);
+	ck_assert_uint_eq(kvs_model_cell_size(&m), (512 + 64) * 61 * 2);
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 70272);
+	ck_assert_int_eq(kvs_model_preset("nonesuch", &m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	memset(&m, 0, sizeof(m));
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_str_eq(kvs_model_preset_name(0), "llama-3-8b");
+	ck_assert_ptr_null(kvs_model_preset_name(1000));
+}
+END_TEST
+
+START_TEST(test_planner)
+{
+	kvs_plan_attr_t a;
+	kvs_plan_t p;
+
+	/* An 80 GiB GPU with 64 GiB free after the weights, fraction 0.88:
+	 * rest = 64 GiB - 80 GiB * 0.12 = 54.4 GiB; / 128 KiB a token =
+	 * 445644 tokens (floor of 445644.8); page 16 -> 445632;
+	 * requests: 445632 / 8192 * 512 = 54 * 512 = 27648 -> capped at 4096. */
+	kvs_plan_attr_init(&a);
+	kvs_model_preset("llama-3-8b", &a.model);
+	a.page_size = 16;
+	a.total_bytes = 80ull << 30;
+	a.free_bytes = 64ull << 30;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.cell_size, 131072);
+	ck_assert_uint_eq(p.max_total_tokens, 445632);
+	ck_assert_uint_eq(p.max_requests, 4096);
+	ck_assert_uint_eq(p.req_rows, 4097);
+	ck_assert_uint_eq(p.req_cols, 8196);
+	ck_assert_uint_eq(p.kv_bytes, 445632ull * 131072);
+
+	/* Caps: max_total_tokens wins when smaller, then page alignment;
+	 * few tokens give the floor of 2048 requests. */
+	a.max_total_tokens = 10007;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.max_total_tokens, 10000);
+	ck_assert_uint_eq(p.max_requests, 2048);
+	a.max_running_requests = 37;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.max_requests, 37);
+
+	/* Nothing left once the non-static share is set aside. */
+	a.free_bytes = 8ull << 30;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	a.mem_fraction_static = 1.5;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	a.mem_fraction_static = 0.88;
+	a.free_bytes = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1); /* no driver to ask */
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+START_TEST(test_planner_from_driver)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 1ull << 30, 0);
+	kvs_plan_attr_t a;
+	kvs_plan_t p;
+
+	kvs_plan_attr_init(&a);
+	kvs_model_preset("llama-3-8b", &a.model);
+	a.mem_fraction_static = 0.5;
+	/* 1 GiB limit: total 1 GiB, free 1 GiB -> rest 0.5 GiB -> 4096 tokens. */
+	ck_assert_int_eq(kvs_plan(d, &a, &p), 0);
+	ck_assert_uint_eq(p.max_total_tokens, 4096);
+	kvs_drv_close(d);
+}
+END_TEST
+
+START_TEST(test_alloc_free_pages)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	/* tiny: 1 byte a token in each of K and V: 64 Ki tokens a slab. */
+	kvs_pool_t *p = mk(d, "tiny", 16, 1 << 17);
+	int32_t locs[64], one[16];
+	int k;
+
+	ck_assert_uint_eq(kvs_pool_capacity(p), 1 << 17);
+	ck_assert_uint_eq(kvs_pool_available(p), 1 << 17);
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_alloc(p, 10, locs), -1); /* not a page multiple */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_alloc(p, 64, locs), 0);
+	for (k = 0; k < 64; k++) {
+		ck_assert_int_ge(locs[k], 0);
+		if (k % 16)
+			ck_assert_int_eq(locs[k], locs[k - 1] + 1); /* within a page */
+		else
+			ck_assert_int_eq(locs[k] % 16, 0);
+	}
+	ck_assert_uint_eq(kvs_pool_available(p), (1 << 17) - 64);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(p), KVS_SLAB_STAT_objects), 4);
+	/* Share the second page, then free the whole list: it survives. */
+	ck_assert_int_eq(kvs_pool_ref(p, 16, locs + 16), 0);
+	ck_assert_int_eq(kvs_pool_free(p, 64, locs), 0);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(p), KVS_SLAB_STAT_objects), 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_free(p, 16, locs), -1); /* already free */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_free(p, 16, locs + 16), 0);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(p), KVS_SLAB_STAT_objects), 0);
+	/* A single page goes through the fast path. */
+	ck_assert_int_eq(kvs_pool_alloc(p, 16, one), 0);
+	ck_assert_int_eq(one[15], one[0] + 15);
+	ck_assert_int_eq(kvs_pool_free(p, 16, one), 0);
+	one[0] = -5;
+	ck_assert_int_eq(kvs_pool_free(p, 1, one), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_validate(kvs_pool_slab(p)), 0);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+START_TEST(test_token_slots)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_pool_t *p = mk(d, "tiny", 1, 1000);
+	int32_t *locs = malloc(sizeof(int32_t) * 70000);
+
+	/* Capacity rounds up to a whole slab (65536 tokens of 1 byte). */
+	ck_assert_uint_eq(kvs_pool_capacity(p), 65536);
+	ck_assert_int_eq(kvs_pool_alloc(p, 65536, locs), 0);
+	ck_assert_int_eq(kvs_pool_alloc(p, 1, locs + 65536), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_pool_free(p, 65536, locs), 0);
+	ck_assert_uint_eq(kvs_pool_available(p), 65536);
+	kvs_pool_destroy(p);
+	kvs_drv_close(d);
+	free(locs);
+}
+END_TEST
+
+/* KV bytes of each layer's K and V land in that layer's buffer, survive
+ * churn, and device pointers and strides describe where they are. */
+START_TEST(test_set_get_kv)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+	int32_t locs[32], churn[512];
+	size_t stride, n = 32;
+	kvs_devptr_t kb, vb, k1;
+	unsigned char *in = malloc(4096 * 32), *out = malloc(4096 * 32);
+	uint32_t l;
+
+	kvs_pool_attr_init(&a);
+	a.model.layers = 3;
+	a.model.kv_heads = 2;
+	a.model.head_dim = 64;
+	a.model.dtype_size = 2;
+	a.model.tp_size = 1;
+	a.model.context_len = 4096;
+	a.page_size = 16;
+	a.max_tokens = 4096;
+	p = kvs_pool_create(d, &a);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(kvs_pool_buffer(p, 0, KVS_KV_K, &kb, &stride), 0);
+	ck_assert_uint_eq(stride, 2 * 64 * 2);
+	ck_assert_int_eq(kvs_pool_buffer(p, 0, KVS_KV_V, &vb, NULL), 0);
+	ck_assert_int_eq(kvs_pool_buffer(p, 1, KVS_KV_K, &k1, NULL), 0);
+	ck_assert(kb != vb && kb != k1 && vb != k1);
+	ck_assert_int_eq(kvs_pool_buffer(p, 3, KVS_KV_K, &kb, NULL), -1);
+	ck_assert_int_eq(kvs_pool_buffer(p, 0, KVS_KV_LATENT, &kb, NULL), -1);
+
+	ck_assert_int_eq(kvs_pool_alloc(p, n, locs), 0);
+	for (l = 0; l < 3; l++) {
+		tu_fill(in, 16 * stride, 10 * l + 1);
+		tu_fill(in + 16 * stride, 16 * stride, 10 * l + 2);
+		ck_assert_int_eq(kvs_pool_set_kv(p, l, locs[0], 16, in, in + 16 * stride), 0);
+	}
+	/* Churn: many pages in and out, with shrinking. */
+	ck_assert_int_eq(kvs_pool_alloc(p, 512, churn), 0);
+	ck_assert_int_eq(kvs_pool_free(p, 512, churn), 0);
+	kvs_slab_shrink(kvs_pool_slab(p));
+	for (l = 0; l < 3; l++) {
+		ck_assert_int_eq(kvs_pool_get_kv(p, l, locs[0], 16, out, out + 16 * stride), 0);
+		ck_assert(tu_check(out, 16 * stride, 10 * l + 1));
+		ck_assert(tu_check(out + 16 * stride, 16 * stride, 10 * l + 2));
+	}
+	/* The bytes are where the pointer and stride say (host: readable). */
+	if (strcmp(tu_backends[_i], "host") == 0) {
+		ck_assert_int_eq(kvs_pool_buffer(p, 2, KVS_KV_V, &vb, &stride), 0);
+		ck_assert(tu_check((void *)(uintptr_t)(vb + (uint64_t)locs[0] * stride),
+				   16 * stride, 22));
+	}
+	ck_assert_int_eq(kvs_pool_get_kv(p, 0, 4000, 16, out, out), -1); /* unmapped */
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_pool_get_kv(p, 0, 4090, 16, out, out), -1); /* past capacity */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_free(p, n, locs), 0);
+	kvs_pool_destroy(p);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	free(in);
+	free(out);
+}
+END_TEST
+
+START_TEST(test_mla_pool)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+	kvs_devptr_t b0, b1;
+	size_t stride;
+	int32_t locs[1];
+	unsigned char in[1152], out[1152];
+
+	kvs_pool_attr_init(&a);
+	kvs_model_preset("deepseek-v3-tp8", &a.model);
+	a.model.layers = 2;
+	a.max_tokens = 1024;
+	p = kvs_pool_create(d, &a);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(kvs_pool_buffer(p, 0, KVS_KV_LATENT, &b0, &stride), 0);
+	ck_assert_uint_eq(stride, (512 + 64) * 2);
+	ck_assert_int_eq(kvs_pool_buffer(p, 1, KVS_KV_LATENT, &b1, NULL), 0);
+	ck_assert(b0 != b1);
+	ck_assert_int_eq(kvs_pool_buffer(p, 0, KVS_KV_V, &b0, NULL), -1);
+	ck_assert_int_eq(kvs_pool_alloc(p, 1, locs), 0);
+	tu_fill(in, sizeof(in), 5);
+	ck_assert_int_eq(kvs_pool_set_kv(p, 1, locs[0], 1, in, NULL), 0);
+	ck_assert_int_eq(kvs_pool_get_kv(p, 1, locs[0], 1, out, NULL), 0);
+	ck_assert(tu_check(out, sizeof(out), 5));
+	kvs_pool_destroy(p);
+	kvs_drv_close(d);
+}
+END_TEST
+
+static Suite *pool_suite(void)
+{
+	Suite *s = suite_create("pool");
+	TCase *tc = tcase_create("model");
+	int nb = tu_nbackends();
+
+	tcase_add_test(tc, test_cell_size);
+	tcase_add_test(tc, test_planner);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pool");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_planner_from_driver, 0, nb);
+	tcase_add_loop_test(tc, test_alloc_free_pages, 0, nb);
+	tcase_add_loop_test(tc, test_token_slots, 0, nb);
+	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
+	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("KVSLAB_DOUBLE_GRANULARITY", "65536", 1);
+	return tu_run(pool_suite());
+}
