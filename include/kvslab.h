@@ -10,5 +10,8 @@
 #include <kvslab/drv.h>
 #include <kvslab/slab.h>
 #include <kvslab/pool.h>
+#include <kvslab/reqtab.h>
+#include <kvslab/radix.h>
+#include <kvslab/flow.h>
 
 #endif /* KVSLAB_H */

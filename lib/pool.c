@@ -181,10 +181,11 @@ KVS_EXPORT int kvs_plan_attr_init(kvs_plan_attr_t *attr)
  * @attr: model, page size, mem_fraction_static and optional caps.
  * @plan: receives the plan.
  *
- * rest = free - total * (1 - mem_fraction_static); max tokens = rest /
- * cell size, capped by max_total_tokens, aligned down to the page size;
- * max requests = max_running_requests, else
- * min(max(max_tokens / context_len * 512, 2048), 4096); the request table
+ * rest = free - total * (1 - mem_fraction_static); tokens = rest / cell
+ * size; max requests = max_running_requests, else
+ * min(max(tokens / context_len * 512, 2048), 4096) from those profiled
+ * tokens; then max tokens = tokens capped by max_total_tokens and aligned
+ * down to the page size; the request table
  * has max requests + 1 rows of context_len + 4 entries.
  *
  * Context: MT-Safe.
@@ -225,18 +226,12 @@ KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *pl
 	if (rest < (double)cell * a->page_size)
 		return kvs_fail(ENOMEM);
 	tokens = (uint64_t)(rest / (double)cell);
-	if (a->max_total_tokens && a->max_total_tokens < tokens)
-		tokens = a->max_total_tokens;
-	tokens = tokens / a->page_size * a->page_size;
-	if (tokens == 0)
-		return kvs_fail(ENOMEM);
 	memset(plan, 0, sizeof(*plan));
-	plan->cell_size = cell;
-	plan->max_total_tokens = tokens;
+	/* As SGLang: requests from the profiled tokens, before any cap. */
 	if (a->max_running_requests) {
 		plan->max_requests = a->max_running_requests;
 	} else {
-		uint64_t r = tokens / ctx * 512;
+		double r = (double)tokens / (double)ctx * 512.0;
 
 		if (r < 2048)
 			r = 2048;
@@ -244,6 +239,13 @@ KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *pl
 			r = 4096;
 		plan->max_requests = (uint32_t)r;
 	}
+	if (a->max_total_tokens && a->max_total_tokens < tokens)
+		tokens = a->max_total_tokens;
+	tokens = tokens / a->page_size * a->page_size;
+	if (tokens == 0)
+		return kvs_fail(ENOMEM);
+	plan->cell_size = cell;
+	plan->max_total_tokens = tokens;
 	plan->req_rows = plan->max_requests + 1;
 	plan->req_cols = ctx + 4;
 	plan->kv_bytes = (size_t)tokens * cell;
@@ -342,8 +344,14 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 		return NULL;
 	}
 	p->capacity = kvs_slab_capacity(p->slab) * p->page_size;
-	if (p->capacity > INT32_MAX) /* rounded up to whole slabs */
-		p->capacity = (uint64_t)INT32_MAX / p->page_size * p->page_size;
+	if (p->capacity > (uint64_t)INT32_MAX + 1) {
+		/* Whole slabs went past what an int32 location can name. */
+		kvs_slab_destroy(p->slab);
+		free(p->token_bytes);
+		free(p);
+		errno = EINVAL;
+		return NULL;
+	}
 	return p;
 }
 
@@ -608,8 +616,12 @@ static int kv_copy(struct kvs_pool *p, uint32_t layer, int32_t loc, size_t n, vo
 		base += (uint64_t)loc * stride;
 		rc = to_device ? kvs_drv_copy_htod(p->drv, base, host[i], n * stride, NULL)
 			       : kvs_drv_copy_dtoh(p->drv, host[i], base, n * stride, NULL);
-		if (rc < 0)
-			return -1;
+		if (rc < 0) {
+			int e = errno;
+
+			kvs_drv_synchronize(p->drv); /* an earlier copy may use the caller's buffer */
+			return kvs_fail(e);
+		}
 	}
 	return kvs_drv_synchronize(p->drv);
 }

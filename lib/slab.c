@@ -260,6 +260,45 @@ static void slab_put(struct kvs_slab *s, uint32_t p)
 	relist(s, i);
 }
 
+/* Give back the pages of @pages whose @last flag is set, a run of pages of
+ * one slab at a time, so each slab is relisted once per run.  Lock held. */
+static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
+			  const unsigned char *last)
+{
+	size_t k = 0;
+
+	while (k < n) {
+		uint64_t i, first;
+		uint32_t cnt = 0, minw;
+		struct slab_info *x;
+
+		if (!last[k]) {
+			k++;
+			continue;
+		}
+		i = pages[k] / s->pps;
+		first = i * s->pps;
+		x = &s->si[i];
+		minw = x->hint;
+		for (; k < n && (!last[k] || pages[k] / s->pps == i); k++) {
+			uint32_t w;
+
+			if (!last[k])
+				continue;
+			bit_set(s->freebits, pages[k]);
+			w = (uint32_t)((pages[k] - first) / 64);
+			if (w < minw)
+				minw = w;
+			cnt++;
+		}
+		x->hint = minw;
+		x->inuse -= cnt;
+		s->inuse_total -= cnt;
+		s->free_in_slabs += cnt;
+		relist(s, i);
+	}
+}
+
 /* The mapped slab to allocate from: fullest partial, else an empty one. */
 static int64_t pick_slab(struct kvs_slab *s)
 {
@@ -1138,10 +1177,23 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
 	pthread_mutex_lock(&s->lock);
 	if (m && mag_drain_due(s, m))
 		mag_flush_locked(s, m, 0);
+	/* The slabs first (fullest first keeps memory dense), then this
+	 * thread's cache for what they cannot give without growing. */
 	if (take_locked(s, n, pages) < 0) {
-		ST(s, alloc_fail)++;
-		pthread_mutex_unlock(&s->lock);
-		return -1;
+		uint32_t c = m ? atomic_load_explicit(&m->count, memory_order_relaxed) : 0;
+		int e = errno;
+
+		if (c == 0) {
+			ST(s, alloc_fail)++;
+			pthread_mutex_unlock(&s->lock);
+			return kvs_fail(e);
+		}
+		mag_flush_locked(s, m, 0);
+		if (take_locked(s, n, pages) < 0) {
+			ST(s, alloc_fail)++;
+			pthread_mutex_unlock(&s->lock);
+			return -1;
+		}
 	}
 	ST(s, alloc_slow) += n;
 	pthread_mutex_unlock(&s->lock);
@@ -1199,9 +1251,7 @@ KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages
 	}
 	if (nlast) {
 		pthread_mutex_lock(&s->lock);
-		for (k = 0; k < n; k++)
-			if (last[k])
-				slab_put(s, pages[k]);
+		slab_put_many(s, n, pages, last);
 		ST(s, free_slow) += nlast;
 		after_free_locked(s);
 		pthread_mutex_unlock(&s->lock);

@@ -77,12 +77,24 @@ START_TEST(test_planner)
 	ck_assert_uint_eq(p.req_cols, 8196);
 	ck_assert_uint_eq(p.kv_bytes, 445632ull * 131072);
 
-	/* Caps: max_total_tokens wins when smaller, then page alignment;
-	 * few tokens give the floor of 2048 requests. */
+	/* Caps: max_total_tokens wins when smaller, then page alignment; the
+	 * request count comes from the profiled tokens, before the cap. */
 	a.max_total_tokens = 10007;
 	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
 	ck_assert_uint_eq(p.max_total_tokens, 10000);
+	ck_assert_uint_eq(p.max_requests, 4096);
+	/* Few tokens give the floor of 2048 requests: 24 GiB card, 12 GiB
+	 * free: rest = 12 - 24 * 0.12 = 9.12 GiB -> 74711 tokens;
+	 * 74711 / 8192 * 512 = 4669.4 -> 4096; at 5 GiB free: 2.12 GiB ->
+	 * 17367 tokens -> 1085.4 -> 2048. */
+	a.max_total_tokens = 0;
+	a.total_bytes = 24ull << 30;
+	a.free_bytes = 5ull << 30;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.max_total_tokens, 17360);
 	ck_assert_uint_eq(p.max_requests, 2048);
+	a.total_bytes = 80ull << 30;
+	a.free_bytes = 64ull << 30;
 	a.max_running_requests = 37;
 	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
 	ck_assert_uint_eq(p.max_requests, 37);

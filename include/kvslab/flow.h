@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab/flow.h - request flows over the pool, the request table and the
+ * radix cache (SGLang's ScheduleBatch and tree-cache calls).
+ * See kvs_flow_create(3).
+ */
+#ifndef KVSLAB_FLOW_H
+#define KVSLAB_FLOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvslab/pool.h>
+#include <kvslab/radix.h>
+#include <kvslab/reqtab.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_flow kvs_flow_t;
+
+/** One request.  The caller owns the token array and sets ntokens; the
+ * flows own the other fields (start them with kvs_req_init()). */
+typedef struct kvs_req {
+	const int32_t *tokens;		/* input ids, then generated ids */
+	uint32_t ntokens;		/* tokens to have KV for after the next extend */
+	uint64_t extra_key;		/* LoRA id, cache salt; 0: none */
+	int priority;
+	/* Managed by the flows. */
+	int32_t slot;			/* request-table row, -1: none */
+	uint32_t prefix_len;		/* cached prefix, locked in the tree */
+	uint32_t kv_len;		/* tokens whose KV locations are in the row */
+	kvs_radix_node_t *last_node;	/* locked node, NULL: none */
+	uint64_t _reserved[4];
+} kvs_req_t;
+
+int kvs_req_init(kvs_req_t *req, const int32_t *tokens, uint32_t ntokens, uint64_t extra_key,
+		 int priority);
+
+kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_radix_t *radix);
+int kvs_flow_destroy(kvs_flow_t *flow);
+
+ssize_t kvs_flow_match(kvs_flow_t *flow, kvs_req_t *req);
+ssize_t kvs_flow_prepare_extend(kvs_flow_t *flow, kvs_req_t *const *reqs, size_t n,
+				int32_t *out_locs);
+int kvs_flow_prepare_decode(kvs_flow_t *flow, kvs_req_t *const *reqs, size_t n,
+			    int32_t *out_locs);
+int kvs_flow_cache_unfinished(kvs_flow_t *flow, kvs_req_t *req);
+int kvs_flow_cache_finished(kvs_flow_t *flow, kvs_req_t *req);
+int kvs_flow_release(kvs_flow_t *flow, kvs_req_t *req);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSLAB_FLOW_H */

@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/flow.c - request flows: what SGLang's ScheduleBatch and tree cache do
+ * with the pool, the request table and the radix cache.
+ *
+ * Ownership of a request's row.  Positions [0, prefix_len) hold locations
+ * owned by the radix tree: the request holds a lock on the node that ends
+ * there, which keeps them from being evicted.  Positions [prefix_len,
+ * kv_len) hold locations the request allocated and owns (one pool reference
+ * per page).  prefix_len is a multiple of the page size; kv_len need not
+ * be, and then the request's last page has room for the next tokens.
+ *
+ * All or nothing.  A batch's extend or decode takes its request slots and
+ * all its pages in one allocation each, evicting from the tree first when
+ * the pool is short; if memory is still short, every lock and slot taken
+ * for the batch is given back and the call fails with ENOMEM.
+ *
+ * Locking: flow->lock serializes the flows' calls, so one flow object may be
+ * shared by threads; the tree, the table and the pool have their own.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvslab/flow.h"
+
+struct kvs_flow {
+	kvs_pool_t *pool;
+	kvs_reqtab_t *tab;
+	kvs_radix_t *radix;
+	uint32_t ps;
+	pthread_mutex_t lock;
+};
+
+/**
+ * kvs_req_init() - start a request.
+ * @req: request to fill.
+ * @tokens: its token ids (caller-owned; generated ids are appended by the
+ *          caller, so keep room).
+ * @ntokens: tokens to have KV for after the first extend (the prompt, or
+ *           its first chunk under chunked prefill).
+ * @extra_key: 0, or a key requests must share to share cached KV.
+ * @priority: carried into the tree (see KVS_EVICT_PRIORITY).
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_req_init(kvs_req_t *req, const int32_t *tokens, uint32_t ntokens,
+			    uint64_t extra_key, int priority)
+{
+	if (!req || (!tokens && ntokens))
+		return kvs_fail(EINVAL);
+	memset(req, 0, sizeof(*req));
+	req->tokens = tokens;
+	req->ntokens = ntokens;
+	req->extra_key = extra_key;
+	req->priority = priority;
+	req->slot = -1;
+	return 0;
+}
+
+/**
+ * kvs_flow_create() - tie a pool, a request table and a radix cache.
+ * @pool: the KV pool.
+ * @tab: the request table.
+ * @radix: the prefix cache over @pool (may be a disabled one).
+ *
+ * Context: MT-Safe.
+ * Return: the flow object, or NULL with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_radix_t *radix)
+{
+	struct kvs_flow *f;
+
+	if (!pool || !tab || !radix || kvs_radix_page_size(radix) != kvs_pool_page_size(pool)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	f->pool = pool;
+	f->tab = tab;
+	f->radix = radix;
+	f->ps = kvs_pool_page_size(pool);
+	pthread_mutex_init(&f->lock, NULL);
+	return f;
+}
+
+/**
+ * kvs_flow_destroy() - free the flow object (not what it ties together).
+ * @flow: flow, or NULL.
+ *
+ * Context: MT-Unsafe.
+ * Return: 0.
+ */
+KVS_EXPORT int kvs_flow_destroy(kvs_flow_t *f)
+{
+	if (!f)
+		return 0;
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+	return 0;
+}
+
+/* The usable cached prefix of @n tokens: a request always computes at
+ * least its last token (SGLang and vLLM do the same), so at most n - 1,
+ * page-aligned down. */
+static size_t match_cap(const struct kvs_flow *f, uint32_t n)
+{
+	return n ? (size_t)(n - 1) / f->ps * f->ps : 0;
+}
+
+/**
+ * kvs_flow_match() - how much of @req's tokens the cache would give it.
+ * @flow: flow.
+ * @req: request (tokens and ntokens set).
+ *
+ * A read-only, lock-free match (kvs_radix_match_ro()) capped at
+ * ntokens - 1 tokens, page-aligned down, for admission decisions.
+ *
+ * Context: MT-Safe.
+ * Return: the prefix length, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT ssize_t kvs_flow_match(kvs_flow_t *f, kvs_req_t *req)
+{
+	int32_t stackbuf[1024], *buf = stackbuf;
+	size_t cap;
+	ssize_t m;
+
+	if (!f || !req)
+		return kvs_fail(EINVAL);
+	cap = match_cap(f, req->ntokens);
+	if (cap > 1024) {
+		buf = malloc(cap * sizeof(int32_t));
+		if (!buf)
+			return kvs_fail(ENOMEM);
+	}
+	m = kvs_radix_match_ro(f->radix, req->extra_key, req->tokens, cap, buf);
+	if (buf != stackbuf)
+		free(buf);
+	return m;
+}
+
+static void req_reset(kvs_req_t *req)
+{
+	req->slot = -1;
+	req->prefix_len = req->kv_len = 0;
+	req->last_node = NULL;
+}
+
+/* Pages needed to give @req locations up to @upto tokens. */
+static size_t pages_needed(const struct kvs_flow *f, uint32_t kv_len, uint32_t upto)
+{
+	uint32_t have = (kv_len + f->ps - 1) / f->ps * f->ps; /* room in the last page */
+
+	return upto > have ? (upto - have + f->ps - 1) / f->ps : 0;
+}
+
+/* Allocate @pages pages into @locs, evicting from the tree when short. */
+static int alloc_pages(struct kvs_flow *f, size_t pages, int32_t *locs)
+{
+	size_t want = pages * f->ps;
+	uint64_t avail;
+
+	if (want == 0)
+		return 0;
+	avail = kvs_pool_available(f->pool);
+	if (avail < want)
+		kvs_radix_evict(f->radix, want - avail);
+	if (kvs_pool_alloc(f->pool, want, locs) == 0)
+		return 0;
+	if (errno != ENOMEM)
+		return -1;
+	/* Available counts pages other threads cache; evict what it takes. */
+	kvs_radix_evict(f->radix, want);
+	return kvs_pool_alloc(f->pool, want, locs);
+}
+
+/* Give @req locations for [kv_len, upto): the rest of its last page first,
+ * then whole pages from @pages (advanced).  Appends to @out. */
+static int place(struct kvs_flow *f, kvs_req_t *req, uint32_t upto, const int32_t **pages,
+		 int32_t *out, int32_t *scratch)
+{
+	uint32_t pos, k = 0, first = req->kv_len;
+	int32_t last = 0;
+
+	if (req->kv_len % f->ps)
+		kvs_reqtab_read(f->tab, (uint32_t)req->slot, req->kv_len - 1, 1, &last);
+	for (pos = req->kv_len; pos < upto; pos++) {
+		int32_t loc;
+
+		if (pos % f->ps) {
+			loc = last + 1;
+		} else {
+			loc = **pages;
+			*pages += f->ps;
+		}
+		last = loc;
+		scratch[k++] = loc;
+	}
+	if (k && kvs_reqtab_write(f->tab, (uint32_t)req->slot, first, k, scratch) < 0)
+		return -1;
+	if (out)
+		memcpy(out, scratch, k * sizeof(int32_t));
+	req->kv_len = upto;
+	return 0;
+}
+
+/**
+ * kvs_flow_prepare_extend() - give a batch of requests their KV locations
+ * for the tokens up to each request's ntokens.
+ * @flow: flow.
+ * @reqs: requests; a request without a slot is new: it gets a slot, its
+ *        cached prefix (capped at ntokens - 1) is matched, locked and
+ *        written into its row; a request with a slot continues (chunked
+ *        prefill).
+ * @n: requests in the batch.
+ * @out_locs: receives the new locations, request after request (room for
+ *            the sum of ntokens - cached prefix), or NULL.
+ *
+ * Evicts from the tree when the pool is short.  All or nothing.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: new locations given out, or -1 with errno ENOMEM (nothing
+ * changed), ERANGE (ntokens beyond the table's context), EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs, size_t n,
+					   int32_t *out_locs)
+{
+	uint32_t *slots = NULL, nnew = 0, maxctx, maxn = 0;
+	int32_t *pages = NULL, *scratch = NULL;
+	const int32_t *cursor;
+	size_t i, total_pages = 0, given = 0, j = 0;
+	int err = 0;
+
+	if (!f || (!reqs && n))
+		return kvs_fail(EINVAL);
+	maxctx = kvs_reqtab_max_context(f->tab);
+	for (i = 0; i < n; i++) {
+		if (!reqs[i] || (!reqs[i]->tokens && reqs[i]->ntokens))
+			return kvs_fail(EINVAL);
+		if (reqs[i]->ntokens > maxctx)
+			return kvs_fail(ERANGE);
+		if (reqs[i]->slot < 0)
+			nnew++;
+		else if (reqs[i]->ntokens < reqs[i]->kv_len)
+			return kvs_fail(EINVAL);
+		if (reqs[i]->ntokens > maxn)
+			maxn = reqs[i]->ntokens;
+	}
+	pthread_mutex_lock(&f->lock);
+	slots = calloc(nnew + 1, sizeof(*slots));
+	scratch = malloc(((size_t)maxn + f->ps) * sizeof(int32_t));
+	if (!slots || !scratch) {
+		err = ENOMEM;
+		goto out;
+	}
+	if (nnew && kvs_reqtab_alloc(f->tab, nnew, slots) < 0) {
+		err = errno;
+		goto out;
+	}
+	/* New requests: match, lock, write the cached prefix. */
+	for (i = 0; i < n; i++) {
+		kvs_req_t *r = reqs[i];
+		kvs_radix_node_t *last;
+		ssize_t m;
+
+		if (r->slot >= 0)
+			continue;
+		m = kvs_radix_match(f->radix, r->extra_key, r->tokens, match_cap(f, r->ntokens),
+				    scratch, &last);
+		if (m < 0 || kvs_radix_lock(f->radix, last) < 0) {
+			err = errno;
+			goto undo;
+		}
+		r->slot = (int32_t)slots[j++];
+		r->last_node = last;
+		r->prefix_len = r->kv_len = (uint32_t)m;
+		if (m && kvs_reqtab_write(f->tab, (uint32_t)r->slot, 0, (uint32_t)m, scratch) < 0) {
+			err = errno;
+			goto undo;
+		}
+	}
+	for (i = 0; i < n; i++)
+		total_pages += pages_needed(f, reqs[i]->kv_len, reqs[i]->ntokens);
+	pages = malloc((total_pages * f->ps + 1) * sizeof(int32_t));
+	if (!pages) {
+		err = ENOMEM;
+		goto undo;
+	}
+	if (alloc_pages(f, total_pages, pages) < 0) {
+		err = errno;
+		goto undo;
+	}
+	cursor = pages;
+	for (i = 0; i < n; i++) {
+		uint32_t before = reqs[i]->kv_len;
+
+		/* Cannot fail: slots and positions were checked above. */
+		place(f, reqs[i], reqs[i]->ntokens, &cursor, out_locs ? out_locs + given : NULL,
+		      scratch);
+		given += reqs[i]->kv_len - before;
+	}
+	goto out;
+undo:
+	/* Give back what this call took for new requests. */
+	for (i = 0; i < n; i++) {
+		kvs_req_t *r = reqs[i];
+		size_t k;
+
+		for (k = 0; k < j; k++)
+			if (r->slot == (int32_t)slots[k])
+				break;
+		if (k == j)
+			continue;
+		if (r->last_node)
+			kvs_radix_unlock(f->radix, r->last_node);
+		req_reset(r);
+	}
+	for (i = 0; i < nnew; i++)
+		kvs_reqtab_free(f->tab, slots[i]);
+out:
+	pthread_mutex_unlock(&f->lock);
+	free(slots);
+	free(pages);
+	free(scratch);
+	if (err)
+		return kvs_fail(err);
+	return (ssize_t)given;
+}
+
+/**
+ * kvs_flow_prepare_decode() - one new location per request, for the token
+ * at position kv_len (the one just generated, whose id the caller appended).
+ * @flow: flow.
+ * @reqs: running requests (each has a slot).
+ * @n: requests.
+ * @out_locs: receives one location per request, or NULL.
+ *
+ * A request whose last page is full gets a new page; evicts from the tree
+ * when the pool is short.  All or nothing.  Afterwards ntokens == kv_len.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: 0, or -1 with errno ENOMEM, ERANGE (row full) or EINVAL.
+ */
+KVS_EXPORT int kvs_flow_prepare_decode(kvs_flow_t *f, kvs_req_t *const *reqs, size_t n,
+				       int32_t *out_locs)
+{
+	int32_t *pages = NULL, scratch[2];
+	const int32_t *cursor;
+	size_t i, total = 0;
+	uint32_t maxctx;
+
+	if (!f || (!reqs && n))
+		return kvs_fail(EINVAL);
+	maxctx = kvs_reqtab_max_context(f->tab);
+	for (i = 0; i < n; i++) {
+		if (!reqs[i] || reqs[i]->slot < 0)
+			return kvs_fail(EINVAL);
+		if (reqs[i]->kv_len + 1 > maxctx)
+			return kvs_fail(ERANGE);
+		total += reqs[i]->kv_len % f->ps == 0;
+	}
+	pthread_mutex_lock(&f->lock);
+	pages = malloc((total * f->ps + 1) * sizeof(int32_t));
+	if (!pages || alloc_pages(f, total, pages) < 0) {
+		int e = pages ? errno : ENOMEM;
+
+		pthread_mutex_unlock(&f->lock);
+		free(pages);
+		return kvs_fail(e);
+	}
+	cursor = pages;
+	for (i = 0; i < n; i++) {
+		place(f, reqs[i], reqs[i]->kv_len + 1, &cursor, out_locs ? out_locs + i : NULL,
+		      scratch);
+		reqs[i]->ntokens = reqs[i]->kv_len;
+	}
+	pthread_mutex_unlock(&f->lock);
+	free(pages);
+	return 0;
+}
+
+/* Insert the first kv_len tokens of @req; free the request's duplicates.
+ * Returns the page-aligned length inserted, or -1. */
+static ssize_t cache_prefix(struct kvs_flow *f, kvs_req_t *req, int32_t *buf)
+{
+	uint32_t n = req->kv_len, aligned = n / f->ps * f->ps;
+	ssize_t got;
+
+	if (kvs_reqtab_read(f->tab, (uint32_t)req->slot, 0, n, buf) < 0)
+		return -1;
+	got = kvs_radix_insert(f->radix, req->extra_key, req->tokens, aligned, buf, req->priority,
+			       NULL);
+	if (got < 0)
+		return -1;
+	/* [0, prefix_len) were the tree's own; [prefix_len, got) duplicate it. */
+	if ((uint32_t)got > req->prefix_len)
+		kvs_pool_free(f->pool, (size_t)got - req->prefix_len, buf + req->prefix_len);
+	return aligned;
+}
+
+static void req_unlock(struct kvs_flow *f, kvs_req_t *req)
+{
+	if (req->last_node)
+		kvs_radix_unlock(f->radix, req->last_node);
+	req->last_node = NULL;
+}
+
+/**
+ * kvs_flow_cache_finished() - a request finished: cache its tokens, free
+ * what the tree already had and its partial last page, release its slot
+ * and its lock.
+ * @flow: flow.
+ * @req: a request with a slot; its first kv_len tokens are cached.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: 0 (the request is reset), or -1 with errno EINVAL or ENOMEM
+ * (the request is unchanged).
+ */
+KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
+{
+	int32_t *buf;
+	ssize_t aligned;
+
+	if (!f || !req || req->slot < 0)
+		return kvs_fail(EINVAL);
+	buf = malloc(((size_t)req->kv_len + 1) * sizeof(int32_t));
+	if (!buf)
+		return kvs_fail(ENOMEM);
+	pthread_mutex_lock(&f->lock);
+	aligned = cache_prefix(f, req, buf);
+	if (aligned < 0) {
+		int e = errno;
+
+		pthread_mutex_unlock(&f->lock);
+		free(buf);
+		return kvs_fail(e);
+	}
+	if ((uint32_t)aligned < req->kv_len) /* the partial last page */
+		kvs_pool_free(f->pool, req->kv_len - (size_t)aligned, buf + aligned);
+	req_unlock(f, req);
+	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
+	req_reset(req);
+	pthread_mutex_unlock(&f->lock);
+	free(buf);
+	return 0;
+}
+
+/**
+ * kvs_flow_cache_unfinished() - chunked prefill: cache what is computed so
+ * far and hold on to it.
+ * @flow: flow.
+ * @req: a request with a slot.
+ *
+ * Inserts the first kv_len tokens, frees the request's duplicates, matches
+ * again, rewrites the row with the tree's locations, and moves the lock to
+ * the new last node; prefix_len becomes the page-aligned kv_len.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
+{
+	kvs_radix_node_t *last;
+	int32_t *buf, *nl;
+	ssize_t aligned, m;
+	int err = 0;
+
+	if (!f || !req || req->slot < 0)
+		return kvs_fail(EINVAL);
+	buf = malloc(2 * ((size_t)req->kv_len + 1) * sizeof(int32_t));
+	if (!buf)
+		return kvs_fail(ENOMEM);
+	nl = buf + req->kv_len + 1;
+	pthread_mutex_lock(&f->lock);
+	aligned = cache_prefix(f, req, buf);
+	if (aligned < 0) {
+		err = errno;
+		goto out;
+	}
+	m = kvs_radix_match(f->radix, req->extra_key, req->tokens, (size_t)aligned, nl, &last);
+	if (m < 0 || kvs_radix_lock(f->radix, last) < 0) {
+		err = errno;
+		goto out;
+	}
+	if ((uint32_t)m > req->prefix_len)
+		kvs_reqtab_write(f->tab, (uint32_t)req->slot, req->prefix_len,
+				 (uint32_t)m - req->prefix_len, nl + req->prefix_len);
+	req_unlock(f, req);
+	req->last_node = last;
+	req->prefix_len = (uint32_t)m;
+out:
+	pthread_mutex_unlock(&f->lock);
+	free(buf);
+	return err ? kvs_fail(err) : 0;
+}
+
+/**
+ * kvs_flow_release() - drop a request without caching it (abort or
+ * preemption): free the locations it owns, its lock and its slot.
+ * @flow: flow.
+ * @req: request; one without a slot is left alone.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT int kvs_flow_release(kvs_flow_t *f, kvs_req_t *req)
+{
+	int32_t *buf;
+	uint32_t own;
+
+	if (!f || !req)
+		return kvs_fail(EINVAL);
+	if (req->slot < 0)
+		return 0;
+	own = req->kv_len - req->prefix_len;
+	buf = malloc(((size_t)own + 1) * sizeof(int32_t));
+	if (!buf)
+		return kvs_fail(ENOMEM);
+	pthread_mutex_lock(&f->lock);
+	if (own && kvs_reqtab_read(f->tab, (uint32_t)req->slot, req->prefix_len, own, buf) == 0)
+		kvs_pool_free(f->pool, own, buf);
+	req_unlock(f, req);
+	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
+	req_reset(req);
+	pthread_mutex_unlock(&f->lock);
+	free(buf);
+	return 0;
+}

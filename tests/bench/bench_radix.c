@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/bench/bench_radix.c - replay a Mooncake trace through the radix
+ * cache, as SGLang's RadixCache peer baseline was measured (the traces'
+ * README): per request, match the prefix (the radix match itself, without
+ * the request flow's n - 1 cap), lock the matched node, allocate the missing
+ * tokens from the pool (evicting on shortfall), insert the whole input,
+ * free the duplicate locations, unlock.
+ *
+ * Token j of block id h is h * 512 + j; the last block holds
+ * input_length - 512 * (n - 1) tokens.  Runs page sizes 1 and 16 at 10%,
+ * 30% and 100% of the trace's unique tokens and prints, per run, the hit
+ * ratio (tokens matched / tokens requested) beside the ideal one computed
+ * directly from the trace (tokens whose page-aligned prefix an earlier
+ * request held), requests per second, and mean and p99 ns per match,
+ * insert and eviction call.
+ *
+ * Usage: bench_radix [TRACE.jsonl ...]   (default: the conversation and
+ * synthetic traces in $KVSLAB_SHARED/traces; exits 77 when none is there)
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <kvslab.h>
+
+#include "benchutil.h"
+
+struct treq {
+	uint32_t len;		/* input tokens */
+	uint32_t nblocks;
+	uint32_t *blocks;	/* hash ids */
+};
+
+struct trace {
+	struct treq *r;
+	size_t n;
+	uint32_t max_len;
+	uint64_t max_hash;
+};
+
+/* Minimal reader of the Mooncake JSONL fields this bench needs. */
+static int trace_load(const char *path, struct trace *t)
+{
+	FILE *f = fopen(path, "r");
+	char *line = NULL;
+	size_t cap = 0, rcap = 0;
+	ssize_t len;
+
+	memset(t, 0, sizeof(*t));
+	if (!f)
+		return -1;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		char *p = strstr(line, "\"input_length\""), *h = strstr(line, "\"hash_ids\"");
+		struct treq q = {0, 0, NULL};
+		size_t bcap = 0;
+
+		if (!p || !h)
+			continue;
+		q.len = (uint32_t)strtoul(strchr(p, ':') + 1, NULL, 10);
+		p = strchr(h, '[');
+		while (p && *p && *p != ']') {
+			char *end;
+			unsigned long v;
+
+			p++;
+			while (*p == ' ')
+				p++;
+			if (*p == ']')
+				break;
+			v = strtoul(p, &end, 10);
+			if (end == p)
+				break;
+			if (q.nblocks == bcap) {
+				bcap = bcap ? 2 * bcap : 16;
+				q.blocks = realloc(q.blocks, bcap * sizeof(uint32_t));
+			}
+			q.blocks[q.nblocks++] = (uint32_t)v;
+			if (v > t->max_hash)
+				t->max_hash = v;
+			p = end;
+		}
+		if (q.nblocks == 0 || q.len == 0 || q.len > 512 * q.nblocks) {
+			free(q.blocks);
+			continue;
+		}
+		if (t->n == rcap) {
+			rcap = rcap ? 2 * rcap : 1024;
+			t->r = realloc(t->r, rcap * sizeof(*t->r));
+		}
+		t->r[t->n++] = q;
+		if (q.len > t->max_len)
+			t->max_len = q.len;
+	}
+	free(line);
+	fclose(f);
+	return t->n ? 0 : -1;
+}
+
+static uint32_t block_len(const struct treq *q, uint32_t b)
+{
+	return b + 1 < q->nblocks ? 512 : q->len - 512 * (q->nblocks - 1);
+}
+
+static void expand(const struct treq *q, int32_t *key)
+{
+	uint32_t b, j, k = 0;
+
+	for (b = 0; b < q->nblocks; b++)
+		for (j = 0; j < block_len(q, b); j++)
+			key[k++] = (int32_t)(q->blocks[b] * 512u + j);
+}
+
+/* Unique tokens and the ideal hit ratio at page size @ps, from the trace:
+ * per block id the longest run of it seen so far. */
+static void ideal(const struct trace *t, uint32_t ps, uint64_t *unique, double *hit)
+{
+	uint32_t *seen = calloc(t->max_hash + 1, sizeof(uint32_t));
+	uint64_t req = 0, matched = 0, uniq = 0;
+	size_t i;
+
+	for (i = 0; i < t->n; i++) {
+		const struct treq *q = &t->r[i];
+		uint64_t m = 0;
+		uint32_t b;
+		int open = 1;
+
+		for (b = 0; b < q->nblocks; b++) {
+			uint32_t l = block_len(q, b), s = seen[q->blocks[b]];
+
+			if (open) {
+				m += s < l ? s : l;
+				if (s < l)
+					open = 0;
+			}
+			if (l > s) {
+				uniq += l - s;
+				seen[q->blocks[b]] = l;
+			}
+		}
+		req += q->len;
+		matched += m / ps * ps;
+	}
+	free(seen);
+	*unique = uniq;
+	*hit = (double)matched / (double)req;
+}
+
+struct stat_ns {
+	uint64_t *v;
+	size_t n, cap;
+	uint64_t sum;
+};
+
+static void rec(struct stat_ns *s, uint64_t ns)
+{
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 4096;
+		s->v = realloc(s->v, s->cap * sizeof(uint64_t));
+	}
+	s->v[s->n++] = ns;
+	s->sum += ns;
+}
+
+static void show(const char *name, struct stat_ns *s)
+{
+	if (!s->n) {
+		printf(" %s -", name);
+		return;
+	}
+	printf(" %s %.0f/%llu", name, (double)s->sum / (double)s->n,
+	       (unsigned long long)bench_quantile(s->v, s->n, 0.99));
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ideal_hit,
+	       const char *label)
+{
+	kvs_drv_attr_t da;
+	kvs_pool_attr_t pa;
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_radix_t *r;
+	int32_t *key = malloc((t->max_len + 16) * sizeof(int32_t));
+	int32_t *locs = malloc((t->max_len + 16) * sizeof(int32_t));
+	struct stat_ns sm = {0}, si = {0}, se = {0};
+	uint64_t req_tokens = 0, hit_tokens = 0, t0, wall;
+	size_t i;
+
+	kvs_drv_attr_init(&da);
+	da.flags = KVS_DRV_F_NO_POPULATE; /* pages arrive when used */
+	d = kvs_drv_open("host", &da);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.page_size = ps;
+	pa.max_tokens = capacity / ps * ps;
+	pa.max_mapped = 0;
+	pool = d ? kvs_pool_create(d, &pa) : NULL;
+	r = pool ? kvs_radix_create(pool, NULL) : NULL;
+	if (!r || !key || !locs) {
+		perror("bench_radix");
+		return 1;
+	}
+	t0 = bench_ns();
+	for (i = 0; i < t->n; i++) {
+		const struct treq *q = &t->r[i];
+		uint32_t n = q->len / ps * ps;
+		kvs_radix_node_t *last;
+		uint64_t a = bench_ns(), b;
+		ssize_t m, got;
+		size_t need;
+
+		expand(q, key);
+		m = kvs_radix_match(r, 0, key, q->len, locs, &last);
+		b = bench_ns();
+		rec(&sm, b - a);
+		if (m < 0)
+			return 1;
+		kvs_radix_lock(r, last);
+		hit_tokens += (uint64_t)m;
+		req_tokens += q->len;
+		need = n - (size_t)m;
+		if (need > kvs_pool_available(pool)) {
+			a = bench_ns();
+			kvs_radix_evict(r, need - kvs_pool_available(pool));
+			rec(&se, bench_ns() - a);
+		}
+		if (need && kvs_pool_alloc(pool, need, locs + m) < 0) {
+			kvs_radix_unlock(r, last); /* larger than the whole cache: skip */
+			continue;
+		}
+		a = bench_ns();
+		got = kvs_radix_insert(r, 0, key, n, locs, 0, NULL);
+		rec(&si, bench_ns() - a);
+		if (got > m)
+			kvs_pool_free(pool, (size_t)(got - m), locs + m);
+		kvs_radix_unlock(r, last);
+	}
+	wall = bench_ns() - t0;
+	printf("%-13s page %2u cap %9llu (%s): hit %.4f (ideal %.4f) %8.0f req/s  ns mean/p99:",
+	       "", ps, (unsigned long long)capacity, label, (double)hit_tokens / (double)req_tokens,
+	       ideal_hit, (double)t->n / ((double)wall / 1e9));
+	printf(" (%zu evict calls)", se.n);
+	show("match", &sm);
+	show("insert", &si);
+	show("evict", &se);
+	printf("\n");
+	kvs_radix_destroy(r);
+	kvs_pool_destroy(pool);
+	kvs_drv_close(d);
+	free(key);
+	free(locs);
+	return 0;
+}
+
+static int bench_trace(const char *path)
+{
+	static const double fractions[] = {0.10, 0.30, 1.00};
+	static const char *const labels[] = {"10%", "30%", "100%"};
+	static const uint32_t pss[] = {1, 16};
+	struct trace t;
+	size_t i, k;
+
+	if (trace_load(path, &t) < 0) {
+		fprintf(stderr, "bench_radix: cannot read %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	printf("%s: %zu requests\n", path, t.n);
+	for (k = 0; k < 2; k++) {
+		uint64_t unique;
+		double hit;
+
+		ideal(&t, pss[k], &unique, &hit);
+		if (k == 0)
+			printf("  unique tokens %llu, ideal hit at page 1: %.4f\n",
+			       (unsigned long long)unique, hit);
+		for (i = 0; i < 3; i++)
+			if (run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
+				labels[i]))
+				return 1;
+	}
+	for (i = 0; i < t.n; i++)
+		free(t.r[i].blocks);
+	free(t.r);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *shared = getenv("KVSLAB_SHARED");
+	char path[2][4096];
+	int i, ran = 0;
+
+	if (argc > 1) {
+		for (i = 1; i < argc; i++)
+			if (bench_trace(argv[i]) < 0)
+				return 1;
+		return 0;
+	}
+	snprintf(path[0], sizeof(path[0]), "%s/traces/conversation_trace.jsonl",
+		 shared ? shared : "../shared");
+	snprintf(path[1], sizeof(path[1]), "%s/traces/synthetic_trace.jsonl",
+		 shared ? shared : "../shared");
+	for (i = 0; i < 2; i++) {
+		FILE *f = fopen(path[i], "r");
+
+		if (!f)
+			continue;
+		fclose(f);
+		if (bench_trace(path[i]) != 0)
+			return 1;
+		ran++;
+	}
+	if (!ran) {
+		fprintf(stderr, "bench_radix: no trace under %s/traces: skipped\n",
+			shared ? shared : "../shared");
+		return 77;
+	}
+	return 0;
+}

@@ -1,0 +1,704 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_radix.c - the radix prefix cache: SGLang's behaviour on
+ * worked examples, a seeded model test against a brute-force reference, and
+ * lock-free readers beside a writer.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+struct env {
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_radix_t *r;
+};
+
+static void env_open(struct env *e, uint32_t ps, int policy, uint64_t cap)
+{
+	kvs_pool_attr_t pa;
+	kvs_radix_attr_t ra;
+
+	e->d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(e->d);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.page_size = ps;
+	pa.max_tokens = cap;
+	e->pool = kvs_pool_create(e->d, &pa);
+	ck_assert_ptr_nonnull(e->pool);
+	kvs_radix_attr_init(&ra);
+	ra.policy = policy;
+	e->r = kvs_radix_create(e->pool, &ra);
+	ck_assert_ptr_nonnull(e->r);
+}
+
+static void env_close(struct env *e)
+{
+	ck_assert_int_eq(kvs_radix_validate(e->r), 0);
+	ck_assert_int_eq(kvs_radix_destroy(e->r), 0);
+	/* The tree gave back every page it held. */
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e->pool), KVS_SLAB_STAT_objects), 0);
+	kvs_pool_destroy(e->pool);
+	kvs_drv_close(e->d);
+}
+
+/* Allocate locations for @n tokens and insert; free the duplicates as a
+ * request would.  Returns what insert returned. */
+static ssize_t put(struct env *e, uint64_t extra, const int32_t *key, size_t n,
+		   kvs_radix_node_t **last)
+{
+	int32_t *locs = malloc((n + 1) * sizeof(int32_t));
+	ssize_t got;
+
+	n = n / kvs_radix_page_size(e->r) * kvs_radix_page_size(e->r);
+	ck_assert_int_eq(kvs_pool_alloc(e->pool, n, locs), 0);
+	got = kvs_radix_insert(e->r, extra, key, n, locs, 0, last);
+	ck_assert_int_ge(got, 0);
+	if (got)
+		ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)got, locs), 0);
+	free(locs);
+	return got;
+}
+
+static ssize_t get(struct env *e, const int32_t *key, size_t n)
+{
+	int32_t locs[256];
+
+	return kvs_radix_match_ro(e->r, 0, key, n, locs);
+}
+
+START_TEST(test_split_in_the_middle)
+{
+	struct env e;
+	int32_t k1[] = {1, 2, 3, 4, 5}, q[] = {1, 2, 3, 9}, k2[] = {1, 2, 3, 4, 5, 6, 7};
+	int32_t locs[8], full[8];
+	kvs_radix_node_t *last;
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	ck_assert_int_eq(put(&e, 0, k1, 5, NULL), 0);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 1);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k1, 5, full, NULL), 5);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, q, 4, locs, &last), 3);
+	ck_assert_int_eq(memcmp(locs, full, 3 * sizeof(int32_t)), 0);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 2); /* [1,2,3] -> [4,5] */
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 5);
+	ck_assert_ptr_ne(last, kvs_radix_root(e.r));
+	/* Insert over a longer key: 5 already there, [6,7] added below. */
+	ck_assert_int_eq(put(&e, 0, k2, 7, NULL), 5);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 3);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 7);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k2, 7, locs, NULL), 7);
+	ck_assert_int_eq(memcmp(locs, full, 5 * sizeof(int32_t)), 0);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_insert_over_partial)
+{
+	struct env e;
+	int32_t a[] = {1, 2, 3}, b[] = {1, 2, 4, 5}, locs[4];
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	ck_assert_int_eq(put(&e, 0, a, 3, NULL), 0);
+	ck_assert_int_eq(put(&e, 0, b, 4, NULL), 2);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 3); /* [1,2] -> {[3], [4,5]} */
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 5);
+	ck_assert_uint_eq(kvs_radix_evictable(e.r), 5);
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, a, 3, locs), 3);
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, b, 4, locs), 4);
+	/* A key that is a prefix of a node: read-only match stops inside it. */
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, b, 3, locs), 3);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 3);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_lru_order)
+{
+	struct env e;
+	int32_t a[] = {10, 11}, b[] = {20, 21}, c[] = {30, 31}, locs[2];
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	put(&e, 0, a, 2, NULL);
+	put(&e, 0, b, 2, NULL);
+	put(&e, 0, c, 2, NULL);
+	kvs_radix_match(e.r, 0, a, 2, locs, NULL); /* a is now the newest */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, b, 2), 0);
+	ck_assert_int_eq(get(&e, a, 2), 2);
+	ck_assert_int_eq(get(&e, c, 2), 2);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 2), 2);
+	ck_assert_int_eq(get(&e, c, 2), 0);
+	ck_assert_int_eq(get(&e, a, 2), 2);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 2);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 0);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_lfu_order)
+{
+	struct env e;
+	int32_t a[] = {10, 11}, b[] = {20, 21}, c[] = {30, 31}, locs[2];
+	int k;
+
+	env_open(&e, 1, KVS_EVICT_LFU, 1024);
+	put(&e, 0, a, 2, NULL);
+	put(&e, 0, b, 2, NULL);
+	put(&e, 0, c, 2, NULL);
+	for (k = 0; k < 3; k++)
+		kvs_radix_match(e.r, 0, a, 2, locs, NULL);
+	kvs_radix_match(e.r, 0, c, 2, locs, NULL);
+	kvs_radix_match(e.r, 0, b, 2, locs, NULL);
+	kvs_radix_match(e.r, 0, b, 2, locs, NULL); /* b: 2 hits, newest */
+	/* LFU: c (1 hit) first although b was used last, then b, then a. */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 2), 2);
+	ck_assert_int_eq(get(&e, c, 2), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 2), 2);
+	ck_assert_int_eq(get(&e, b, 2), 0);
+	ck_assert_int_eq(get(&e, a, 2), 2);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_fifo_and_priority)
+{
+	struct env e;
+	int32_t a[] = {10, 11}, b[] = {20, 21}, c[] = {30, 31}, locs[2];
+	int32_t l2[2];
+
+	env_open(&e, 1, KVS_EVICT_FIFO, 1024);
+	put(&e, 0, a, 2, NULL);
+	put(&e, 0, b, 2, NULL);
+	kvs_radix_match(e.r, 0, a, 2, locs, NULL); /* FIFO ignores use */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, a, 2), 0);
+	env_close(&e);
+
+	env_open(&e, 1, KVS_EVICT_PRIORITY, 1024);
+	kvs_pool_alloc(e.pool, 2, l2);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, a, 2, l2, 5, NULL), 0);
+	kvs_pool_alloc(e.pool, 2, l2);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, b, 2, l2, 1, NULL), 0);
+	kvs_pool_alloc(e.pool, 2, l2);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, c, 2, l2, 3, NULL), 0);
+	kvs_radix_match(e.r, 0, b, 2, locs, NULL); /* recency loses to priority */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, b, 2), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, c, 2), 0);
+	ck_assert_int_eq(get(&e, a, 2), 2);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_lock_protects_path)
+{
+	struct env e;
+	int32_t k[] = {1, 2, 3, 4}, other[] = {7, 8}, locs[4];
+	kvs_radix_node_t *last;
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	put(&e, 0, k, 4, NULL);
+	put(&e, 0, other, 2, NULL);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 2, locs, &last), 2); /* splits */
+	ck_assert_int_eq(kvs_radix_lock(e.r, last), 0);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 2);
+	ck_assert_uint_eq(kvs_radix_evictable(e.r), 4);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 4); /* [3,4] and [7,8] */
+	ck_assert_int_eq(get(&e, k, 4), 2);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 2);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, last), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_unlock(e.r, last), -1); /* not locked */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_radix_evictable(e.r), 2);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 2);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_page_size_16)
+{
+	struct env e;
+	int32_t k[40], q[40], locs[40], full[40];
+	int i;
+
+	for (i = 0; i < 40; i++)
+		k[i] = q[i] = 100 + i;
+	q[20] = -1;
+	env_open(&e, 16, KVS_EVICT_LRU, 4096);
+	ck_assert_int_eq(put(&e, 0, k, 40, NULL), 0); /* 32 tokens: whole pages */
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 32);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 40, full, NULL), 32);
+	for (i = 0; i < 32; i++) /* page-aligned values */
+		ck_assert_int_eq(full[i] % 16, i % 16);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, q, 40, locs, NULL), 16); /* mismatch in page 2 */
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 2);
+	ck_assert_int_eq(memcmp(locs, full, 16 * sizeof(int32_t)), 0);
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, 15, locs), 0); /* under a page */
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_extra_keys)
+{
+	struct env e;
+	int32_t k[] = {5, 6, 7}, locs[3];
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	ck_assert_int_eq(put(&e, 1, k, 3, NULL), 0);
+	ck_assert_int_eq(kvs_radix_match(e.r, 2, k, 3, locs, NULL), 0);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 3, locs, NULL), 0);
+	ck_assert_int_eq(put(&e, 2, k, 3, NULL), 0); /* not shared */
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 2);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 6);
+	ck_assert_int_eq(kvs_radix_match(e.r, 1, k, 3, locs, NULL), 3);
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 2, k, 3, locs), 3);
+	env_close(&e);
+}
+END_TEST
+
+struct evlog {
+	uint64_t stored[64], removed[64];
+	int ns, nr;
+	uint64_t parent_of_second;
+};
+
+static void on_event(void *arg, const kvs_kv_event_t *ev)
+{
+	struct evlog *l = arg;
+
+	if (ev->type == KVS_KV_STORED) {
+		if (l->ns == 1)
+			l->parent_of_second = ev->parent_hash;
+		l->stored[l->ns++] = ev->hash;
+	} else {
+		l->removed[l->nr++] = ev->hash;
+	}
+}
+
+static int has(const uint64_t *v, int n, uint64_t x)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] == x)
+			return 1;
+	return 0;
+}
+
+START_TEST(test_kv_events)
+{
+	struct env e;
+	struct evlog log = {{0}, {0}, 0, 0, 0};
+	kvs_radix_attr_t ra;
+	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, k2[8] = {1, 2, 3, 4, 9, 9, 9, 9}, locs[8];
+	int i;
+
+	env_open(&e, 4, KVS_EVICT_LRU, 1024);
+	kvs_radix_destroy(e.r);
+	kvs_radix_attr_init(&ra);
+	ra.event_cb = on_event;
+	ra.event_arg = &log;
+	e.r = kvs_radix_create(e.pool, &ra);
+	put(&e, 0, k, 8, NULL);
+	ck_assert_int_eq(log.ns, 2); /* two pages */
+	ck_assert_uint_eq(log.parent_of_second, log.stored[0]);
+	kvs_radix_match(e.r, 0, k2, 8, locs, NULL); /* split: no new blocks */
+	ck_assert_int_eq(log.ns, 2);
+	put(&e, 0, k2, 8, NULL);
+	ck_assert_int_eq(log.ns, 3);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 12);
+	ck_assert_int_eq(log.nr, 3);
+	for (i = 0; i < 3; i++) /* what was removed is what was stored */
+		ck_assert(has(log.stored, log.ns, log.removed[i]));
+	ck_assert(log.removed[0] != log.removed[1]);
+	env_close(&e);
+}
+END_TEST
+
+START_TEST(test_disabled)
+{
+	struct env e;
+	kvs_radix_attr_t ra;
+	int32_t k[] = {1, 2, 3}, locs[3];
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	kvs_radix_destroy(e.r);
+	kvs_radix_attr_init(&ra);
+	ra.disabled = 1;
+	e.r = kvs_radix_create(e.pool, &ra);
+	ck_assert_int_eq(put(&e, 0, k, 3, NULL), 3); /* keeps nothing: caller frees all */
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 3, locs, NULL), 0);
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, 3, locs), 0);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 10), 0);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ model test */
+
+static uint64_t rng(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* The reference: every cached page-aligned prefix, found by brute force. */
+struct ref_page {
+	uint64_t extra;
+	uint32_t len;			/* prefix length, a page multiple */
+	int32_t *prefix;		/* len tokens */
+	int32_t *vals;			/* the last page's locations */
+};
+
+struct ref {
+	struct ref_page *p;
+	size_t n, cap;
+	uint32_t ps;
+};
+
+static struct ref_page *ref_find(struct ref *rf, uint64_t extra, const int32_t *key, uint32_t len)
+{
+	for (size_t i = 0; i < rf->n; i++)
+		if (rf->p[i].extra == extra && rf->p[i].len == len &&
+		    memcmp(rf->p[i].prefix, key, len * sizeof(int32_t)) == 0)
+			return &rf->p[i];
+	return NULL;
+}
+
+static void ref_add(struct ref *rf, uint64_t extra, const int32_t *key, uint32_t len,
+		    const int32_t *vals)
+{
+	struct ref_page *p;
+
+	if (rf->n == rf->cap) {
+		rf->cap = rf->cap ? 2 * rf->cap : 256;
+		rf->p = realloc(rf->p, rf->cap * sizeof(*rf->p));
+	}
+	p = &rf->p[rf->n++];
+	p->extra = extra;
+	p->len = len;
+	p->prefix = malloc(len * sizeof(int32_t));
+	p->vals = malloc(rf->ps * sizeof(int32_t));
+	memcpy(p->prefix, key, len * sizeof(int32_t));
+	memcpy(p->vals, vals, rf->ps * sizeof(int32_t));
+}
+
+/* Longest cached prefix and its locations, by brute force. */
+static size_t ref_match(struct ref *rf, uint64_t extra, const int32_t *key, size_t n,
+			int32_t *locs)
+{
+	size_t len = 0;
+	struct ref_page *p;
+
+	while (len + rf->ps <= n && (p = ref_find(rf, extra, key, (uint32_t)(len + rf->ps)))) {
+		memcpy(locs + len, p->vals, rf->ps * sizeof(int32_t));
+		len += rf->ps;
+	}
+	return len;
+}
+
+/* Drop the pages the tree evicted: their locations went back to the pool. */
+static size_t ref_sync(struct ref *rf, kvs_pool_t *pool)
+{
+	size_t i = 0, dropped = 0;
+	kvs_slab_t *s = kvs_pool_slab(pool);
+
+	while (i < rf->n) {
+		if (kvs_slab_refcount(s, (uint32_t)rf->p[i].vals[0] / rf->ps) == 0) {
+			free(rf->p[i].prefix);
+			free(rf->p[i].vals);
+			rf->p[i] = rf->p[--rf->n];
+			dropped++;
+		} else {
+			i++;
+		}
+	}
+	return dropped;
+}
+
+struct held_lock {
+	kvs_radix_node_t *node;
+	uint64_t extra;
+	int32_t key[64];
+	size_t len;
+};
+
+static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
+{
+	struct env e;
+	struct ref rf = {NULL, 0, 0, ps};
+	struct held_lock locks[8];
+	int nlocks = 0, step;
+	uint64_t x = seed;
+	int32_t key[64], locs[64], want[64];
+
+	env_open(&e, ps, policy, 1 << 16);
+	for (step = 0; step < steps; step++) {
+		uint64_t op = rng(&x) % 100, extra = rng(&x) % 3 == 0;
+		size_t n = 1 + rng(&x) % (ps == 1 ? 24 : 48), i, m, exp;
+
+		/* Few distinct tokens: lots of shared prefixes and splits. */
+		for (i = 0; i < n; i++)
+			key[i] = (int32_t)(rng(&x) % (i < 4 ? 2 : 3));
+		if (op < 40) { /* insert, as a finished request does */
+			size_t al = n / ps * ps;
+			ssize_t got;
+			kvs_radix_node_t *last;
+
+			if (kvs_pool_available(e.pool) < al + 64)
+				kvs_radix_evict(e.r, 256);
+			ref_sync(&rf, e.pool);
+			ck_assert_int_eq(kvs_pool_alloc(e.pool, al, locs), 0);
+			exp = ref_match(&rf, extra, key, al, want);
+			got = kvs_radix_insert(e.r, extra, key, n, locs, (int)(rng(&x) % 4), &last);
+			ck_assert_int_eq(got, (ssize_t)exp);
+			if (got)
+				ck_assert_int_eq(kvs_pool_free(e.pool, (size_t)got, locs), 0);
+			for (i = exp; i < al; i += ps)
+				ref_add(&rf, extra, key, (uint32_t)(i + ps), locs + i);
+		} else if (op < 60) { /* match (splits) */
+			kvs_radix_node_t *last;
+
+			exp = ref_match(&rf, extra, key, n, want);
+			m = (size_t)kvs_radix_match(e.r, extra, key, n, locs, &last);
+			ck_assert_uint_eq(m, exp);
+			ck_assert_int_eq(memcmp(locs, want, m * sizeof(int32_t)), 0);
+			if (m && nlocks < 8 && rng(&x) % 2) {
+				ck_assert_int_eq(kvs_radix_lock(e.r, last), 0);
+				locks[nlocks].node = last;
+				locks[nlocks].extra = extra;
+				memcpy(locks[nlocks].key, key, m * sizeof(int32_t));
+				locks[nlocks++].len = m;
+			}
+		} else if (op < 75) { /* read-only match */
+			exp = ref_match(&rf, extra, key, n, want);
+			m = (size_t)kvs_radix_match_ro(e.r, extra, key, n, locs);
+			ck_assert_uint_eq(m, exp);
+			ck_assert_int_eq(memcmp(locs, want, m * sizeof(int32_t)), 0);
+		} else if (op < 85 && nlocks) { /* unlock */
+			int j = (int)(rng(&x) % (uint64_t)nlocks);
+
+			ck_assert_int_eq(kvs_radix_unlock(e.r, locks[j].node), 0);
+			locks[j] = locks[--nlocks];
+		} else { /* evict */
+			size_t ask = rng(&x) % 40;
+			uint64_t before = kvs_radix_tokens(e.r);
+			ssize_t ev = kvs_radix_evict(e.r, ask);
+			int j;
+
+			ck_assert_int_ge(ev, 0);
+			ck_assert_uint_eq(kvs_radix_tokens(e.r), before - (uint64_t)ev);
+			ck_assert_uint_eq(ref_sync(&rf, e.pool) * ps, (uint64_t)ev);
+			if ((size_t)ev < ask) /* stopped short: nothing evictable left */
+				ck_assert_uint_eq(kvs_radix_evictable(e.r), 0);
+			/* Locked prefixes survive. */
+			for (j = 0; j < nlocks; j++)
+				ck_assert_uint_eq(ref_match(&rf, locks[j].extra, locks[j].key,
+							    locks[j].len, want),
+						  locks[j].len);
+		}
+		ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+		ck_assert_uint_eq(kvs_radix_tokens(e.r), rf.n * ps);
+		ck_assert_uint_eq(kvs_radix_evictable(e.r) + kvs_radix_protected(e.r),
+				  kvs_radix_tokens(e.r));
+	}
+	while (nlocks)
+		ck_assert_int_eq(kvs_radix_unlock(e.r, locks[--nlocks].node), 0);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 0);
+	for (size_t i = 0; i < rf.n; i++) {
+		free(rf.p[i].prefix);
+		free(rf.p[i].vals);
+	}
+	free(rf.p);
+	env_close(&e);
+}
+
+START_TEST(test_model_ps1_lru)
+{
+	model_run(1, KVS_EVICT_LRU, 0x1111, 4000);
+}
+END_TEST
+
+START_TEST(test_model_ps4_lfu)
+{
+	model_run(4, KVS_EVICT_LFU, 0x2222, 3000);
+}
+END_TEST
+
+START_TEST(test_model_ps16_priority)
+{
+	model_run(16, KVS_EVICT_PRIORITY, 0x3333, 3000);
+}
+END_TEST
+
+START_TEST(test_model_ps1_fifo)
+{
+	model_run(1, KVS_EVICT_FIFO, 0x4444, 3000);
+}
+END_TEST
+
+/* ------------------------------------------------------------ stress test */
+
+/*
+ * Readers match while the writer inserts and evicts.  Values are unique ids
+ * that are never reused, and ids[v] records the hash of the prefix ending at
+ * the token that got id v, so a reader can tell a torn answer: every
+ * location it returns must belong to exactly its query's prefix.
+ */
+#define NSEQ 64
+#define SEQLEN 48
+#define MAXID (1 << 22)
+
+struct stress {
+	kvs_radix_t *r;
+	int32_t seqs[NSEQ][SEQLEN];
+	_Atomic uint64_t *ids;
+	atomic_int stop;
+	_Atomic uint64_t matches, hits, torn;
+};
+
+static uint64_t prefix_hash(const int32_t *k, size_t n)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint32_t)k[i]) * 1099511628211ULL;
+	return h;
+}
+
+static void discard(void *arg, const int32_t *locs, size_t n)
+{
+	(void)arg;
+	(void)locs;
+	(void)n; /* ids are never reused: nothing to give back */
+}
+
+static void *reader(void *arg)
+{
+	struct stress *st = arg;
+	uint64_t x = (uint64_t)(uintptr_t)&x | 1;
+	int32_t locs[SEQLEN];
+
+	while (!atomic_load(&st->stop)) {
+		const int32_t *q = st->seqs[rng(&x) % NSEQ];
+		size_t n = 1 + rng(&x) % SEQLEN;
+		ssize_t m = kvs_radix_match_ro(st->r, 0, q, n, locs);
+
+		for (ssize_t i = 0; i < m; i++)
+			if (atomic_load_explicit(&st->ids[locs[i]], memory_order_relaxed) !=
+			    prefix_hash(q, (size_t)i + 1))
+				atomic_fetch_add(&st->torn, 1);
+		atomic_fetch_add(&st->matches, 1);
+		if (m)
+			atomic_fetch_add(&st->hits, 1);
+	}
+	return NULL;
+}
+
+START_TEST(test_readers_beside_writer)
+{
+	struct stress *st = calloc(1, sizeof(*st));
+	kvs_radix_attr_t ra;
+	pthread_t th[3];
+	uint64_t x = 99;
+	int32_t next = 1, locs[SEQLEN];
+	int i, j, t;
+
+	st->ids = calloc(MAXID, sizeof(*st->ids));
+	/* Sequences share prefixes in a small tree of variants. */
+	for (i = 0; i < NSEQ; i++)
+		for (j = 0; j < SEQLEN; j++)
+			st->seqs[i][j] = j < 8 ? (i & 1) : j < 24 ? (i >> 1) % 4 : (int32_t)(rng(&x) % 5);
+	kvs_radix_attr_init(&ra);
+	ra.page_size = 1;
+	ra.free_cb = discard;
+	st->r = kvs_radix_create(NULL, &ra);
+	ck_assert_ptr_nonnull(st->r);
+	for (t = 0; t < 3; t++)
+		pthread_create(&th[t], NULL, reader, st);
+	for (i = 0; i < 60000 && next < MAXID - SEQLEN; i++) {
+		const int32_t *k = st->seqs[rng(&x) % NSEQ];
+		size_t n = 1 + rng(&x) % SEQLEN;
+
+		if (rng(&x) % 4 == 0) {
+			kvs_radix_evict(st->r, 1 + rng(&x) % 64);
+			continue;
+		}
+		if (rng(&x) % 3 == 0) { /* a splitting match */
+			kvs_radix_match(st->r, 0, k, n, locs, NULL);
+			continue;
+		}
+		for (j = 0; j < (int)n; j++) {
+			locs[j] = next++;
+			atomic_store_explicit(&st->ids[locs[j]], prefix_hash(k, (size_t)j + 1),
+					      memory_order_relaxed);
+		}
+		ck_assert_int_ge(kvs_radix_insert(st->r, 0, k, n, locs, 0, NULL), 0);
+	}
+	atomic_store(&st->stop, 1);
+	for (t = 0; t < 3; t++)
+		pthread_join(th[t], NULL);
+	ck_assert_uint_eq(atomic_load(&st->torn), 0);
+	ck_assert_uint_gt(atomic_load(&st->matches), 0);
+	ck_assert_uint_gt(atomic_load(&st->hits), 0);
+	if (getenv("KVSLAB_TEST_VERBOSE"))
+		fprintf(stderr, "stress: %llu matches, %llu hits, %d inserted ids\n",
+			(unsigned long long)atomic_load(&st->matches),
+			(unsigned long long)atomic_load(&st->hits), next);
+	ck_assert_int_eq(kvs_radix_validate(st->r), 0);
+	kvs_radix_destroy(st->r);
+	free(st->ids);
+	free(st);
+}
+END_TEST
+
+static Suite *radix_suite(void)
+{
+	Suite *s = suite_create("radix");
+	TCase *tc = tcase_create("examples");
+
+	tcase_add_test(tc, test_split_in_the_middle);
+	tcase_add_test(tc, test_insert_over_partial);
+	tcase_add_test(tc, test_lru_order);
+	tcase_add_test(tc, test_lfu_order);
+	tcase_add_test(tc, test_fifo_and_priority);
+	tcase_add_test(tc, test_lock_protects_path);
+	tcase_add_test(tc, test_page_size_16);
+	tcase_add_test(tc, test_extra_keys);
+	tcase_add_test(tc, test_kv_events);
+	tcase_add_test(tc, test_disabled);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("model");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_model_ps1_lru);
+	tcase_add_test(tc, test_model_ps4_lfu);
+	tcase_add_test(tc, test_model_ps16_priority);
+	tcase_add_test(tc, test_model_ps1_fifo);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("concurrent");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_readers_beside_writer);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(radix_suite());
+}
