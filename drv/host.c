@@ -13,7 +13,10 @@
  * an anonymous PROT_NONE mapping back, which both returns the range to the
  * reservation and drops the pages from the process; releasing closes the fd,
  * and the kernel frees the pages when the last mapping of them goes, which is
- * the deferred-release rule of cuMemRelease for free.
+ * the deferred-release rule of cuMemRelease for free.  KVS_DRV_F_LAZY
+ * skips both the fallocate() and the populate, so a simulation can account
+ * for far more "device" memory than the machine has as long as it never
+ * touches it.
  *
  * Copies run on one worker thread, started on the first copy, in submission
  * order: a FIFO of requests numbered by a sequence.  An event records the
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -54,7 +58,7 @@ struct copy_req {
 
 struct host_be {
 	size_t total;
-	bool populate;
+	bool populate, lazy;
 
 	pthread_mutex_t qlock;
 	pthread_cond_t qwork, qdone;
@@ -71,6 +75,18 @@ struct host_event {
 static struct host_be *hb_of(struct kvs_drv *d)
 {
 	return d->priv;
+}
+
+/* Each chunk is a memfd: allow as many descriptors as the hard limit does,
+ * since a large pool maps tens of thousands of chunks. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
@@ -97,7 +113,9 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 
 		hb->total = pages > 0 ? (size_t)pages * (size_t)pg : 0;
 	}
-	hb->populate = !(attr && (attr->flags & KVS_DRV_F_NO_POPULATE));
+	hb->lazy = attr && (attr->flags & KVS_DRV_F_LAZY);
+	hb->populate = !hb->lazy && !(attr && (attr->flags & KVS_DRV_F_NO_POPULATE));
+	raise_fd_limit();
 	pthread_mutex_init(&hb->qlock, NULL);
 	pthread_cond_init(&hb->qwork, NULL);
 	pthread_cond_init(&hb->qdone, NULL);
@@ -183,7 +201,8 @@ static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 		errno = err;
 		return -1;
 	}
-	if (ftruncate(fd, (off_t)size) < 0 || fallocate(fd, 0, 0, (off_t)size) < 0) {
+	if (ftruncate(fd, (off_t)size) < 0 ||
+	    (!hb_of(d)->lazy && fallocate(fd, 0, 0, (off_t)size) < 0)) {
 		err = errno;
 		kvs_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
 		close(fd);

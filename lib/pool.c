@@ -334,6 +334,7 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 	sa.magazine = a->magazine;
 	sa.slab_granules = a->slab_granules ? a->slab_granules : 1;
 	sa.flags = a->slab_flags;
+	sa.shrink_quiet = a->shrink_quiet;
 	p->slab = kvs_slab_create(drv, &sa);
 	if (!p->slab) {
 		int e = errno;

@@ -93,6 +93,7 @@ struct kvs_slab {
 	kvs_devptr_t *base;
 	size_t max_mapped;
 	uint32_t min_empty, max_empty, pool_target, magcap;
+	uint64_t shrink_quiet, freed_since_grow;
 	unsigned int flags;
 
 	pthread_mutex_t lock;
@@ -254,6 +255,7 @@ static void slab_put(struct kvs_slab *s, uint32_t p)
 	bit_set(s->freebits, p);
 	if (w < x->hint)
 		x->hint = w;
+	s->freed_since_grow++;
 	x->inuse--;
 	s->inuse_total--;
 	s->free_in_slabs++;
@@ -292,6 +294,7 @@ static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
 			cnt++;
 		}
 		x->hint = minw;
+		s->freed_since_grow += cnt;
 		x->inuse -= cnt;
 		s->inuse_total -= cnt;
 		s->free_in_slabs += cnt;
@@ -457,6 +460,7 @@ out:
 	if (s->bytes_mapped > s->bytes_peak)
 		s->bytes_peak = s->bytes_mapped;
 	ST(s, slab_maps)++;
+	s->freed_since_grow = 0;
 	list_add(s, i, L_EMPTY);
 	return 0;
 }
@@ -564,9 +568,15 @@ static int shrink_to_locked(struct kvs_slab *s, uint64_t keep)
 
 /* After pages went back: hand surplus empty slabs to the worker or unmap
  * them here.  Lock held. */
+static bool shrink_due(const struct kvs_slab *s)
+{
+	return s->n_empty > s->max_empty && !(s->flags & KVS_SLAB_F_STATIC) &&
+	       s->freed_since_grow >= s->shrink_quiet;
+}
+
 static void after_free_locked(struct kvs_slab *s)
 {
-	if (s->n_empty <= s->max_empty || (s->flags & KVS_SLAB_F_STATIC))
+	if (!shrink_due(s))
 		return;
 	if (s->worker_on)
 		pthread_cond_signal(&s->work);
@@ -596,7 +606,7 @@ static void *worker_main(void *arg)
 				goto wait; /* the driver said no: retry when woken */
 			continue;
 		}
-		if (s->n_empty > s->max_empty && !(s->flags & KVS_SLAB_F_STATIC)) {
+		if (shrink_due(s)) {
 			if (shrink_to_locked(s, s->min_empty) < 0)
 				goto wait;
 			continue;
@@ -811,6 +821,7 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->max_mapped = a->max_mapped;
 	s->min_empty = a->min_empty;
 	s->max_empty = a->max_empty;
+	s->shrink_quiet = a->shrink_quiet;
 	s->pool_target = a->chunk_pool;
 	s->magcap = a->magazine;
 	s->flags = a->flags;
@@ -853,7 +864,9 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 
 	pthread_mutex_lock(&s->lock);
 	if (s->flags & KVS_SLAB_F_STATIC) {
-		while (s->n_unmapped > 0)
+		/* Everything, or as much as max_mapped allows. */
+		while (s->n_unmapped > 0 &&
+		       !(s->max_mapped && s->bytes_charged + s->slab_total > s->max_mapped))
 			if (grow_locked(s) < 0)
 				break;
 	} else if (!(s->flags & KVS_SLAB_F_WORKER)) {
@@ -863,7 +876,10 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 				break;
 	}
 	if (s->flags & KVS_SLAB_F_STATIC)
-		err = s->n_unmapped ? errno : 0;
+		err = s->n_unmapped && !(s->max_mapped && s->bytes_charged + s->slab_total >
+							      s->max_mapped)
+			      ? errno
+			      : 0;
 	else if (!(s->flags & KVS_SLAB_F_WORKER))
 		err = s->n_empty < s->min_empty && s->n_unmapped ? errno : 0;
 	else

@@ -48,6 +48,10 @@ typedef struct kvs_drv_attr {
 #define KVS_DRV_F_SYNC_UNMAP 0x1u
 /* host: do not prefault pages when access is granted. */
 #define KVS_DRV_F_NO_POPULATE 0x2u
+/* host: commit nothing ahead of use: chunks get pages on first touch, as an
+ * overcommitting OS gives them (implies NO_POPULATE).  For simulations that
+ * account device memory without touching it, such as kvslab-replay(1). */
+#define KVS_DRV_F_LAZY 0x4u
 
 /* Access flags for kvs_drv_set_access(). */
 #define KVS_ACCESS_NONE 0

@@ -76,7 +76,8 @@ typedef struct kvs_pool_attr {
 	size_t max_mapped;
 	uint32_t min_empty, max_empty, chunk_pool, magazine, slab_granules;
 	unsigned int slab_flags;
-	uint64_t _reserved[8];
+	uint64_t shrink_quiet;
+	uint64_t _reserved[7];
 } kvs_pool_attr_t;
 
 /* Which buffer of a layer. */

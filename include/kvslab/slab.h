@@ -41,17 +41,23 @@ typedef struct kvs_slab_attr {
 	uint32_t min_empty, max_empty;
 	/* Created-but-unmapped chunk sets (one per slab) kept for reuse. */
 	uint32_t chunk_pool;
+	/* Pages that must go back to the slabs after the last growth before
+	 * empty slabs are unmapped (0: at once).  Under steady pressure the
+	 * allocator keeps growing and so keeps its empty slabs, instead of
+	 * unmapping what it maps again a moment later. */
+	uint64_t shrink_quiet;
 	/* Pages a thread caches (0 disables the per-thread caches). Default 32. */
 	uint32_t magazine;
 	/* KVS_SLAB_F_* */
 	unsigned int flags;
-	uint64_t _reserved[8];
+	uint64_t _reserved[7];
 } kvs_slab_attr_t;
 
 /* A persistent worker thread maps ahead of demand (min_empty), keeps the
  * chunk pool filled and unmaps above max_empty, off the caller's thread. */
 #define KVS_SLAB_F_WORKER 0x1u
-/* Map every slab at creation and never unmap (a static pool, for comparison). */
+/* Map every slab at creation (as many as max_mapped allows) and never
+ * unmap: a static pool, for comparison. */
 #define KVS_SLAB_F_STATIC 0x2u
 
 int kvs_slab_attr_init(kvs_slab_attr_t *attr);

@@ -1,0 +1,448 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/replay/main.c - kvslab-replay: memory fragmentation and prefix-hit
+ * testing of a serving setup on a request trace.  See kvslab-replay(1).
+ *
+ * Exit status: 0 success, 2 bad usage, 1 a failed run.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <kvslab.h>
+
+#include "report.h"
+#include "sim.h"
+#include "trace.h"
+
+#define MAX_STRATEGIES 8
+
+struct opts {
+	const char *trace_path, *csv, *plot, *json, *model_name, *strategies;
+	enum rp_format fmt;
+	int strict, quiet, progress;
+	uint32_t granules;
+	struct rp_synth_opts synth;
+	struct rp_sim_opts sim;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kvslab-replay [OPTION]... [TRACE]\n"
+		"Replay a request trace through a simulated serving loop over kvslab and report\n"
+		"KV memory fragmentation, prefix hits, driver calls and latencies for several\n"
+		"memory strategies side by side.  Without TRACE, the built-in generator runs.\n"
+		"\n"
+		"Trace:\n"
+		"  -f, --format=FMT        auto, mooncake (JSONL) or azure (CSV)  [auto]\n"
+		"      --strict            stop at the first malformed line (default: report, skip)\n"
+		"      --requests=N        generator: requests                     [2000]\n"
+		"      --rate=R            generator: arrivals per second          [4]\n"
+		"      --input-mean=N      generator: mean input tokens            [2048]\n"
+		"      --input-max=N       generator: largest input                [16384]\n"
+		"      --output-mean=N     generator: mean output tokens           [256]\n"
+		"      --output-max=N      generator: largest output               [2048]\n"
+		"      --shared-ratio=F    generator: share of input from a shared prefix [0.5]\n"
+		"      --prefixes=N        generator: distinct shared prefixes     [16]\n"
+		"      --seed=N            generator: seed                         [1]\n"
+		"Model and memory:\n"
+		"  -m, --model=NAME        llama-3-8b, llama-3-70b-tp8, qwen2.5-7b, deepseek-v3-tp8,\n"
+		"                          tiny                                    [llama-3-8b]\n"
+		"      --layers=N --kv-heads=N --head-dim=N --dtype-size=N --tp=N  override the shape\n"
+		"  -M, --kv-mem=SIZE       KV memory budget, e.g. 8G, 512M         [8G]\n"
+		"  -d, --driver=NAME       host, cuda or auto                      [host]\n"
+		"Serving loop:\n"
+		"      --max-running=N     running requests at most                [128]\n"
+		"      --chunk=N           chunked prefill, tokens a step (0: off) [0]\n"
+		"      --reserve=N         decode tokens reserved a request, at least [64]\n"
+		"      --reserve-ratio=F   share of remaining output reserved      [0.7]\n"
+		"      --step-ms=F         simulated time of one step              [25]\n"
+		"      --no-timestamps     ignore arrival times: all arrive at once\n"
+		"Strategies:\n"
+		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
+		"                          [static:1,paged:16,slab:16]\n"
+		"      --granules=N        chunk size in driver granules           [1]\n"
+		"      --min-empty=N       slab: empty slabs kept mapped ahead     [1]\n"
+		"      --max-empty=N       slab: empty slabs above which to unmap  [4]\n"
+		"      --shrink-quiet=N    slab: pages freed since the last growth before\n"
+		"                          empty slabs are unmapped                [65536]\n"
+		"      --worker            slab: map ahead on a worker thread\n"
+		"Output:\n"
+		"      --csv=FILE          time series of every strategy\n"
+		"      --plot=FILE         mapped vs live vs cached over time (.png or .svg; gnuplot)\n"
+		"      --json=FILE         summary for scripts (- for standard output)\n"
+		"      --sample-every=N    steps between time-series samples       [1]\n"
+		"  -q, --quiet             no tables, no progress\n"
+		"      --no-progress       no progress bar\n"
+		"  -h, --help              this help\n"
+		"  -V, --version           version\n");
+}
+
+enum {
+	O_STRICT = 256, O_REQUESTS, O_RATE, O_IN_MEAN, O_IN_MAX, O_OUT_MEAN, O_OUT_MAX, O_SHARED,
+	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
+	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
+	O_SAMPLE, O_NOPROG
+};
+
+static const struct option longopts[] = {
+	{"format", required_argument, 0, 'f'},   {"strict", no_argument, 0, O_STRICT},
+	{"requests", required_argument, 0, O_REQUESTS}, {"rate", required_argument, 0, O_RATE},
+	{"input-mean", required_argument, 0, O_IN_MEAN}, {"input-max", required_argument, 0, O_IN_MAX},
+	{"output-mean", required_argument, 0, O_OUT_MEAN},
+	{"output-max", required_argument, 0, O_OUT_MAX},
+	{"shared-ratio", required_argument, 0, O_SHARED},
+	{"prefixes", required_argument, 0, O_PREFIXES}, {"seed", required_argument, 0, O_SEED},
+	{"model", required_argument, 0, 'm'},    {"layers", required_argument, 0, O_LAYERS},
+	{"kv-heads", required_argument, 0, O_HEADS}, {"head-dim", required_argument, 0, O_DIM},
+	{"dtype-size", required_argument, 0, O_DTYPE}, {"tp", required_argument, 0, O_TP},
+	{"kv-mem", required_argument, 0, 'M'},   {"driver", required_argument, 0, 'd'},
+	{"max-running", required_argument, 0, O_MAXRUN}, {"chunk", required_argument, 0, O_CHUNK},
+	{"reserve", required_argument, 0, O_RESERVE},
+	{"reserve-ratio", required_argument, 0, O_RATIO}, {"step-ms", required_argument, 0, O_STEP},
+	{"no-timestamps", no_argument, 0, O_NOTS}, {"strategies", required_argument, 0, 's'},
+	{"granules", required_argument, 0, O_GRANULES},
+	{"min-empty", required_argument, 0, O_MINE}, {"max-empty", required_argument, 0, O_MAXE},
+	{"shrink-quiet", required_argument, 0, O_QUIET}, {"worker", no_argument, 0, O_WORKER},    {"csv", required_argument, 0, O_CSV},
+	{"plot", required_argument, 0, O_PLOT},  {"json", required_argument, 0, O_JSON},
+	{"sample-every", required_argument, 0, O_SAMPLE}, {"quiet", no_argument, 0, 'q'},
+	{"no-progress", no_argument, 0, O_NOPROG}, {"help", no_argument, 0, 'h'},
+	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
+
+static int bad(const char *opt, const char *arg)
+{
+	fprintf(stderr, "kvslab-replay: invalid value '%s' for %s\n", arg, opt);
+	return -1;
+}
+
+static int parse_u64(const char *opt, const char *arg, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(arg, &end, 0);
+	if (errno || end == arg || *end || arg[0] == '-' || v < min || v > max)
+		return bad(opt, arg);
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *opt, const char *arg, uint32_t min, uint32_t max, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(opt, arg, min, max, &v) < 0)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_double(const char *opt, const char *arg, double min, double max, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || *end || !(v >= min && v <= max))
+		return bad(opt, arg);
+	*out = v;
+	return 0;
+}
+
+static int parse_size(const char *opt, const char *arg, uint64_t *out)
+{
+	char *end;
+	double v;
+	uint64_t mul = 1;
+
+	errno = 0;
+	v = strtod(arg, &end);
+	if (errno || end == arg || !(v > 0))
+		return bad(opt, arg);
+	switch (*end) {
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	case 't': case 'T': mul = 1ull << 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'I')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end || v * (double)mul > 1e18)
+		return bad(opt, arg);
+	*out = (uint64_t)(v * (double)mul);
+	return 0;
+}
+
+/* "static:1,paged:16,slab:16" */
+static int parse_strategies(const char *list, uint32_t granules, struct rp_strategy *out,
+			    size_t *n)
+{
+	char *copy = strdup(list), *save = NULL, *tok;
+	int rc = 0;
+
+	*n = 0;
+	if (!copy)
+		return -1;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		struct rp_strategy *s = &out[*n];
+		char *colon = strchr(tok, ':');
+		uint32_t page = 16;
+
+		if (*n == MAX_STRATEGIES) {
+			rc = bad("--strategies", list);
+			break;
+		}
+		if (colon) {
+			*colon = 0;
+			if (parse_u32("--strategies", colon + 1, 1, 1u << 20, &page) < 0) {
+				rc = -1;
+				break;
+			}
+		}
+		memset(s, 0, sizeof(*s));
+		if (strcmp(tok, "static") == 0) {
+			s->kind = RP_STATIC;
+			if (!colon)
+				page = 1;
+		} else if (strcmp(tok, "paged") == 0) {
+			s->kind = RP_PAGED;
+		} else if (strcmp(tok, "slab") == 0) {
+			s->kind = RP_SLAB;
+		} else {
+			rc = bad("--strategies", list);
+			break;
+		}
+		s->page_size = page;
+		s->slab_granules = granules;
+		snprintf(s->name, sizeof(s->name), "%s:%u", tok, page);
+		(*n)++;
+	}
+	free(copy);
+	if (rc == 0 && *n == 0)
+		rc = bad("--strategies", list);
+	return rc;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	int c;
+	uint32_t u;
+
+	memset(o, 0, sizeof(*o));
+	rp_synth_defaults(&o->synth);
+	rp_sim_defaults(&o->sim);
+	o->model_name = "llama-3-8b";
+	o->strategies = "static:1,paged:16,slab:16";
+	o->granules = 1;
+	o->progress = isatty(STDERR_FILENO);
+	while ((c = getopt_long(argc, argv, "f:m:M:d:s:qhV", longopts, NULL)) != -1) {
+		int r = 0;
+		uint64_t v;
+
+		switch (c) {
+		case 'f':
+			if (strcmp(optarg, "auto") == 0)
+				o->fmt = RP_FMT_AUTO;
+			else if (strcmp(optarg, "mooncake") == 0 || strcmp(optarg, "jsonl") == 0)
+				o->fmt = RP_FMT_MOONCAKE;
+			else if (strcmp(optarg, "azure") == 0 || strcmp(optarg, "csv") == 0)
+				o->fmt = RP_FMT_AZURE;
+			else
+				r = bad("--format", optarg);
+			break;
+		case O_STRICT: o->strict = 1; break;
+		case O_REQUESTS:
+			r = parse_u64("--requests", optarg, 1, 10000000, &v);
+			o->synth.requests = (size_t)v;
+			break;
+		case O_RATE: r = parse_double("--rate", optarg, 0, 1e6, &o->synth.rate); break;
+		case O_IN_MEAN: r = parse_u32("--input-mean", optarg, 1, 1u << 20, &o->synth.input_mean); break;
+		case O_IN_MAX: r = parse_u32("--input-max", optarg, 1, 1u << 21, &o->synth.input_max); break;
+		case O_OUT_MEAN: r = parse_u32("--output-mean", optarg, 1, 1u << 20, &o->synth.output_mean); break;
+		case O_OUT_MAX: r = parse_u32("--output-max", optarg, 1, 1u << 21, &o->synth.output_max); break;
+		case O_SHARED: r = parse_double("--shared-ratio", optarg, 0, 1, &o->synth.shared_ratio); break;
+		case O_PREFIXES: r = parse_u32("--prefixes", optarg, 1, 1u << 16, &o->synth.prefixes); break;
+		case O_SEED: r = parse_u64("--seed", optarg, 0, UINT64_MAX, &o->synth.seed); break;
+		case 'm': o->model_name = optarg; break;
+		case O_LAYERS: r = parse_u32("--layers", optarg, 1, 4096, &o->sim.model.layers); break;
+		case O_HEADS: r = parse_u32("--kv-heads", optarg, 1, 4096, &o->sim.model.kv_heads); break;
+		case O_DIM: r = parse_u32("--head-dim", optarg, 1, 65536, &o->sim.model.head_dim); break;
+		case O_DTYPE: r = parse_u32("--dtype-size", optarg, 1, 16, &o->sim.model.dtype_size); break;
+		case O_TP: r = parse_u32("--tp", optarg, 1, 1024, &o->sim.model.tp_size); break;
+		case 'M': r = parse_size("--kv-mem", optarg, &o->sim.kv_bytes); break;
+		case 'd':
+			if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+				r = bad("--driver", optarg);
+			o->sim.driver = optarg;
+			break;
+		case O_MAXRUN: r = parse_u32("--max-running", optarg, 1, 65536, &o->sim.max_running); break;
+		case O_CHUNK: r = parse_u32("--chunk", optarg, 0, 1u << 24, &o->sim.chunk); break;
+		case O_RESERVE: r = parse_u32("--reserve", optarg, 0, 1u << 24, &o->sim.reserve); break;
+		case O_RATIO: r = parse_double("--reserve-ratio", optarg, 0, 1, &o->sim.reserve_ratio); break;
+		case O_STEP: r = parse_double("--step-ms", optarg, 1e-3, 1e6, &o->sim.step_ms); break;
+		case O_NOTS: o->sim.use_timestamps = 0; break;
+		case 's': o->strategies = optarg; break;
+		case O_GRANULES: r = parse_u32("--granules", optarg, 1, 4096, &o->granules); break;
+		case O_MINE: r = parse_u32("--min-empty", optarg, 0, 1u << 20, &o->sim.min_empty); break;
+		case O_MAXE: r = parse_u32("--max-empty", optarg, 0, 1u << 20, &o->sim.max_empty); break;
+		case O_QUIET: r = parse_u64("--shrink-quiet", optarg, 0, UINT64_MAX, &o->sim.shrink_quiet); break;
+		case O_WORKER: o->sim.worker = 1; break;
+		case O_CSV: o->csv = optarg; break;
+		case O_PLOT: o->plot = optarg; break;
+		case O_JSON: o->json = optarg; break;
+		case O_SAMPLE:
+			r = parse_u32("--sample-every", optarg, 1, 1u << 30, &u);
+			o->sim.sample_every = u;
+			break;
+		case 'q': o->quiet = 1; o->progress = 0; break;
+		case O_NOPROG: o->progress = 0; break;
+		case 'h': usage(stdout); exit(0);
+		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
+		default: usage(stderr); return -1;
+		}
+		if (r < 0)
+			return -1;
+	}
+	if (optind < argc)
+		o->trace_path = argv[optind++];
+	if (optind < argc) {
+		fprintf(stderr, "kvslab-replay: one trace at a time\n");
+		return -1;
+	}
+	if (o->sim.max_empty < o->sim.min_empty) {
+		fprintf(stderr, "kvslab-replay: --max-empty must not be below --min-empty\n");
+		return -1;
+	}
+	return 0;
+}
+
+struct progress {
+	const char *name;
+	int on;
+};
+
+static void show_progress(void *arg, size_t done, size_t total)
+{
+	struct progress *p = arg;
+	int width = 40, k, fill = total ? (int)((double)done / (double)total * width) : width;
+
+	if (!p->on)
+		return;
+	fprintf(stderr, "\r%-12s [", p->name);
+	for (k = 0; k < width; k++)
+		fputc(k < fill ? '#' : ' ', stderr);
+	fprintf(stderr, "] %3d%% %zu/%zu", total ? (int)(100.0 * done / total) : 100, done, total);
+	if (done >= total)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
+int main(int argc, char **argv)
+{
+	struct rp_strategy strats[MAX_STRATEGIES];
+	struct rp_result res[MAX_STRATEGIES];
+	struct rp_trace t;
+	struct opts o;
+	struct rp_meta meta;
+	kvs_model_t model;
+	size_t ns, i;
+	uint64_t unique;
+	double ideal;
+	int rc = 0;
+
+	if (parse_args(argc, argv, &o) < 0)
+		return 2;
+	if (kvs_model_preset(o.model_name, &model) < 0) {
+		fprintf(stderr, "kvslab-replay: unknown model '%s'\n", o.model_name);
+		return 2;
+	}
+	/* Overrides given on the command line win over the preset. */
+	if (o.sim.model.layers) model.layers = o.sim.model.layers;
+	if (o.sim.model.kv_heads) model.kv_heads = o.sim.model.kv_heads;
+	if (o.sim.model.head_dim) model.head_dim = o.sim.model.head_dim;
+	if (o.sim.model.dtype_size) model.dtype_size = o.sim.model.dtype_size;
+	if (o.sim.model.tp_size) model.tp_size = o.sim.model.tp_size;
+	o.sim.model = model;
+	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0)
+		return 2;
+
+	if (o.trace_path) {
+		if (rp_trace_load(o.trace_path, o.fmt, o.strict, stderr, &t) < 0) {
+			fprintf(stderr, "kvslab-replay: %s: %s\n", o.trace_path,
+				errno == EINVAL ? "no usable request (or a malformed line with --strict)"
+						: strerror(errno));
+			return 1;
+		}
+	} else if (rp_trace_synth(&o.synth, &t) < 0) {
+		fprintf(stderr, "kvslab-replay: generator: %s\n", strerror(errno));
+		return errno == EINVAL ? 2 : 1;
+	}
+	ideal = rp_trace_ideal_hit(&t, 1, &unique);
+	if (!o.quiet) {
+		printf("trace: %s, %zu requests", o.trace_path ? o.trace_path : "built-in generator",
+		       t.n);
+		if (t.malformed)
+			printf(" (%llu malformed lines skipped)", (unsigned long long)t.malformed);
+		printf(", %llu unique tokens, ideal hit %.4f\n", (unsigned long long)unique, ideal);
+		printf("model: %s, %zu bytes of KV a token; KV memory %.1f GiB; driver %s\n",
+		       o.model_name, kvs_model_cell_size(&model), o.sim.kv_bytes / 1073741824.0,
+		       o.sim.driver);
+	}
+	for (i = 0; i < ns; i++) {
+		struct progress p = {strats[i].name, o.progress};
+
+		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, &p) < 0) {
+			fprintf(stderr, "\nkvslab-replay: %s: %s\n", strats[i].name, strerror(errno));
+			while (i-- > 0)
+				rp_result_free(&res[i]);
+			rp_trace_free(&t);
+			return 1;
+		}
+		if (res[i].live_over_mapped) {
+			fprintf(stderr, "kvslab-replay: %s: live bytes exceeded mapped bytes at %llu "
+					"steps\n",
+				strats[i].name, (unsigned long long)res[i].live_over_mapped);
+			rc = 1;
+		}
+	}
+	if (!o.quiet)
+		rp_report_table(stdout, res, ns);
+	meta.trace = o.trace_path ? o.trace_path : "generator";
+	meta.model = o.model_name;
+	meta.driver = o.sim.driver;
+	meta.requests = t.n;
+	meta.cell = kvs_model_cell_size(&model);
+	meta.kv_bytes = o.sim.kv_bytes;
+	meta.ideal_hit = ideal;
+	if (o.csv && rp_report_csv(o.csv, res, ns) < 0) {
+		fprintf(stderr, "kvslab-replay: %s: %s\n", o.csv, strerror(errno));
+		rc = 1;
+	}
+	if (o.json && rp_report_json(o.json, &meta, res, ns) < 0) {
+		fprintf(stderr, "kvslab-replay: %s: %s\n", o.json, strerror(errno));
+		rc = 1;
+	}
+	if (o.plot) {
+		if (rp_report_plot(o.plot, res, ns) < 0) {
+			fprintf(stderr, "kvslab-replay: --plot %s: %s\n", o.plot,
+				errno == ENOENT ? "gnuplot is not installed" : strerror(errno));
+			rc = 1;
+		} else if (!o.quiet) {
+			printf("\nplot written to %s\n", o.plot);
+		}
+	}
+	for (i = 0; i < ns; i++)
+		rp_result_free(&res[i]);
+	rp_trace_free(&t);
+	return rc;
+}

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/replay/report.c - kvslab-replay's outputs: the summary tables, the
+ * CSV time series, the JSON summary and the gnuplot plot.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "report.h"
+
+static double mib(double b)
+{
+	return b / 1048576.0;
+}
+
+static double hit_ratio(const struct rp_result *r)
+{
+	return r->req_tokens ? (double)r->hit_tokens / (double)r->req_tokens : 0;
+}
+
+void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
+{
+	size_t i;
+
+	fprintf(f, "\n%-10s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "strategy", "page",
+		"capacity", "peak mapd", "mean mapd", "peak live", "mean live", "frag pk",
+		"frag mn", "intfrag", "cached mn");
+	fprintf(f, "%-10s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "", "", "tokens",
+		"MiB", "MiB", "MiB", "MiB", "", "", "mean", "MiB");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		fprintf(f, "%-10s %4u %10llu %11.1f %11.1f %11.1f %11.1f %7.3f %7.3f %7.3f %10.1f\n",
+			r->strat.name, r->strat.page_size, (unsigned long long)r->capacity_tokens,
+			mib((double)r->mapped_peak), mib(r->mapped_mean), mib((double)r->live_peak),
+			mib(r->live_mean), r->frag_peak, r->frag_mean, r->internal_frag_mean,
+			mib(r->cached_mean));
+	}
+	fprintf(f, "\n%-10s %7s %8s %8s %9s %10s %9s %15s %15s %9s\n", "strategy", "hit",
+		"done", "preempt", "rejected", "drv calls", "drv ms", "alloc p50/p99 us",
+		"match p50/p99 us", "end MiB");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+		char a[32], m[32];
+
+		snprintf(a, sizeof(a), "%.1f/%.1f", r->alloc_p50_ns / 1e3, r->alloc_p99_ns / 1e3);
+		snprintf(m, sizeof(m), "%.1f/%.1f", r->match_p50_ns / 1e3, r->match_p99_ns / 1e3);
+		fprintf(f, "%-10s %7.4f %8llu %8llu %9llu %10llu %9.1f %15s %15s %9.1f\n",
+			r->strat.name, hit_ratio(r), (unsigned long long)r->requests_done,
+			(unsigned long long)r->preempted, (unsigned long long)r->rejected,
+			(unsigned long long)r->drv_calls, r->drv_ns / 1e6, a, m,
+			mib((double)r->end_mapped));
+	}
+}
+
+int rp_report_csv(const char *path, const struct rp_result *res, size_t n)
+{
+	FILE *f = fopen(path, "w");
+	size_t i, k;
+
+	if (!f)
+		return -1;
+	fprintf(f, "strategy,page_size,step,t_ms,mapped_bytes,live_bytes,held_bytes,cached_bytes,"
+		   "running,waiting\n");
+	for (i = 0; i < n; i++)
+		for (k = 0; k < res[i].nsamples; k++) {
+			const struct rp_sample *s = &res[i].samples[k];
+
+			fprintf(f, "%s,%u,%llu,%.1f,%llu,%llu,%llu,%llu,%u,%u\n", res[i].strat.name,
+				res[i].strat.page_size, (unsigned long long)s->step, s->t_ms,
+				(unsigned long long)s->mapped, (unsigned long long)s->live,
+				(unsigned long long)s->held, (unsigned long long)s->cached, s->running,
+				s->waiting);
+		}
+	if (fclose(f) != 0)
+		return -1;
+	return 0;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			fprintf(f, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20)
+			fprintf(f, "\\u%04x", *s);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp_result *res,
+		   size_t n)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
+	size_t i;
+
+	if (!f)
+		return -1;
+	fprintf(f, "{\n  \"trace\": ");
+	json_str(f, meta->trace);
+	fprintf(f, ",\n  \"requests\": %zu,\n  \"model\": ", meta->requests);
+	json_str(f, meta->model);
+	fprintf(f, ",\n  \"cell_bytes\": %zu,\n  \"kv_bytes\": %llu,\n  \"driver\": ", meta->cell,
+		(unsigned long long)meta->kv_bytes);
+	json_str(f, meta->driver);
+	fprintf(f, ",\n  \"ideal_hit\": %.6f,\n  \"strategies\": [\n", meta->ideal_hit);
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		fprintf(f, "    {\"name\": ");
+		json_str(f, r->strat.name);
+		fprintf(f,
+			", \"page_size\": %u, \"capacity_tokens\": %llu, \"steps\": %llu, "
+			"\"sim_seconds\": %.3f,\n     \"mapped_peak\": %llu, \"mapped_mean\": %.0f, "
+			"\"live_peak\": %llu, \"live_mean\": %.0f, \"held_mean\": %.0f, "
+			"\"cached_mean\": %.0f,\n     \"frag_peak\": %.6f, \"frag_mean\": %.6f, "
+			"\"internal_frag_mean\": %.6f, \"end_mapped\": %llu,\n     \"hit_ratio\": %.6f, "
+			"\"requests_done\": %llu, \"preempted\": %llu, \"rejected\": %llu,\n"
+			"     \"driver_calls\": %llu, \"driver_ms\": %.3f, \"alloc_p50_ns\": %llu, "
+			"\"alloc_p99_ns\": %llu, \"match_p50_ns\": %llu, \"match_p99_ns\": %llu, "
+			"\"wall_seconds\": %.3f}%s\n",
+			r->strat.page_size, (unsigned long long)r->capacity_tokens,
+			(unsigned long long)r->steps, r->sim_ms / 1e3,
+			(unsigned long long)r->mapped_peak, r->mapped_mean,
+			(unsigned long long)r->live_peak, r->live_mean, r->held_mean, r->cached_mean,
+			r->frag_peak, r->frag_mean, r->internal_frag_mean,
+			(unsigned long long)r->end_mapped, hit_ratio(r),
+			(unsigned long long)r->requests_done, (unsigned long long)r->preempted,
+			(unsigned long long)r->rejected, (unsigned long long)r->drv_calls,
+			r->drv_ns / 1e6, (unsigned long long)r->alloc_p50_ns,
+			(unsigned long long)r->alloc_p99_ns, (unsigned long long)r->match_p50_ns,
+			(unsigned long long)r->match_p99_ns, r->wall_s, i + 1 < n ? "," : "");
+	}
+	fprintf(f, "  ]\n}\n");
+	if (f != stdout && fclose(f) != 0)
+		return -1;
+	return 0;
+}
+
+static int have_gnuplot(void)
+{
+	return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+int rp_report_plot(const char *path, const struct rp_result *res, size_t n)
+{
+	char data[] = "/tmp/kvslab-replay-XXXXXX";
+	const char *ext = strrchr(path, '.');
+	int svg = ext && strcmp(ext, ".svg") == 0, fd, status;
+	FILE *f, *gp;
+	size_t i, k;
+
+	if (!have_gnuplot()) {
+		errno = ENOENT;
+		return -1;
+	}
+	fd = mkstemp(data);
+	if (fd < 0 || !(f = fdopen(fd, "w")))
+		return -1;
+	/* One block per strategy: minutes, mapped, live, cached (GiB). */
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < res[i].nsamples; k++) {
+			const struct rp_sample *s = &res[i].samples[k];
+
+			fprintf(f, "%.4f %.4f %.4f %.4f\n", s->t_ms / 60000.0, s->mapped / 1073741824.0,
+				s->live / 1073741824.0, s->cached / 1073741824.0);
+		}
+		fprintf(f, "\n\n");
+	}
+	fclose(f);
+	gp = popen("gnuplot", "w");
+	if (!gp) {
+		unlink(data);
+		return -1;
+	}
+	fprintf(gp, "set terminal %s size 1200,%zu%s\n", svg ? "svg" : "pngcairo",
+		300 * n + 100, svg ? " dynamic" : "");
+	fprintf(gp, "set output '%s'\n", path);
+	fprintf(gp, "set multiplot layout %zu,1 title 'kvslab-replay: mapped vs live vs cached "
+		    "KV memory'\n",
+		n);
+	fprintf(gp, "set xlabel 'simulated minutes'\nset ylabel 'GiB'\nset key top left\n"
+		    "set grid\n");
+	for (i = 0; i < n; i++) {
+		fprintf(gp, "set title '%s (page %u)'\n", res[i].strat.name, res[i].strat.page_size);
+		fprintf(gp,
+			"plot '%s' index %zu using 1:2 with lines lw 2 title 'mapped', "
+			"'' index %zu using 1:3 with lines lw 2 title 'live', "
+			"'' index %zu using 1:4 with lines title 'cached (evictable)'\n",
+			data, i, i, i);
+	}
+	fprintf(gp, "unset multiplot\n");
+	status = pclose(gp);
+	unlink(data);
+	if (status != 0) {
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,622 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/replay/sim.c - a serving loop over kvslab, as SGLang's scheduler
+ * runs one, for measuring memory and cache behaviour on a trace.
+ *
+ * A step of simulated time (step_ms) does what one scheduler iteration
+ * does: admit waiting requests that have arrived, in arrival order, while
+ * there are running slots and memory for their uncached tokens plus a
+ * decode reserve (the head of the queue blocks the rest, as a FIFO policy
+ * does, and a share of every running request's remaining output stays
+ * reserved, as SGLang's new-token ratio does); prefill them, all at once or
+ * a chunk a step (chunked prefill, with
+ * cache_unfinished after each chunk); decode one token for every running
+ * request; cache finished requests in the radix tree.  Memory comes through
+ * the library's request flows, which evict from the tree when the pool is
+ * short; when even that fails, the newest running request is preempted:
+ * its memory is released and it goes back to the head of the queue.
+ *
+ * A request's first output token comes out of its prefill, so a request
+ * with N outputs runs N - 1 decode steps and finally caches input + N - 1
+ * tokens (the last token has no KV), as SGLang does.
+ *
+ * Accounting, every step: mapped = bytes the pool has mapped; live = KV
+ * bytes of tokens in use (request-owned tokens of running requests plus
+ * the tokens the tree holds); held = whole pages held, so held - live is
+ * the internal fragmentation of partly filled pages; cached = evictable
+ * tokens of the tree.  Fragmentation = 1 - live / mapped.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sim.h"
+
+struct sreq {
+	kvs_req_t req;
+	int32_t *tokens;
+	size_t idx;
+	uint32_t input, out, generated;
+	int prefilling;
+};
+
+struct lat {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+struct sim {
+	const struct rp_trace *t;
+	const struct rp_sim_opts *o;
+	struct rp_result *res;
+	kvs_drv_t *drv;
+	kvs_pool_t *pool;
+	kvs_reqtab_t *tab;
+	kvs_radix_t *radix;
+	kvs_flow_t *flow;
+	struct sreq **run;
+	size_t nrun;
+	size_t *requeue;		/* preempted requests, taken before new ones */
+	size_t nrequeue;
+	size_t next;			/* next trace request not yet admitted */
+	int32_t out_next;		/* output token ids */
+	uint8_t *counted;		/* hit accounted on first admission */
+	struct lat alloc_lat, match_lat;
+	double t_ms;
+	double sum_frag;
+	uint64_t frag_steps;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rp_sim_defaults(struct rp_sim_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->driver = "host";
+	kvs_model_preset("llama-3-8b", &o->model);
+	o->kv_bytes = 8ull << 30;
+	o->max_running = 128;
+	o->reserve = 64;
+	o->reserve_ratio = 0.7;
+	o->step_ms = 25;
+	o->use_timestamps = 1;
+	o->min_empty = 1;
+	o->max_empty = 4;
+	o->shrink_quiet = 65536;
+	o->sample_every = 1;
+}
+
+static int lat_add(struct lat *l, uint64_t ns)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 4096;
+		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = ns;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void lat_quantiles(struct lat *l, uint64_t *p50, uint64_t *p99)
+{
+	*p50 = *p99 = 0;
+	if (!l->n)
+		return;
+	qsort(l->v, l->n, sizeof(*l->v), cmp_u64);
+	*p50 = l->v[(l->n - 1) / 2];
+	*p99 = l->v[(size_t)((double)(l->n - 1) * 0.99)];
+}
+
+/* ------------------------------------------------------------- requests */
+
+static struct sreq *sreq_new(struct sim *s, size_t idx)
+{
+	const struct rp_req *q = &s->t->req[idx];
+	struct sreq *r = calloc(1, sizeof(*r));
+	uint32_t k;
+
+	if (!r)
+		return NULL;
+	r->idx = idx;
+	r->input = q->input_len;
+	r->out = q->output_len;
+	r->tokens = malloc(((size_t)r->input + r->out + 1) * sizeof(int32_t));
+	if (!r->tokens) {
+		free(r);
+		return NULL;
+	}
+	rp_req_input(q, r->tokens);
+	for (k = 0; k < r->out; k++)
+		r->tokens[r->input + k] = RP_OUTPUT_BASE + s->out_next++ % (1 << 29);
+	kvs_req_init(&r->req, r->tokens, 0, 0, 0);
+	r->prefilling = 1;
+	return r;
+}
+
+static void sreq_free(struct sreq *r)
+{
+	if (r) {
+		free(r->tokens);
+		free(r);
+	}
+}
+
+static void run_remove(struct sim *s, size_t i)
+{
+	memmove(&s->run[i], &s->run[i + 1], (s->nrun - i - 1) * sizeof(*s->run));
+	s->nrun--;
+}
+
+/* Release the newest running request and send it back to the queue. */
+static int preempt_newest(struct sim *s)
+{
+	struct sreq *r;
+
+	if (s->nrun == 0)
+		return -1;
+	r = s->run[s->nrun - 1];
+	kvs_flow_release(s->flow, &r->req);
+	s->requeue[s->nrequeue++] = r->idx;
+	s->res->preempted++;
+	sreq_free(r);
+	s->nrun--;
+	return 0;
+}
+
+static int finish(struct sim *s, size_t i)
+{
+	struct sreq *r = s->run[i];
+
+	if (kvs_flow_cache_finished(s->flow, &r->req) < 0)
+		return -1;
+	s->res->requests_done++;
+	sreq_free(r);
+	run_remove(s, i);
+	return 0;
+}
+
+/* ------------------------------------------------------------ one step */
+
+/* The request to admit next, or SIZE_MAX. */
+static size_t peek_waiting(const struct sim *s)
+{
+	if (s->nrequeue)
+		return s->requeue[s->nrequeue - 1];
+	if (s->next < s->t->n &&
+	    (!s->o->use_timestamps || s->t->req[s->next].arrival_ms <= s->t_ms))
+		return s->next;
+	return SIZE_MAX;
+}
+
+static void pop_waiting(struct sim *s)
+{
+	if (s->nrequeue)
+		s->nrequeue--;
+	else
+		s->next++;
+}
+
+static uint32_t round_up(uint32_t v, uint32_t ps)
+{
+	return (v + ps - 1) / ps * ps;
+}
+
+/* Decode tokens to keep free for a request with @out outputs, @gen done:
+ * a share of what it still has to generate (SGLang's new-token ratio), at
+ * least the fixed reserve. */
+static uint64_t decode_reserve(const struct sim *s, uint32_t out, uint32_t gen)
+{
+	uint64_t left = out > gen ? out - gen : 0, r = (uint64_t)(left * s->o->reserve_ratio);
+
+	if (r < s->o->reserve)
+		r = s->o->reserve < left ? s->o->reserve : left;
+	return r;
+}
+
+/* Tokens the running requests are expected to need still. */
+static uint64_t reserved(const struct sim *s)
+{
+	uint64_t sum = 0;
+	size_t i;
+
+	for (i = 0; i < s->nrun; i++)
+		sum += decode_reserve(s, s->run[i]->out, s->run[i]->generated);
+	return sum;
+}
+
+static int admit(struct sim *s)
+{
+	uint32_t ps = kvs_pool_page_size(s->pool);
+	uint64_t cap = s->res->capacity_tokens;
+
+	while (s->nrun < s->o->max_running) {
+		size_t idx = peek_waiting(s);
+		const struct rp_req *q;
+		struct sreq *r;
+		uint64_t avail, need, t0;
+		ssize_t m;
+
+		if (idx == SIZE_MAX)
+			break;
+		q = &s->t->req[idx];
+		if ((uint64_t)round_up(q->input_len + q->output_len, ps) + ps > cap ||
+		    q->input_len + q->output_len + 1 > kvs_reqtab_max_context(s->tab)) {
+			pop_waiting(s); /* can never fit */
+			s->res->rejected++;
+			continue;
+		}
+		r = sreq_new(s, idx);
+		if (!r)
+			return -1;
+		r->req.ntokens = r->input;
+		t0 = now_ns();
+		m = kvs_flow_match(s->flow, &r->req);
+		lat_add(&s->match_lat, now_ns() - t0);
+		if (m < 0) {
+			sreq_free(r);
+			return -1;
+		}
+		need = round_up(r->input - (uint32_t)m, ps) + decode_reserve(s, r->out, 0);
+		avail = kvs_pool_available(s->pool) + kvs_radix_evictable(s->radix);
+		if (need + reserved(s) > avail && s->nrun > 0) {
+			sreq_free(r);
+			break; /* wait for memory: the head of the queue blocks */
+		}
+		if (s->o->chunk && (uint32_t)m + s->o->chunk < r->input)
+			r->req.ntokens = (uint32_t)m + s->o->chunk;
+		pop_waiting(s);
+		s->run[s->nrun++] = r;
+	}
+	return 0;
+}
+
+/* Prefill (a chunk of) every request that is still prefilling. */
+static int prefill(struct sim *s)
+{
+	kvs_req_t **batch = NULL;
+	size_t i, n = 0;
+	int rc = 0;
+
+	batch = malloc((s->nrun + 1) * sizeof(*batch));
+	if (!batch)
+		return -1;
+	for (;;) {
+		uint64_t t0;
+		ssize_t got;
+
+		n = 0;
+		for (i = 0; i < s->nrun; i++) {
+			struct sreq *r = s->run[i];
+
+			if (!r->prefilling)
+				continue;
+			if (r->req.slot >= 0 && s->o->chunk)
+				r->req.ntokens = r->req.kv_len + s->o->chunk < r->input
+							 ? r->req.kv_len + s->o->chunk
+							 : r->input;
+			batch[n++] = &r->req;
+		}
+		if (!n)
+			break;
+		t0 = now_ns();
+		got = kvs_flow_prepare_extend(s->flow, batch, n, NULL);
+		lat_add(&s->alloc_lat, now_ns() - t0);
+		if (got >= 0)
+			break;
+		if (errno != ENOMEM || preempt_newest(s) < 0) {
+			rc = -1;
+			goto out;
+		}
+	}
+	for (i = 0; i < s->nrun; i++) {
+		struct sreq *r = s->run[i];
+
+		if (!r->prefilling || r->req.slot < 0)
+			continue;
+		if (!s->counted[r->idx]) {
+			s->counted[r->idx] = 1;
+			s->res->hit_tokens += r->req.prefix_len;
+			s->res->req_tokens += r->input;
+		}
+		if (r->req.kv_len < r->input) {
+			if (kvs_flow_cache_unfinished(s->flow, &r->req) < 0) {
+				rc = -1;
+				goto out;
+			}
+			continue;
+		}
+		r->prefilling = 0;
+		r->generated = r->out ? 1 : 0;
+	}
+out:
+	free(batch);
+	return rc;
+}
+
+static int decode(struct sim *s)
+{
+	kvs_req_t **batch = malloc((s->nrun + 1) * sizeof(*batch));
+	size_t i, n;
+	int rc = 0;
+
+	if (!batch)
+		return -1;
+	for (;;) {
+		uint64_t t0;
+
+		n = 0;
+		for (i = 0; i < s->nrun; i++)
+			if (!s->run[i]->prefilling && s->run[i]->generated < s->run[i]->out)
+				batch[n++] = &s->run[i]->req;
+		if (!n)
+			break;
+		t0 = now_ns();
+		if (kvs_flow_prepare_decode(s->flow, batch, n, NULL) == 0) {
+			lat_add(&s->alloc_lat, now_ns() - t0);
+			for (i = 0; i < s->nrun; i++)
+				if (!s->run[i]->prefilling && s->run[i]->generated < s->run[i]->out)
+					s->run[i]->generated++;
+			break;
+		}
+		if (errno != ENOMEM || preempt_newest(s) < 0) {
+			rc = -1;
+			break;
+		}
+	}
+	free(batch);
+	if (rc)
+		return rc;
+	for (i = 0; i < s->nrun;) {
+		struct sreq *r = s->run[i];
+
+		if (!r->prefilling && r->generated >= r->out) {
+			if (finish(s, i) < 0)
+				return -1;
+		} else {
+			i++;
+		}
+	}
+	return 0;
+}
+
+static int sample(struct sim *s, uint64_t step)
+{
+	kvs_slab_t *sl = kvs_pool_slab(s->pool);
+	struct rp_result *res = s->res;
+	uint64_t own = 0, mapped, live, held, cached;
+	uint32_t ps = kvs_pool_page_size(s->pool);
+	size_t i, waiting;
+
+	for (i = 0; i < s->nrun; i++)
+		own += s->run[i]->req.kv_len - s->run[i]->req.prefix_len;
+	mapped = kvs_slab_stat(sl, KVS_SLAB_STAT_bytes_mapped);
+	live = (own + kvs_radix_tokens(s->radix)) * res->cell;
+	held = kvs_slab_stat(sl, KVS_SLAB_STAT_objects) * ps * res->cell;
+	cached = kvs_radix_evictable(s->radix) * res->cell;
+	if (live > mapped)
+		res->live_over_mapped++;
+	if (mapped > res->mapped_peak)
+		res->mapped_peak = mapped;
+	if (live > res->live_peak)
+		res->live_peak = live;
+	if (held > res->held_peak)
+		res->held_peak = held;
+	res->mapped_mean += (double)mapped;
+	res->live_mean += (double)live;
+	res->held_mean += (double)held;
+	res->cached_mean += (double)cached;
+	if (mapped) {
+		double f = 1.0 - (double)live / (double)mapped;
+
+		s->sum_frag += f;
+		s->frag_steps++;
+		if (f > res->frag_peak)
+			res->frag_peak = f;
+	}
+	if (held)
+		res->internal_frag_mean += 1.0 - (double)live / (double)held;
+	if (step % s->o->sample_every == 0) {
+		struct rp_sample *p;
+
+		if (res->nsamples == res->cap_samples) {
+			size_t cap = res->cap_samples ? 2 * res->cap_samples : 1024;
+			struct rp_sample *v = realloc(res->samples, cap * sizeof(*v));
+
+			if (!v)
+				return -1;
+			res->samples = v;
+			res->cap_samples = cap;
+		}
+		waiting = s->nrequeue + (s->t->n - s->next);
+		p = &res->samples[res->nsamples++];
+		p->step = step;
+		p->t_ms = s->t_ms;
+		p->mapped = mapped;
+		p->live = live;
+		p->held = held;
+		p->cached = cached;
+		p->running = (uint32_t)s->nrun;
+		p->waiting = (uint32_t)waiting;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int setup(struct sim *s)
+{
+	const struct rp_sim_opts *o = s->o;
+	const struct rp_strategy *st = &s->res->strat;
+	kvs_drv_attr_t da;
+	kvs_pool_attr_t pa;
+	uint64_t tokens;
+
+	kvs_drv_attr_init(&da);
+	da.flags = KVS_DRV_F_LAZY; /* host: account, never touch (see the man page) */
+	da.granularity = o->granularity;
+	s->drv = kvs_drv_open(o->driver, &da);
+	if (!s->drv)
+		return -1;
+	tokens = o->kv_bytes / s->res->cell / st->page_size * st->page_size;
+	if (tokens == 0 || tokens > INT32_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	kvs_pool_attr_init(&pa);
+	pa.model = o->model;
+	pa.page_size = st->page_size;
+	pa.max_tokens = tokens;
+	/* Whole slabs may round the capacity up: the budget is a hard limit. */
+	pa.max_mapped = o->kv_bytes;
+	pa.slab_granules = st->slab_granules ? st->slab_granules : 1;
+	if (st->kind == RP_SLAB) {
+		pa.min_empty = o->min_empty;
+		pa.max_empty = o->max_empty;
+		/* Unmapped slabs keep their chunks for the next growth: creation
+		 * is the costly call on a GPU. */
+		pa.chunk_pool = o->max_empty;
+		pa.shrink_quiet = o->shrink_quiet;
+		pa.slab_flags = o->worker ? KVS_SLAB_F_WORKER : 0;
+	} else {
+		pa.slab_flags = KVS_SLAB_F_STATIC;
+	}
+	s->pool = kvs_pool_create(s->drv, &pa);
+	if (!s->pool)
+		return -1;
+	s->res->capacity_tokens =
+		kvs_slab_available(kvs_pool_slab(s->pool)) * (uint64_t)st->page_size;
+	if (s->res->capacity_tokens > tokens)
+		s->res->capacity_tokens = tokens;
+	s->tab = kvs_reqtab_create(s->drv, o->max_running,
+				   s->t->max_input + s->t->max_output + 8);
+	if (!s->tab)
+		return -1;
+	s->radix = kvs_radix_create(s->pool, NULL);
+	if (!s->radix)
+		return -1;
+	s->flow = kvs_flow_create(s->pool, s->tab, s->radix);
+	if (!s->flow)
+		return -1;
+	s->run = calloc(o->max_running + 1, sizeof(*s->run));
+	s->requeue = calloc(o->max_running + 1, sizeof(*s->requeue));
+	s->counted = calloc(s->t->n + 1, 1);
+	if (!s->run || !s->requeue || !s->counted) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
+static void teardown(struct sim *s)
+{
+	size_t i;
+
+	for (i = 0; i < s->nrun; i++) {
+		kvs_flow_release(s->flow, &s->run[i]->req);
+		sreq_free(s->run[i]);
+	}
+	kvs_flow_destroy(s->flow);
+	kvs_radix_destroy(s->radix);
+	kvs_reqtab_destroy(s->tab);
+	kvs_pool_destroy(s->pool);
+	kvs_drv_close(s->drv);
+	free(s->run);
+	free(s->requeue);
+	free(s->counted);
+	free(s->alloc_lat.v);
+	free(s->match_lat.v);
+}
+
+/**
+ * rp_simulate() - replay @t with strategy @st.
+ *
+ * Return: 0, or -1 with errno (the library's, or EINVAL for options).
+ */
+int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
+		const struct rp_strategy *st, struct rp_result *res, rp_progress_cb cb, void *arg)
+{
+	struct sim s;
+	uint64_t step = 0, wall0 = now_ns();
+	int rc = -1, e = 0;
+
+	memset(res, 0, sizeof(*res));
+	memset(&s, 0, sizeof(s));
+	res->strat = *st;
+	res->cell = kvs_model_cell_size(&o->model);
+	if (!t || !o || !res->cell || st->page_size == 0 || o->max_running == 0 ||
+	    o->sample_every == 0 || !(o->step_ms > 0)) {
+		errno = EINVAL;
+		return -1;
+	}
+	s.t = t;
+	s.o = o;
+	s.res = res;
+	if (setup(&s) < 0)
+		goto out;
+	while (s.next < t->n || s.nrequeue || s.nrun) {
+		if (s.nrun == 0 && !s.nrequeue && o->use_timestamps &&
+		    t->req[s.next].arrival_ms > s.t_ms)
+			s.t_ms = t->req[s.next].arrival_ms; /* idle: skip to the next arrival */
+		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0 || sample(&s, step) < 0)
+			goto out;
+		step++;
+		s.t_ms += o->step_ms;
+		if (cb && step % 256 == 0)
+			cb(arg, res->requests_done + res->rejected, t->n);
+	}
+	if (cb)
+		cb(arg, t->n, t->n);
+	res->steps = step;
+	res->sim_ms = s.t_ms;
+	if (step) {
+		res->mapped_mean /= (double)step;
+		res->live_mean /= (double)step;
+		res->held_mean /= (double)step;
+		res->cached_mean /= (double)step;
+		res->internal_frag_mean /= (double)step;
+	}
+	res->frag_mean = s.frag_steps ? s.sum_frag / (double)s.frag_steps : 0;
+	lat_quantiles(&s.alloc_lat, &res->alloc_p50_ns, &res->alloc_p99_ns);
+	lat_quantiles(&s.match_lat, &res->match_p50_ns, &res->match_p99_ns);
+	/* Drain: empty the cache and give back what the allocator can. */
+	kvs_radix_evict(s.radix, UINT64_MAX / 2);
+	kvs_slab_flush(kvs_pool_slab(s.pool));
+	kvs_slab_shrink(kvs_pool_slab(s.pool));
+	res->end_mapped = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_bytes_mapped);
+	res->drv_calls = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_drv_calls);
+	res->drv_ns = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_drv_ns);
+	rc = 0;
+out:
+	if (rc)
+		e = errno;
+	teardown(&s);
+	res->wall_s = (double)(now_ns() - wall0) / 1e9;
+	if (rc)
+		errno = e;
+	return rc;
+}
+
+void rp_result_free(struct rp_result *res)
+{
+	free(res->samples);
+	res->samples = NULL;
+	res->nsamples = res->cap_samples = 0;
+}
