@@ -231,7 +231,7 @@ static int place(struct kvs_flow *f, kvs_req_t *req, uint32_t upto, const int32_
 KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs, size_t n,
 					   int32_t *out_locs)
 {
-	uint32_t *slots = NULL, nnew = 0, maxctx, maxn = 0;
+	uint32_t *slots = NULL, *befores = NULL, nnew = 0, maxctx, maxn = 0;
 	int32_t *pages = NULL, *scratch = NULL;
 	const int32_t *cursor;
 	size_t i, total_pages = 0, given = 0, j = 0;
@@ -254,8 +254,9 @@ KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs
 	}
 	pthread_mutex_lock(&f->lock);
 	slots = calloc(nnew + 1, sizeof(*slots));
+	befores = calloc(n + 1, sizeof(*befores));
 	scratch = malloc(((size_t)maxn + f->ps) * sizeof(int32_t));
-	if (!slots || !scratch) {
+	if (!slots || !befores || !scratch) {
 		err = ENOMEM;
 		goto out;
 	}
@@ -300,9 +301,17 @@ KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs
 	for (i = 0; i < n; i++) {
 		uint32_t before = reqs[i]->kv_len;
 
-		/* Cannot fail: slots and positions were checked above. */
-		place(f, reqs[i], reqs[i]->ntokens, &cursor, out_locs ? out_locs + given : NULL,
-		      scratch);
+		befores[i] = before;
+		if (place(f, reqs[i], reqs[i]->ntokens, &cursor, out_locs ? out_locs + given : NULL,
+			  scratch) < 0) {
+			/* The row could not be written: give back every page of this
+			 * call and the positions handed out so far. */
+			err = errno;
+			kvs_pool_free(f->pool, total_pages * f->ps, pages);
+			while (i-- > 0)
+				reqs[i]->kv_len = befores[i];
+			goto undo;
+		}
 		given += reqs[i]->kv_len - before;
 	}
 	goto out;
@@ -326,6 +335,7 @@ undo:
 out:
 	pthread_mutex_unlock(&f->lock);
 	free(slots);
+	free(befores);
 	free(pages);
 	free(scratch);
 	if (err)
@@ -376,8 +386,20 @@ KVS_EXPORT int kvs_flow_prepare_decode(kvs_flow_t *f, kvs_req_t *const *reqs, si
 	}
 	cursor = pages;
 	for (i = 0; i < n; i++) {
-		place(f, reqs[i], reqs[i]->kv_len + 1, &cursor, out_locs ? out_locs + i : NULL,
-		      scratch);
+		if (place(f, reqs[i], reqs[i]->kv_len + 1, &cursor, out_locs ? out_locs + i : NULL,
+			  scratch) < 0) {
+			int e = errno;
+
+			/* Undo the call: its pages back, its positions taken back. */
+			kvs_pool_free(f->pool, total * f->ps, pages);
+			while (i-- > 0) {
+				reqs[i]->kv_len--;
+				reqs[i]->ntokens = reqs[i]->kv_len;
+			}
+			pthread_mutex_unlock(&f->lock);
+			free(pages);
+			return kvs_fail(e);
+		}
 		reqs[i]->ntokens = reqs[i]->kv_len;
 	}
 	pthread_mutex_unlock(&f->lock);
@@ -461,8 +483,13 @@ KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
  * again, rewrites the row with the tree's locations, and moves the lock to
  * the new last node; prefix_len becomes the page-aligned kv_len.
  *
+ * On a disabled cache there is nothing to cache and the call changes
+ * nothing.
+ *
  * Context: MT-Safe (serialized per flow).
- * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM (the request is unchanged),
+ * or, when the row cannot be rewritten after the insert, the row's error
+ * with the request released (as kvs_flow_release() does).
  */
 KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 {
@@ -473,6 +500,8 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 
 	if (!f || !req || req->slot < 0)
 		return kvs_fail(EINVAL);
+	if (kvs_radix_disabled(f->radix))
+		return 0; /* nothing is cached: the request keeps what it holds */
 	buf = malloc(2 * ((size_t)req->kv_len + 1) * sizeof(int32_t));
 	if (!buf)
 		return kvs_fail(ENOMEM);
@@ -488,9 +517,20 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 		err = errno;
 		goto out;
 	}
-	if ((uint32_t)m > req->prefix_len)
-		kvs_reqtab_write(f->tab, (uint32_t)req->slot, req->prefix_len,
-				 (uint32_t)m - req->prefix_len, nl + req->prefix_len);
+	if ((uint32_t)m > req->prefix_len &&
+	    kvs_reqtab_write(f->tab, (uint32_t)req->slot, req->prefix_len,
+			     (uint32_t)m - req->prefix_len, nl + req->prefix_len) < 0) {
+		/* The row still names the duplicates that just went back: the
+		 * request cannot go on.  Release it whole, as a preemption does. */
+		err = errno;
+		kvs_radix_unlock(f->radix, last);
+		if (req->kv_len > (uint32_t)m)
+			kvs_pool_free(f->pool, req->kv_len - (size_t)m, buf + m);
+		req_unlock(f, req);
+		kvs_reqtab_free(f->tab, (uint32_t)req->slot);
+		req_reset(req);
+		goto out;
+	}
 	req_unlock(f, req);
 	req->last_node = last;
 	req->prefix_len = (uint32_t)m;

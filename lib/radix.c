@@ -29,11 +29,14 @@
  * it changes the tree.  RCU alone would not do: a split gives an existing
  * node a shorter segment before its new parent is published, and a reader
  * that came through the old edge would match the shorter segment at the
- * wrong depth.  As the SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
+ * wrong depth (whatever the order of the stores).  As the SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
  * memory valid, not the meaning: the reader re-checks with the sequence
  * count and starts over if the tree changed during its walk, so it never
  * returns a torn result.  A reader retries at most while writes go on;
- * writers never wait for readers.
+ * writers never wait for readers, and keep their write sections short:
+ * evicted locations are freed and KV events delivered after the sequence
+ * count is even again (still under wlock), so an event callback may call
+ * kvs_radix_match_ro() but no writer call.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -74,6 +77,8 @@ struct rnode {
 	uint64_t last_access, hits, created;
 	int64_t heap_idx;		/* -1: not in the heap */
 	uint64_t last_hash;		/* chained hash of the last page (events) */
+	uint64_t gone_parent_hash;	/* evicted: the parent's last_hash */
+	struct rnode *gone_next;	/* evicted: the call's list, freed after the write */
 	struct rcu_head rcu;
 };
 
@@ -439,9 +444,9 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	if (r->event_cb)
 		n->last_hash = chain(r, c->parent == r->root ? 0 : c->parent->last_hash, c->extra,
 				     top, 0, m, 0);
-	/* Publish bottom-up: the new node's children, then the shorter segment
-	 * of @c, then the new node in place of @c.  Readers in between are sent
-	 * back by the sequence count. */
+	/* Publish the new node's children, then the new node in place of @c,
+	 * then @c's shorter segment.  No order is safe for a reader on its own:
+	 * readers that overlap any of it are sent back by the sequence count. */
 	c->h = child_hash(r, c->extra, rest->keys);
 	if (kids_update(n, c, NULL) < 0) {
 		c->h = old_h;
@@ -559,6 +564,7 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	pthread_mutex_init(&r->wlock, NULL);
 	r->root = node_new(r, NULL, 0, empty);
 	if (!r->root) {
+		pthread_mutex_destroy(&r->wlock);
 		free(empty);
 		free(r);
 		errno = ENOMEM;
@@ -768,7 +774,8 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 KVS_EXPORT ssize_t kvs_radix_insert(kvs_radix_t *r, uint64_t extra, const int32_t *key, size_t n,
 				    const int32_t *locs, int priority, kvs_radix_node_t **last)
 {
-	struct rnode *node;
+	struct rnode *node, *stored = NULL;
+	uint64_t stored_from = 0;
 	size_t pos = 0;
 
 	if (!r || (!key && n) || (!locs && n) || n > UINT32_MAX)
@@ -816,9 +823,11 @@ KVS_EXPORT ssize_t kvs_radix_insert(kvs_radix_t *r, uint64_t extra, const int32_
 			r->nnodes--;
 			goto nomem;
 		}
-		if (r->event_cb)
-			leaf->last_hash = chain(r, node == r->root ? 0 : node->last_hash, extra, s, 0,
-						s->len, KVS_KV_STORED);
+		if (r->event_cb) {
+			stored_from = node == r->root ? 0 : node->last_hash;
+			stored = leaf;
+			leaf->last_hash = chain(r, stored_from, extra, s, 0, s->len, 0);
+		}
 		r->evictable += s->len;
 		r->total += s->len;
 		heap_fix(r, node); /* no longer a leaf */
@@ -827,6 +836,8 @@ KVS_EXPORT ssize_t kvs_radix_insert(kvs_radix_t *r, uint64_t extra, const int32_
 		n = pos; /* return what was there before */
 	}
 	write_end(r);
+	if (stored) /* after the write: a callback may call kvs_radix_match_ro() */
+		chain(r, stored_from, extra, seg_of(stored), 0, seg_of(stored)->len, KVS_KV_STORED);
 out:
 	pthread_mutex_unlock(&r->wlock);
 	if (last)
@@ -922,6 +933,8 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 
 	if (!r)
 		return kvs_fail(EINVAL);
+	struct rnode *gone = NULL, **tail = &gone;
+
 	pthread_mutex_lock(&r->wlock);
 	write_begin(r);
 	while (done < tokens && r->heap_n > 0) {
@@ -931,18 +944,29 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 		if (kids_update(parent, NULL, leaf) < 0)
 			break;
 		heap_remove(r, leaf);
-		if (r->event_cb)
-			chain(r, parent == r->root ? 0 : parent->last_hash, leaf->extra, s, 0, s->len,
-			      KVS_KV_REMOVED);
-		free_locs(r, s->vals, s->len);
+		leaf->gone_parent_hash = parent == r->root ? 0 : parent->last_hash;
+		leaf->gone_next = NULL;
+		*tail = leaf;
+		tail = &leaf->gone_next;
 		done += s->len;
 		r->evictable -= s->len;
 		r->total -= s->len;
 		r->nnodes--;
-		call_rcu(&leaf->rcu, free_node_cb);
 		heap_fix(r, parent);
 	}
 	write_end(r);
+	/* Out of the write section, so readers are not held up by the pool
+	 * and a callback may call kvs_radix_match_ro(). */
+	while (gone) {
+		struct rnode *leaf = gone;
+		struct rseg *s = seg_of(leaf);
+
+		gone = leaf->gone_next;
+		if (r->event_cb)
+			chain(r, leaf->gone_parent_hash, leaf->extra, s, 0, s->len, KVS_KV_REMOVED);
+		free_locs(r, s->vals, s->len);
+		call_rcu(&leaf->rcu, free_node_cb);
+	}
 	pthread_mutex_unlock(&r->wlock);
 	return (ssize_t)done;
 }
@@ -982,6 +1006,19 @@ KVS_EXPORT uint32_t kvs_radix_page_size(const kvs_radix_t *r)
 }
 
 /**
+ * kvs_radix_disabled() - is this a disabled cache (the same API, nothing
+ * cached)?
+ * @radix: cache.
+ *
+ * Context: MT-Safe.
+ * Return: 1 or 0; 0 for NULL.
+ */
+KVS_EXPORT int kvs_radix_disabled(const kvs_radix_t *r)
+{
+	return r ? r->disabled != 0 : 0;
+}
+
+/**
  * kvs_radix_root() - the root node (what a match of nothing returns).
  * @radix: cache.
  *
@@ -1003,7 +1040,7 @@ static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_
 {
 	struct rkids *k = kids_of(n);
 	struct rseg *s = seg_of(n);
-	uint32_t i, locked_kids = 0;
+	uint32_t i;
 
 	if (n != r->root) {
 		v->nodes++;
@@ -1024,6 +1061,8 @@ static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_
 			v->bad = 1;
 		if ((n->heap_idx >= 0) != (n->lock_ref == 0 && !k))
 			v->bad = 1;
+		if (n->lock_ref == 0 && !k)
+			v->leaves++;
 		if (n->heap_idx >= 0 && r->heap[n->heap_idx] != n)
 			v->bad = 1;
 		if (n->h != child_hash(r, n->extra, s->keys))
@@ -1040,10 +1079,8 @@ static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_
 		if (i && k->e[i - 1].h == k->e[i].h && k->e[i - 1].node->extra == c->extra &&
 		    memcmp(seg_of(k->e[i - 1].node)->keys, seg_of(c)->keys, r->ps * 4) == 0)
 			v->bad = 1;
-		locked_kids += c->lock_ref;
 		validate_node(r, c, n == r->root ? UINT32_MAX : n->lock_ref, v);
 	}
-	(void)locked_kids;
 }
 
 /**
@@ -1067,7 +1104,8 @@ KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 	pthread_mutex_lock(&r->wlock);
 	validate_node(r, r->root, UINT32_MAX, &v);
 	if (v.evictable != r->evictable || v.protected_ != r->protected_ || v.total != r->total ||
-	    v.nodes != r->nnodes || r->evictable + r->protected_ != r->total)
+	    v.nodes != r->nnodes || r->evictable + r->protected_ != r->total ||
+	    v.leaves != r->heap_n)
 		v.bad = 1;
 	for (i = 0; i < r->heap_n && !v.bad; i++)
 		if ((size_t)r->heap[i]->heap_idx != i ||

@@ -73,6 +73,7 @@ uint64_t kvs_radix_protected(kvs_radix_t *radix);
 uint64_t kvs_radix_tokens(kvs_radix_t *radix);
 uint64_t kvs_radix_nodes(kvs_radix_t *radix);
 uint32_t kvs_radix_page_size(const kvs_radix_t *radix);
+int kvs_radix_disabled(const kvs_radix_t *radix);
 kvs_radix_node_t *kvs_radix_root(kvs_radix_t *radix);
 int kvs_radix_validate(kvs_radix_t *radix);
 

@@ -256,6 +256,83 @@ START_TEST(test_release_and_errors)
 }
 END_TEST
 
+/* A row that cannot be written (a failed copy to the device table) fails
+ * the batch and leaks nothing. */
+START_TEST(test_row_write_failure)
+{
+	struct env e;
+	kvs_drv_t *inner;
+	kvs_pool_attr_t pa;
+	int32_t t[64], out[64];
+	kvs_req_t q, *batch[1] = {&q};
+	int i;
+
+	for (i = 0; i < 64; i++)
+		t[i] = i;
+	inner = small_drv();
+	e.d = kvs_fault_open(inner);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.max_tokens = 4096;
+	e.pool = kvs_pool_create(e.d, &pa);
+	e.tab = kvs_reqtab_create(e.d, 8, 8192);
+	e.r = kvs_radix_create(e.pool, NULL);
+	e.f = kvs_flow_create(e.pool, e.tab, e.r);
+	ck_assert_ptr_nonnull(e.f);
+	kvs_req_init(&q, t, 40, 0, 0);
+	kvs_fault_fail_nth(e.d, KVS_OP_COPY, 1, EIO);
+	errno = 0;
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, out), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(q.slot, -1);
+	ck_assert_uint_eq(held_pages(&e), 0);
+	ck_assert_uint_eq(kvs_reqtab_available(e.tab), 8);
+	/* Works again, then a decode whose row write fails is undone. */
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, out), 40);
+	kvs_fault_fail_nth(e.d, KVS_OP_COPY, 1, EIO);
+	ck_assert_int_eq(kvs_flow_prepare_decode(e.f, batch, 1, out), -1);
+	ck_assert_uint_eq(q.kv_len, 40);
+	ck_assert_uint_eq(held_pages(&e), 40);
+	ck_assert_int_eq(kvs_flow_prepare_decode(e.f, batch, 1, out), 0);
+	ck_assert_uint_eq(q.kv_len, 41);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q), 0);
+	env_close(&e);
+}
+END_TEST
+
+/* A disabled cache: the flows work, nothing is kept, chunked prefill keeps
+ * the request's own pages. */
+START_TEST(test_disabled_cache)
+{
+	struct env e;
+	kvs_radix_attr_t ra;
+	int32_t t[64], out[64];
+	kvs_req_t q, *batch[1] = {&q};
+	int i;
+
+	for (i = 0; i < 64; i++)
+		t[i] = i;
+	env_open(&e, 4, 4096);
+	kvs_flow_destroy(e.f);
+	kvs_radix_destroy(e.r);
+	kvs_radix_attr_init(&ra);
+	ra.disabled = 1;
+	e.r = kvs_radix_create(e.pool, &ra);
+	e.f = kvs_flow_create(e.pool, e.tab, e.r);
+	kvs_req_init(&q, t, 20, 0, 0);
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, out), 20);
+	ck_assert_int_eq(kvs_flow_cache_unfinished(e.f, &q), 0);
+	ck_assert_uint_eq(held_pages(&e), 5);
+	ck_assert_uint_eq(q.prefix_len, 0);
+	q.ntokens = 40;
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, out), 20);
+	ck_assert_uint_eq(held_pages(&e), 10);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q), 0);
+	ck_assert_uint_eq(held_pages(&e), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *flow_suite(void)
 {
 	Suite *s = suite_create("flow");
@@ -266,6 +343,8 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_evicts_on_shortfall);
 	tcase_add_test(tc, test_chunked_prefill_pages);
 	tcase_add_test(tc, test_release_and_errors);
+	tcase_add_test(tc, test_row_write_failure);
+	tcase_add_test(tc, test_disabled_cache);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -326,6 +326,50 @@ START_TEST(test_kv_events)
 }
 END_TEST
 
+/* An event callback may read the tree with kvs_radix_match_ro(). */
+struct reentry {
+	kvs_radix_t *r;
+	int32_t key[8];
+	ssize_t seen[8];
+	int n;
+};
+
+static void on_event_read(void *arg, const kvs_kv_event_t *ev)
+{
+	struct reentry *re = arg;
+	int32_t locs[8];
+
+	(void)ev;
+	if (re->n < 8)
+		re->seen[re->n++] = kvs_radix_match_ro(re->r, 0, re->key, 8, locs);
+}
+
+START_TEST(test_event_callback_reads)
+{
+	struct env e;
+	struct reentry re;
+	kvs_radix_attr_t ra;
+	int i;
+
+	env_open(&e, 4, KVS_EVICT_LRU, 1024);
+	kvs_radix_destroy(e.r);
+	memset(&re, 0, sizeof(re));
+	for (i = 0; i < 8; i++)
+		re.key[i] = 40 + i;
+	kvs_radix_attr_init(&ra);
+	ra.event_cb = on_event_read;
+	ra.event_arg = &re;
+	e.r = re.r = kvs_radix_create(e.pool, &ra);
+	put(&e, 0, re.key, 8, NULL);
+	ck_assert_int_eq(re.n, 2);
+	ck_assert_int_eq(re.seen[0], 8); /* stored events come after the write */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 8);
+	ck_assert_int_eq(re.n, 4);
+	ck_assert_int_eq(re.seen[2], 0); /* removed: no longer matched */
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_disabled)
 {
 	struct env e;
@@ -680,6 +724,7 @@ static Suite *radix_suite(void)
 	tcase_add_test(tc, test_page_size_16);
 	tcase_add_test(tc, test_extra_keys);
 	tcase_add_test(tc, test_kv_events);
+	tcase_add_test(tc, test_event_callback_reads);
 	tcase_add_test(tc, test_disabled);
 	suite_add_tcase(s, tc);
 
