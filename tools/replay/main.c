@@ -241,6 +241,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	rp_synth_defaults(&o->synth);
 	rp_sim_defaults(&o->sim);
+	/* Only what the command line sets overrides the chosen preset. */
+	memset(&o->sim.model, 0, sizeof(o->sim.model));
 	o->model_name = "llama-3-8b";
 	o->strategies = "static:1,paged:16,slab:16";
 	o->granules = 1;

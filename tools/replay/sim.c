@@ -475,8 +475,11 @@ static int setup(struct sim *s)
 	s->drv = kvs_drv_open(o->driver, &da);
 	if (!s->drv)
 		return -1;
-	tokens = o->kv_bytes / s->res->cell / st->page_size * st->page_size;
-	if (tokens == 0 || tokens > INT32_MAX) {
+	tokens = o->kv_bytes / s->res->cell;
+	if (tokens > (1u << 30)) /* locations are int32: keep room for rounding */
+		tokens = 1u << 30;
+	tokens = tokens / st->page_size * st->page_size;
+	if (tokens == 0) {
 		errno = EINVAL;
 		return -1;
 	}
