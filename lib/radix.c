@@ -39,6 +39,7 @@
  * kvs_radix_match_ro() but no writer call.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,6 +714,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 {
 	size_t pos;
 	uint64_t s1;
+	unsigned int spins = 0;
 
 	if (!r || (!key && n) || (!locs && n))
 		return kvs_fail(EINVAL);
@@ -725,7 +727,12 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 
 		s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
 		if (s1 & 1) {
-			caa_cpu_relax();
+			/* A write is in progress: spin briefly, then let the
+			 * writer's thread run (it may share our CPU). */
+			if (++spins % 64 == 0)
+				sched_yield();
+			else
+				caa_cpu_relax();
 			continue;
 		}
 		pos = 0;
@@ -748,6 +755,8 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
 			break;
+		if (++spins % 64 == 0)
+			sched_yield();
 	}
 	rcu_read_unlock();
 	return (ssize_t)pos;

@@ -147,6 +147,15 @@ int tu_check(const void *p, size_t n, unsigned int seed)
 	return 1;
 }
 
+long tu_scaled(long n, long min)
+{
+	const char *e = getenv("KVSLAB_TEST_SCALE");
+	double f = e && *e ? atof(e) : 1.0;
+	long v = (long)((double)n * (f > 0 ? f : 1.0));
+
+	return v < min ? min : v;
+}
+
 int tu_run(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

@@ -33,6 +33,10 @@ size_t tu_double_query(const char *fn);
 void tu_fill(void *p, size_t n, unsigned int seed);
 int tu_check(const void *p, size_t n, unsigned int seed);
 
+/* Scale of long loops: KVSLAB_TEST_SCALE (default 1), lowered under
+ * valgrind and sanitizers; at least @min. */
+long tu_scaled(long n, long min);
+
 /* Run the suite with check's runner and print its summary; the exit code. */
 int tu_run(Suite *s);
 

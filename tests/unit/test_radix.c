@@ -573,25 +573,25 @@ static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
 
 START_TEST(test_model_ps1_lru)
 {
-	model_run(1, KVS_EVICT_LRU, 0x1111, 4000);
+	model_run(1, KVS_EVICT_LRU, 0x1111, (int)tu_scaled(4000, 500));
 }
 END_TEST
 
 START_TEST(test_model_ps4_lfu)
 {
-	model_run(4, KVS_EVICT_LFU, 0x2222, 3000);
+	model_run(4, KVS_EVICT_LFU, 0x2222, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
 START_TEST(test_model_ps16_priority)
 {
-	model_run(16, KVS_EVICT_PRIORITY, 0x3333, 3000);
+	model_run(16, KVS_EVICT_PRIORITY, 0x3333, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
 START_TEST(test_model_ps1_fifo)
 {
-	model_run(1, KVS_EVICT_FIFO, 0x4444, 3000);
+	model_run(1, KVS_EVICT_FIFO, 0x4444, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
@@ -674,7 +674,7 @@ START_TEST(test_readers_beside_writer)
 	ck_assert_ptr_nonnull(st->r);
 	for (t = 0; t < 3; t++)
 		pthread_create(&th[t], NULL, reader, st);
-	for (i = 0; i < 60000 && next < MAXID - SEQLEN; i++) {
+	for (i = 0; i < tu_scaled(60000, 2000) && next < MAXID - SEQLEN; i++) {
 		const int32_t *k = st->seqs[rng(&x) % NSEQ];
 		size_t n = 1 + rng(&x) % SEQLEN;
 

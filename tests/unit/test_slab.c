@@ -632,19 +632,19 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 
 START_TEST(test_random_ps1)
 {
-	random_run(_i, 1, 0x1234567ULL, 3000);
+	random_run(_i, 1, 0x1234567ULL, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
 START_TEST(test_random_ps4)
 {
-	random_run(_i, 4, 0xabcdefULL, 3000);
+	random_run(_i, 4, 0xabcdefULL, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
 START_TEST(test_random_ps16)
 {
-	random_run(_i, 16, 0x5eedULL, 3000);
+	random_run(_i, 16, 0x5eedULL, (int)tu_scaled(3000, 500));
 }
 END_TEST
 
@@ -662,7 +662,7 @@ static void *thr_main(void *arg)
 	uint32_t held[64], buf[16];
 	int n = 0, step;
 
-	for (step = 0; step < 20000; step++) {
+	for (step = 0; step < tu_scaled(20000, 2000); step++) {
 		uint64_t op = rng_next(&t->seed) % 10;
 
 		if (op < 4 && n < 48) {
