@@ -28,7 +28,8 @@ for page in "$src"/man/man*/*.[1-8]; do
 			-e 's/\\(ti/~/g' -e 's/\\(ha/^/g' -e 's/\\&//g' -e 's/\\(rs/\\/g' "$c"
 		n=$((n + 1))
 		name=$(basename "$c" .c)
-		if ! cc -std=gnu11 -Wall -Wextra -Werror -I"$src/include" -I"$build/include" \
+		# shellcheck disable=SC2086
+		if ! cc -std=gnu11 -Wall -Wextra -Werror ${KVSLAB_SAN_CFLAGS:-} -I"$src/include" -I"$build/include" \
 			-o "$work/$name" "$c" "$lib" -Wl,-rpath,"$build/.libs" -lpthread 2>"$work/$name.err"; then
 			echo "$name: does not compile:"; head -20 "$work/$name.err"; fail=1; continue
 		fi
