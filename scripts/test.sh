@@ -13,4 +13,16 @@ make check-valgrind
 make -s check-summary
 tests/check-install.sh
 make -j"$(nproc)" distcheck
+# One closing line for CI: the libcheck totals of the unit suites.
+total=0 bad=0
+for log in tests/unit/test_*.log; do
+	line=$(grep -h -E '^[0-9]+%: Checks: ' "$log" | tail -1)
+	[ -n "$line" ] || continue
+	c=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')
+	f=$(echo "$line" | sed -E 's/.*Failures: ([0-9]+).*/\1/')
+	e=$(echo "$line" | sed -E 's/.*Errors: ([0-9]+).*/\1/')
+	total=$((total + c))
+	bad=$((bad + f + e))
+done
 echo "kvslab: all test stages passed"
+echo "$((total - bad)) passed, $bad failed"
