@@ -262,8 +262,9 @@ static void slab_put(struct kvs_slab *s, uint32_t p)
 	relist(s, i);
 }
 
-/* Give back the pages of @pages whose @last flag is set, a run of pages of
- * one slab at a time, so each slab is relisted once per run.  Lock held. */
+/* Give back the pages of @pages whose @last flag is set (all of them when
+ * @last is NULL), a run of pages of one slab at a time, so each slab is
+ * relisted once per run.  Lock held. */
 static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
 			  const unsigned char *last)
 {
@@ -274,7 +275,7 @@ static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
 		uint32_t cnt = 0, minw;
 		struct slab_info *x;
 
-		if (!last[k]) {
+		if (last && !last[k]) {
 			k++;
 			continue;
 		}
@@ -282,10 +283,10 @@ static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
 		first = i * s->pps;
 		x = &s->si[i];
 		minw = x->hint;
-		for (; k < n && (!last[k] || pages[k] / s->pps == i); k++) {
+		for (; k < n && ((last && !last[k]) || pages[k] / s->pps == i); k++) {
 			uint32_t w;
 
-			if (!last[k])
+			if (last && !last[k])
 				continue;
 			bit_set(s->freebits, pages[k]);
 			w = (uint32_t)((pages[k] - first) / 64);
@@ -638,8 +639,10 @@ static void mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep)
 {
 	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
 
-	while (n > keep)
-		slab_put(s, m->pages[--n]);
+	if (n > keep) {
+		slab_put_many(s, n - keep, m->pages + keep, NULL);
+		n = keep;
+	}
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 	m->drain_seen = atomic_load_explicit(&s->drain_gen, memory_order_relaxed);
 }
@@ -993,6 +996,20 @@ KVS_EXPORT int kvs_slab_destroy(kvs_slab_t *s)
 static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 {
 	size_t got = 0;
+	uint64_t room = s->n_unmapped;
+
+	/* Fail at once when even growing cannot give @n: taking pages and
+	 * putting them back would cost as much as the allocation. */
+	if (s->max_mapped) {
+		uint64_t fit = s->bytes_charged >= s->max_mapped
+				       ? 0
+				       : (s->max_mapped - s->bytes_charged) / s->slab_total;
+
+		if (fit < room)
+			room = fit;
+	}
+	if (n > s->free_in_slabs + room * s->pps)
+		return kvs_fail(ENOMEM);
 
 	while (got < n) {
 		int64_t i = pick_slab(s);

@@ -63,6 +63,7 @@ static void usage(FILE *f)
 		"      --reserve-ratio=F   share of remaining output reserved      [0.7]\n"
 		"      --step-ms=F         simulated time of one step              [25]\n"
 		"      --no-timestamps     ignore arrival times: all arrive at once\n"
+		"      --no-cache          disable the prefix cache (finished requests free all)\n"
 		"Strategies:\n"
 		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
 		"                          [static:1,paged:16,slab:16]\n"
@@ -87,7 +88,7 @@ enum {
 	O_STRICT = 256, O_REQUESTS, O_RATE, O_IN_MEAN, O_IN_MAX, O_OUT_MEAN, O_OUT_MAX, O_SHARED,
 	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
-	O_SAMPLE, O_NOPROG
+	O_SAMPLE, O_NOPROG, O_NOCACHE
 };
 
 static const struct option longopts[] = {
@@ -111,7 +112,7 @@ static const struct option longopts[] = {
 	{"shrink-quiet", required_argument, 0, O_QUIET}, {"worker", no_argument, 0, O_WORKER},    {"csv", required_argument, 0, O_CSV},
 	{"plot", required_argument, 0, O_PLOT},  {"json", required_argument, 0, O_JSON},
 	{"sample-every", required_argument, 0, O_SAMPLE}, {"quiet", no_argument, 0, 'q'},
-	{"no-progress", no_argument, 0, O_NOPROG}, {"help", no_argument, 0, 'h'},
+	{"no-progress", no_argument, 0, O_NOPROG}, {"no-cache", no_argument, 0, O_NOCACHE}, {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -308,6 +309,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'q': o->quiet = 1; o->progress = 0; break;
 		case O_NOPROG: o->progress = 0; break;
+		case O_NOCACHE: o->sim.no_cache = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;

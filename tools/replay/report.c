@@ -186,7 +186,7 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n)
 	fprintf(gp, "set multiplot layout %zu,1 title 'kvslab-replay: mapped vs live vs cached "
 		    "KV memory'\n",
 		n);
-	fprintf(gp, "set xlabel 'simulated minutes'\nset ylabel 'GiB'\nset key top left\n"
+	fprintf(gp, "set xlabel 'simulated minutes'\nset ylabel 'GiB'\nset key outside right top\n"
 		    "set grid\n");
 	for (i = 0; i < n; i++) {
 		fprintf(gp, "set title '%s (page %u)'\n", res[i].strat.name, res[i].strat.page_size);

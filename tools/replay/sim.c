@@ -62,6 +62,7 @@ struct sim {
 	size_t next;			/* next trace request not yet admitted */
 	int32_t out_next;		/* output token ids */
 	uint8_t *counted;		/* hit accounted on first admission */
+	struct sreq *head;		/* the waiting head, built, not admitted */
 	struct lat alloc_lat, match_lat;
 	double t_ms;
 	double sum_frag;
@@ -263,7 +264,13 @@ static int admit(struct sim *s)
 			s->res->rejected++;
 			continue;
 		}
-		r = sreq_new(s, idx);
+		/* The head of the queue is built once and kept while it waits. */
+		if (s->head && s->head->idx != idx) {
+			sreq_free(s->head);
+			s->head = NULL;
+		}
+		r = s->head ? s->head : sreq_new(s, idx);
+		s->head = NULL;
 		if (!r)
 			return -1;
 		r->req.ntokens = r->input;
@@ -277,7 +284,7 @@ static int admit(struct sim *s)
 		need = round_up(r->input - (uint32_t)m, ps) + decode_reserve(s, r->out, 0);
 		avail = kvs_pool_available(s->pool) + kvs_radix_evictable(s->radix);
 		if (need + reserved(s) > avail && s->nrun > 0) {
-			sreq_free(r);
+			s->head = r;
 			break; /* wait for memory: the head of the queue blocks */
 		}
 		if (s->o->chunk && (uint32_t)m + s->o->chunk < r->input)
@@ -512,7 +519,13 @@ static int setup(struct sim *s)
 				   s->t->max_input + s->t->max_output + 8);
 	if (!s->tab)
 		return -1;
-	s->radix = kvs_radix_create(s->pool, NULL);
+	{
+		kvs_radix_attr_t ra;
+
+		kvs_radix_attr_init(&ra);
+		ra.disabled = o->no_cache;
+		s->radix = kvs_radix_create(s->pool, &ra);
+	}
 	if (!s->radix)
 		return -1;
 	s->flow = kvs_flow_create(s->pool, s->tab, s->radix);
@@ -536,6 +549,7 @@ static void teardown(struct sim *s)
 		kvs_flow_release(s->flow, &s->run[i]->req);
 		sreq_free(s->run[i]);
 	}
+	sreq_free(s->head);
 	kvs_flow_destroy(s->flow);
 	kvs_radix_destroy(s->radix);
 	kvs_reqtab_destroy(s->tab);

@@ -35,6 +35,7 @@ struct rp_sim_opts {
 	uint32_t min_empty, max_empty;	/* slab watermarks */
 	uint64_t shrink_quiet;		/* slab: pages freed since growth before unmapping */
 	int worker;			/* slab: map ahead on a worker thread */
+	int no_cache;			/* a disabled prefix cache: nothing kept */
 	uint64_t sample_every;		/* steps between samples (>= 1) */
 };
 
