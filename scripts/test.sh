@@ -8,9 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 make -j"$(nproc)" check
-make -s check-summary
 make check-valgrind
-make -s check-summary
 tests/check-install.sh
 make -j"$(nproc)" distcheck
 # One closing line for CI: the libcheck totals of the unit suites.
