@@ -139,8 +139,10 @@ static struct rseg *seg_new(uint32_t len, const int32_t *keys, const int32_t *va
 		return NULL;
 	s->len = len;
 	s->vals = s->keys + len;
-	memcpy(s->keys, keys, len * sizeof(int32_t));
-	memcpy(s->vals, vals, len * sizeof(int32_t));
+	if (len) { /* the root's segment is empty and has no source */
+		memcpy(s->keys, keys, len * sizeof(int32_t));
+		memcpy(s->vals, vals, len * sizeof(int32_t));
+	}
 	return s;
 }
 
