@@ -75,6 +75,26 @@ struct kvs_host_block {
 	struct kvs_host_block *next;
 };
 
+/* Intrusive doubly linked lists of chunks and events (prev, next members). */
+#define DLIST_PUSH(head, n)                                                   \
+	do {                                                                  \
+		(n)->prev = NULL;                                             \
+		(n)->next = (head);                                           \
+		if (head)                                                     \
+			(head)->prev = (n);                                   \
+		(head) = (n);                                                 \
+	} while (0)
+
+#define DLIST_DEL(head, n)                                                    \
+	do {                                                                  \
+		if ((n)->prev)                                                \
+			(n)->prev->next = (n)->next;                          \
+		else                                                          \
+			(head) = (n)->next;                                   \
+		if ((n)->next)                                                \
+			(n)->next->prev = (n)->prev;                          \
+	} while (0)
+
 static const char *const stat_names[] = {
 #define KVS_X_NAME(n, k, d) #n,
 	KVS_DRV_STATS(KVS_X_NAME)
@@ -541,10 +561,7 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 	c->magic = CHUNK_MAGIC;
 	c->size = size;
 	c->drv = d;
-	c->next = d->chunks;
-	if (d->chunks)
-		d->chunks->prev = c;
-	d->chunks = c;
+	DLIST_PUSH(d->chunks, c);
 	stat_add(d, KVS_DRV_STAT_bytes_created, size);
 	stat_add(d, KVS_DRV_STAT_chunks, 1);
 	stat_peak(d, KVS_DRV_STAT_bytes_created, KVS_DRV_STAT_bytes_created_peak);
@@ -556,12 +573,7 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 /* Forget a chunk whose handle is released and which has no mapping left. */
 static void chunk_drop(struct kvs_drv *d, struct kvs_chunk *c)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		d->chunks = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	DLIST_DEL(d->chunks, c);
 	stat_sub(d, KVS_DRV_STAT_bytes_created, c->size);
 	stat_sub(d, KVS_DRV_STAT_chunks, 1);
 	cset_del(d, c);
@@ -841,10 +853,7 @@ KVS_EXPORT int kvs_event_create(kvs_drv_t *d, kvs_event_t **ev)
 		return fail(d, err);
 	}
 	pthread_mutex_lock(&d->lock);
-	e->next = d->events;
-	if (d->events)
-		d->events->prev = e;
-	d->events = e;
+	DLIST_PUSH(d->events, e);
 	pthread_mutex_unlock(&d->lock);
 	*ev = e;
 	return 0;
@@ -852,12 +861,7 @@ KVS_EXPORT int kvs_event_create(kvs_drv_t *d, kvs_event_t **ev)
 
 static void event_unlink(struct kvs_drv *d, struct kvs_event *e)
 {
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		d->events = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
+	DLIST_DEL(d->events, e);
 }
 
 /**

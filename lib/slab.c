@@ -1033,6 +1033,16 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 	return 0;
 }
 
+/* An allocation failed: count it, check the watermarks (pages taken and put
+ * back may have emptied slabs), unlock, fail with @err.  Lock held. */
+static int alloc_failed_unlock(struct kvs_slab *s, int err)
+{
+	ST(s, alloc_fail)++;
+	after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return kvs_fail(err);
+}
+
 /* Refill the magazine from the slabs and hand out one page. */
 static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct mag *m)
 {
@@ -1043,11 +1053,8 @@ static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct m
 		mag_flush_locked(s, m, 0);
 		after_free_locked(s);
 	}
-	if (take_locked(s, 1, &p) < 0) {
-		ST(s, alloc_fail)++;
-		pthread_mutex_unlock(&s->lock);
-		return -1;
-	}
+	if (take_locked(s, 1, &p) < 0)
+		return alloc_failed_unlock(s, errno);
 	ST(s, alloc_slow)++;
 	if (m) {
 		/* Fill half the magazine from what is already mapped, no growth. */
@@ -1213,20 +1220,11 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
 	/* The slabs first (fullest first keeps memory dense), then this
 	 * thread's cache for what they cannot give without growing. */
 	if (take_locked(s, n, pages) < 0) {
-		uint32_t c = m ? atomic_load_explicit(&m->count, memory_order_relaxed) : 0;
-		int e = errno;
-
-		if (c == 0) {
-			ST(s, alloc_fail)++;
-			pthread_mutex_unlock(&s->lock);
-			return kvs_fail(e);
-		}
+		if (!m || atomic_load_explicit(&m->count, memory_order_relaxed) == 0)
+			return alloc_failed_unlock(s, errno);
 		mag_flush_locked(s, m, 0);
-		if (take_locked(s, n, pages) < 0) {
-			ST(s, alloc_fail)++;
-			pthread_mutex_unlock(&s->lock);
-			return -1;
-		}
+		if (take_locked(s, n, pages) < 0)
+			return alloc_failed_unlock(s, errno);
 	}
 	ST(s, alloc_slow) += n;
 	pthread_mutex_unlock(&s->lock);
@@ -1365,26 +1363,16 @@ KVS_EXPORT int kvs_slab_alloc_contig(kvs_slab_t *s, size_t n, uint32_t *first)
 		for (i = start / s->pps; i <= last; i++) {
 			if (s->si[i].state == S_UNMAPPED) {
 				ready = false;
-				if (claim_locked(s, i) < 0) {
-					int e = errno;
-
-					ST(s, alloc_fail)++;
-					after_free_locked(s);
-					pthread_mutex_unlock(&s->lock);
-					return kvs_fail(e);
-				}
+				if (claim_locked(s, i) < 0)
+					return alloc_failed_unlock(s, errno);
 			}
 		}
 		if (ready)
 			break;
 		start = UINT64_MAX; /* the lock was dropped: search again */
 	}
-	if (start == UINT64_MAX) {
-		ST(s, alloc_fail)++;
-		after_free_locked(s);
-		pthread_mutex_unlock(&s->lock);
-		return kvs_fail(ENOMEM);
-	}
+	if (start == UINT64_MAX)
+		return alloc_failed_unlock(s, ENOMEM);
 	for (p = start; p < start + n; p++) {
 		uint64_t i = p / s->pps;
 

@@ -29,6 +29,15 @@ int tu_host_chunk_fds(void);
 /* Introspection of the libcuda double (0 when it is not loaded). */
 size_t tu_double_query(const char *fn);
 
+/* The seeded xorshift64 generator the randomized tests share. */
+static inline uint64_t tu_rng(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
 /* Fill and check a byte pattern seeded by @seed. */
 void tu_fill(void *p, size_t n, unsigned int seed);
 int tu_check(const void *p, size_t n, unsigned int seed);

@@ -392,14 +392,6 @@ END_TEST
 
 /* ------------------------------------------------------------ model test */
 
-static uint64_t rng(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 /* The reference: every cached page-aligned prefix, found by brute force. */
 struct ref_page {
 	uint64_t extra;
@@ -492,12 +484,12 @@ static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
 
 	env_open(&e, ps, policy, 1 << 16);
 	for (step = 0; step < steps; step++) {
-		uint64_t op = rng(&x) % 100, extra = rng(&x) % 3 == 0;
-		size_t n = 1 + rng(&x) % (ps == 1 ? 24 : 48), i, m, exp;
+		uint64_t op = tu_rng(&x) % 100, extra = tu_rng(&x) % 3 == 0;
+		size_t n = 1 + tu_rng(&x) % (ps == 1 ? 24 : 48), i, m, exp;
 
 		/* Few distinct tokens: lots of shared prefixes and splits. */
 		for (i = 0; i < n; i++)
-			key[i] = (int32_t)(rng(&x) % (i < 4 ? 2 : 3));
+			key[i] = (int32_t)(tu_rng(&x) % (i < 4 ? 2 : 3));
 		if (op < 40) { /* insert, as a finished request does */
 			size_t al = n / ps * ps;
 			ssize_t got;
@@ -508,7 +500,7 @@ static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
 			ref_sync(&rf, e.pool);
 			ck_assert_int_eq(kvs_pool_alloc(e.pool, al, locs), 0);
 			exp = ref_match(&rf, extra, key, al, want);
-			got = kvs_radix_insert(e.r, extra, key, n, locs, (int)(rng(&x) % 4), &last);
+			got = kvs_radix_insert(e.r, extra, key, n, locs, (int)(tu_rng(&x) % 4), &last);
 			ck_assert_int_eq(got, (ssize_t)exp);
 			if (got)
 				ck_assert_int_eq(kvs_pool_free(e.pool, (size_t)got, locs), 0);
@@ -521,7 +513,7 @@ static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
 			m = (size_t)kvs_radix_match(e.r, extra, key, n, locs, &last);
 			ck_assert_uint_eq(m, exp);
 			ck_assert_int_eq(memcmp(locs, want, m * sizeof(int32_t)), 0);
-			if (m && nlocks < 8 && rng(&x) % 2) {
+			if (m && nlocks < 8 && tu_rng(&x) % 2) {
 				ck_assert_int_eq(kvs_radix_lock(e.r, last), 0);
 				locks[nlocks].node = last;
 				locks[nlocks].extra = extra;
@@ -534,12 +526,12 @@ static void model_run(uint32_t ps, int policy, uint64_t seed, int steps)
 			ck_assert_uint_eq(m, exp);
 			ck_assert_int_eq(memcmp(locs, want, m * sizeof(int32_t)), 0);
 		} else if (op < 85 && nlocks) { /* unlock */
-			int j = (int)(rng(&x) % (uint64_t)nlocks);
+			int j = (int)(tu_rng(&x) % (uint64_t)nlocks);
 
 			ck_assert_int_eq(kvs_radix_unlock(e.r, locks[j].node), 0);
 			locks[j] = locks[--nlocks];
 		} else { /* evict */
-			size_t ask = rng(&x) % 40;
+			size_t ask = tu_rng(&x) % 40;
 			uint64_t before = kvs_radix_tokens(e.r);
 			ssize_t ev = kvs_radix_evict(e.r, ask);
 			int j;
@@ -638,8 +630,8 @@ static void *reader(void *arg)
 	int32_t locs[SEQLEN];
 
 	while (!atomic_load(&st->stop)) {
-		const int32_t *q = st->seqs[rng(&x) % NSEQ];
-		size_t n = 1 + rng(&x) % SEQLEN;
+		const int32_t *q = st->seqs[tu_rng(&x) % NSEQ];
+		size_t n = 1 + tu_rng(&x) % SEQLEN;
 		ssize_t m = kvs_radix_match_ro(st->r, 0, q, n, locs);
 
 		for (ssize_t i = 0; i < m; i++)
@@ -666,7 +658,7 @@ START_TEST(test_readers_beside_writer)
 	/* Sequences share prefixes in a small tree of variants. */
 	for (i = 0; i < NSEQ; i++)
 		for (j = 0; j < SEQLEN; j++)
-			st->seqs[i][j] = j < 8 ? (i & 1) : j < 24 ? (i >> 1) % 4 : (int32_t)(rng(&x) % 5);
+			st->seqs[i][j] = j < 8 ? (i & 1) : j < 24 ? (i >> 1) % 4 : (int32_t)(tu_rng(&x) % 5);
 	kvs_radix_attr_init(&ra);
 	ra.page_size = 1;
 	ra.free_cb = discard;
@@ -675,14 +667,14 @@ START_TEST(test_readers_beside_writer)
 	for (t = 0; t < 3; t++)
 		pthread_create(&th[t], NULL, reader, st);
 	for (i = 0; i < tu_scaled(60000, 2000) && next < MAXID - SEQLEN; i++) {
-		const int32_t *k = st->seqs[rng(&x) % NSEQ];
-		size_t n = 1 + rng(&x) % SEQLEN;
+		const int32_t *k = st->seqs[tu_rng(&x) % NSEQ];
+		size_t n = 1 + tu_rng(&x) % SEQLEN;
 
-		if (rng(&x) % 4 == 0) {
-			kvs_radix_evict(st->r, 1 + rng(&x) % 64);
+		if (tu_rng(&x) % 4 == 0) {
+			kvs_radix_evict(st->r, 1 + tu_rng(&x) % 64);
 			continue;
 		}
-		if (rng(&x) % 3 == 0) { /* a splitting match */
+		if (tu_rng(&x) % 3 == 0) { /* a splitting match */
 			kvs_radix_match(st->r, 0, k, n, locs, NULL);
 			continue;
 		}

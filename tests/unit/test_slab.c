@@ -494,14 +494,6 @@ END_TEST
 
 /* ---------------------------------------------------------- model test */
 
-static uint64_t rng_next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 static void model_check(kvs_slab_t *s, const uint16_t *model, uint64_t n, size_t limit)
 {
 	uint64_t p, held = 0;
@@ -543,7 +535,7 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 	model = calloc(n, sizeof(*model));
 	held = calloc(n * 4, sizeof(*held)); /* one entry per reference */
 	for (step = 0; step < steps; step++) {
-		uint64_t op = rng_next(&x) % 100;
+		uint64_t op = tu_rng(&x) % 100;
 
 		if (op < 30) { /* alloc one */
 			int64_t p = kvs_slab_alloc(s);
@@ -556,7 +548,7 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 				held[nheld++] = (uint32_t)p;
 			}
 		} else if (op < 40) { /* alloc bulk */
-			size_t want = 1 + rng_next(&x) % 40;
+			size_t want = 1 + tu_rng(&x) % 40;
 
 			if (kvs_slab_alloc_bulk(s, want, buf) < 0) {
 				ck_assert_int_eq(errno, ENOMEM);
@@ -568,7 +560,7 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 				}
 			}
 		} else if (op < 45) { /* contiguous */
-			size_t want = 1 + rng_next(&x) % 20;
+			size_t want = 1 + tu_rng(&x) % 20;
 			uint32_t first;
 
 			if (kvs_slab_alloc_contig(s, want, &first) < 0) {
@@ -581,24 +573,24 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 				}
 			}
 		} else if (op < 55 && nheld) { /* ref */
-			uint32_t p = held[rng_next(&x) % nheld];
+			uint32_t p = held[tu_rng(&x) % nheld];
 
 			ck_assert_int_eq(kvs_slab_ref(s, p), 0);
 			model[p]++;
 			held[nheld++] = p;
 		} else if (op < 85 && nheld) { /* free one reference */
-			uint32_t j = (uint32_t)(rng_next(&x) % nheld), p = held[j];
+			uint32_t j = (uint32_t)(tu_rng(&x) % nheld), p = held[j];
 
 			ck_assert_int_eq(kvs_slab_free(s, p), 0);
 			model[p]--;
 			held[j] = held[--nheld];
 		} else if (op < 92 && nheld) { /* free bulk */
-			uint32_t m = 1 + (uint32_t)(rng_next(&x) % 20), j;
+			uint32_t m = 1 + (uint32_t)(tu_rng(&x) % 20), j;
 
 			if (m > nheld)
 				m = nheld;
 			for (j = 0; j < m; j++) {
-				uint32_t r = (uint32_t)(rng_next(&x) % nheld);
+				uint32_t r = (uint32_t)(tu_rng(&x) % nheld);
 
 				buf[j] = held[r];
 				held[r] = held[--nheld];
@@ -607,7 +599,7 @@ static void random_run(int i, uint32_t page_size, uint64_t seed, int steps)
 			for (j = 0; j < m; j++)
 				model[buf[j]]--;
 		} else if (op < 95) { /* invalid free: a free page or out of range */
-			uint32_t p = (uint32_t)(rng_next(&x) % (n + 4));
+			uint32_t p = (uint32_t)(tu_rng(&x) % (n + 4));
 
 			if (p >= n || model[p] == 0) {
 				ck_assert_int_eq(kvs_slab_free(s, p), -1);
@@ -663,7 +655,7 @@ static void *thr_main(void *arg)
 	int n = 0, step;
 
 	for (step = 0; step < tu_scaled(20000, 2000); step++) {
-		uint64_t op = rng_next(&t->seed) % 10;
+		uint64_t op = tu_rng(&t->seed) % 10;
 
 		if (op < 4 && n < 48) {
 			int64_t p = kvs_slab_alloc(t->s);
@@ -675,7 +667,7 @@ static void *thr_main(void *arg)
 				for (int k = 0; k < 8; k++)
 					held[n++] = buf[k];
 		} else if (op < 6 && n > 0 && n < 60) {
-			uint32_t p = held[rng_next(&t->seed) % n];
+			uint32_t p = held[tu_rng(&t->seed) % n];
 
 			if (kvs_slab_ref(t->s, p) == 0)
 				held[n++] = p;
@@ -684,7 +676,7 @@ static void *thr_main(void *arg)
 		} else if (op == 9 && step % 500 == 0) {
 			kvs_slab_shrink(t->s);
 		} else if (n > 0) {
-			int j = (int)(rng_next(&t->seed) % n);
+			int j = (int)(tu_rng(&t->seed) % n);
 
 			if (kvs_slab_free(t->s, held[j]) < 0)
 				t->fails++;
