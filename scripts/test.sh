@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 make -j"$(nproc)" check
-make check-valgrind
+make -j"$(nproc)" check-valgrind
 tests/check-install.sh
 make -j"$(nproc)" distcheck
 # One closing line for CI: the libcheck totals of the unit suites.

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -154,6 +155,14 @@ long tu_scaled(long n, long min)
 	long v = (long)((double)n * (f > 0 ? f : 1.0));
 
 	return v < min ? min : v;
+}
+
+double tu_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int tu_run(Suite *s)

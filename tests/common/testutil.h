@@ -46,6 +46,11 @@ int tu_check(const void *p, size_t n, unsigned int seed);
  * valgrind and sanitizers; at least @min. */
 long tu_scaled(long n, long min);
 
+/* Seconds on the monotonic clock.  Loops that race other threads stop at a
+ * deadline as well as at their count: under valgrind, which runs one thread
+ * at a time, spinning readers can starve a writer for many minutes. */
+double tu_seconds(void);
+
 /* Run the suite with check's runner and print its summary; the exit code. */
 int tu_run(Suite *s);
 

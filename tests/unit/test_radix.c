@@ -652,6 +652,7 @@ START_TEST(test_readers_beside_writer)
 	pthread_t th[3];
 	uint64_t x = 99;
 	int32_t next = 1, locs[SEQLEN];
+	double deadline;
 	int i, j, t;
 
 	st->ids = calloc(MAXID, sizeof(*st->ids));
@@ -666,7 +667,12 @@ START_TEST(test_readers_beside_writer)
 	ck_assert_ptr_nonnull(st->r);
 	for (t = 0; t < 3; t++)
 		pthread_create(&th[t], NULL, reader, st);
+	/* At most 60000 writer steps, and at most 15 s of them (natively the
+	 * whole test takes well under a second). */
+	deadline = tu_seconds() + 15.0;
 	for (i = 0; i < tu_scaled(60000, 2000) && next < MAXID - SEQLEN; i++) {
+		if (i % 256 == 0 && tu_seconds() > deadline)
+			break;
 		const int32_t *k = st->seqs[tu_rng(&x) % NSEQ];
 		size_t n = 1 + tu_rng(&x) % SEQLEN;
 
@@ -692,7 +698,7 @@ START_TEST(test_readers_beside_writer)
 	ck_assert_uint_gt(atomic_load(&st->matches), 0);
 	ck_assert_uint_gt(atomic_load(&st->hits), 0);
 	if (getenv("KVSLAB_TEST_VERBOSE"))
-		fprintf(stderr, "stress: %llu matches, %llu hits, %d inserted ids\n",
+		fprintf(stderr, "stress: %d writer steps, %llu matches, %llu hits, %d inserted ids\n", i,
 			(unsigned long long)atomic_load(&st->matches),
 			(unsigned long long)atomic_load(&st->hits), next);
 	ck_assert_int_eq(kvs_radix_validate(st->r), 0);
