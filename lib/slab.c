@@ -225,12 +225,17 @@ static uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint3
 			bits &= ~0ULL << (first - w * 64);
 		if (w * 64 + 64 > end)
 			bits &= ~0ULL >> (w * 64 + 64 - end);
-		while (bits && got < n) {
-			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+		if (bits) {
+			uint64_t taken = 0;
 
-			bits &= bits - 1;
-			out[got++] = (uint32_t)p;
-			s->freebits[w] &= ~(1ULL << (p & 63));
+			while (bits && got < n) {
+				uint64_t b = bits & -bits;
+
+				bits ^= b;
+				taken |= b;
+				out[got++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(b));
+			}
+			s->freebits[w] &= ~taken;
 		}
 		if (got == n)
 			break;
@@ -283,13 +288,14 @@ static void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages,
 		first = i * s->pps;
 		x = &s->si[i];
 		minw = x->hint;
-		for (; k < n && ((last && !last[k]) || pages[k] / s->pps == i); k++) {
+		/* Pages of the same slab: one unsigned compare, no division. */
+		for (; k < n && ((last && !last[k]) || pages[k] - first < s->pps); k++) {
 			uint32_t w;
 
 			if (last && !last[k])
 				continue;
 			bit_set(s->freebits, pages[k]);
-			w = (uint32_t)((pages[k] - first) / 64);
+			w = (uint32_t)((pages[k] - first) >> 6);
 			if (w < minw)
 				minw = w;
 			cnt++;
@@ -1516,6 +1522,7 @@ static uint64_t cached_locked(struct kvs_slab *s)
 KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 {
 	uint64_t i, p, n_empty = 0, n_partial = 0, n_full = 0, n_unmapped = 0, mapped = 0;
+	uint64_t busy = 0;
 	uint64_t free_bits = 0, inuse = 0, *seen;
 	struct mag *m;
 	int bad = 0;
@@ -1553,6 +1560,8 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 				bad = 1;
 		} else if (x->state == S_BROKEN) {
 			mapped++;
+		} else {
+			busy++; /* being mapped or unmapped by another thread */
 		}
 		for (p = i * s->pps; p < (i + 1) * s->pps && !bad; p++) {
 			uint16_t r = atomic_load_explicit(&s->ref[p], memory_order_relaxed);
@@ -1580,8 +1589,12 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 	}
 	if (!bad && (n_empty != s->n_empty || n_partial != s->n_partial || n_full != s->n_full ||
 		     n_unmapped != s->n_unmapped || free_bits != s->free_in_slabs ||
-		     inuse != s->inuse_total || mapped * s->slab_total != s->bytes_mapped ||
-		     (s->max_mapped && s->bytes_mapped > s->max_mapped)))
+		     inuse != s->inuse_total || busy != s->n_busy || s->n_mapping > busy ||
+		     /* a slab being unmapped is still counted as mapped; one
+		      * being mapped is not yet, but both are charged */
+		     (mapped + busy - s->n_mapping) * s->slab_total != s->bytes_mapped ||
+		     (mapped + busy) * s->slab_total != s->bytes_charged ||
+		     (s->max_mapped && s->bytes_charged > s->max_mapped)))
 		bad = 1;
 	pthread_mutex_unlock(&s->lock);
 	free(seen);
