@@ -32,7 +32,8 @@
  * wrong depth (whatever the order of the stores).  As the SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
  * memory valid, not the meaning: the reader re-checks with the sequence
  * count and starts over if the tree changed during its walk, so it never
- * returns a torn result.  A reader retries at most while writes go on;
+ * returns a torn result.  A reader that has started over RO_TRIES times
+ * reads once under wlock instead, so a stream of writes cannot starve it;
  * writers never wait for readers, and keep their write sections short:
  * evicted locations are freed and KV events delivered after the sequence
  * count is even again (still under wlock), so an event callback may call
@@ -694,6 +695,38 @@ out:
 	return (ssize_t)pos;
 }
 
+/*
+ * How many times a lock-free reader starts over before it reads under the
+ * writer lock (Linux's read_seqbegin_or_lock does the same after one).
+ */
+#define RO_TRIES 256
+
+/* One walk of kvs_radix_match_ro(): copies the matched locations. */
+static size_t ro_walk(const struct kvs_radix *r, uint64_t extra, const int32_t *key, size_t n,
+		      int32_t *locs)
+{
+	const struct rnode *node = r->root;
+	size_t pos = 0;
+
+	while (pos < n) {
+		const struct rnode *c = find_child(r, node, extra, key + pos);
+		const struct rseg *s;
+		uint32_t m, want;
+
+		if (!c)
+			break;
+		s = seg_of(c);
+		want = (uint32_t)(n - pos < s->len ? n - pos : s->len);
+		m = common_prefix(s->keys, key + pos, want, r->ps);
+		memcpy(locs + pos, s->vals, m * sizeof(int32_t));
+		pos += m;
+		if (m < s->len)
+			break;
+		node = c;
+	}
+	return pos;
+}
+
 /**
  * kvs_radix_match_ro() - the longest cached prefix, without changing the
  * tree: lock-free, for any number of threads beside the writer.
@@ -705,10 +738,11 @@ out:
  *
  * Neither splits nodes nor updates access times.  Runs under an RCU read
  * lock and starts over when a writer changed the tree meanwhile, so the
- * answer is a prefix that was cached, as a whole, at one moment.
+ * answer is a prefix that was cached, as a whole, at one moment; after
+ * RO_TRIES attempts it reads under the writer lock.
  *
- * Context: MT-Safe, lock-free; may be called from any thread, including
- * inside an event callback.
+ * Context: MT-Safe, lock-free unless writers keep overlapping it; may be
+ * called from any thread, including inside an event callback.
  * Return: tokens matched, or -1 with errno EINVAL.
  */
 KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int32_t *key,
@@ -716,7 +750,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 {
 	size_t pos;
 	uint64_t s1;
-	unsigned int spins = 0;
+	unsigned int tries = 0;
 
 	if (!r || (!key && n) || (!locs && n))
 		return kvs_fail(EINVAL);
@@ -725,40 +759,27 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 	n = n / r->ps * r->ps;
 	rcu_read_lock();
 	for (;;) {
-		const struct rnode *node = r->root;
-
 		s1 = atomic_load_explicit(&r->seq, memory_order_acquire);
-		if (s1 & 1) {
-			/* A write is in progress: spin briefly, then let the
-			 * writer's thread run (it may share our CPU). */
-			if (++spins % 64 == 0)
-				sched_yield();
-			else
-				caa_cpu_relax();
-			continue;
-		}
-		pos = 0;
-		while (pos < n) {
-			const struct rnode *c = find_child(r, node, extra, key + pos);
-			const struct rseg *s;
-			uint32_t m, want;
-
-			if (!c)
+		if (!(s1 & 1)) {
+			pos = ro_walk(r, extra, key, n, locs);
+			atomic_thread_fence(memory_order_acquire);
+			if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
 				break;
-			s = seg_of(c);
-			want = (uint32_t)(n - pos < s->len ? n - pos : s->len);
-			m = common_prefix(s->keys, key + pos, want, r->ps);
-			memcpy(locs + pos, s->vals, m * sizeof(int32_t));
-			pos += m;
-			if (m < s->len)
-				break;
-			node = c;
 		}
-		atomic_thread_fence(memory_order_acquire);
-		if (atomic_load_explicit(&r->seq, memory_order_relaxed) == s1)
+		/* A write is in progress or overlapped the walk.  Spin
+		 * briefly, then let the writer's thread run (it may share our
+		 * CPU); a reader that keeps losing to writers reads once under
+		 * the writer lock, so that it cannot starve. */
+		if (++tries == RO_TRIES) {
+			pthread_mutex_lock(&r->wlock);
+			pos = ro_walk(r, extra, key, n, locs);
+			pthread_mutex_unlock(&r->wlock);
 			break;
-		if (++spins % 64 == 0)
+		}
+		if (tries % 16 == 0)
 			sched_yield();
+		else
+			caa_cpu_relax();
 	}
 	rcu_read_unlock();
 	return (ssize_t)pos;
