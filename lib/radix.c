@@ -506,6 +506,14 @@ static inline uint32_t common_prefix(const int32_t *a, const int32_t *b, uint32_
 	return i / ps * ps;
 }
 
+/* How many leading tokens of @key (of which @left remain) the segment @s
+ * matches, in whole pages. */
+static inline uint32_t edge_match(const struct kvs_radix *r, const struct rseg *s,
+				  const int32_t *key, size_t left)
+{
+	return common_prefix(s->keys, key, (uint32_t)(left < s->len ? left : s->len), r->ps);
+}
+
 /**
  * kvs_radix_attr_init() - defaults: the pool's page size, LRU, enabled, no
  * events.
@@ -662,14 +670,13 @@ KVS_EXPORT ssize_t kvs_radix_match(kvs_radix_t *r, uint64_t extra, const int32_t
 	while (pos < n) {
 		struct rnode *c = find_child(r, node, extra, key + pos);
 		struct rseg *s;
-		uint32_t m, want, len;
+		uint32_t m, len;
 
 		if (!c)
 			break;
 		s = seg_of(c);
 		len = s->len; /* @s is retired by a split: read it before */
-		want = (uint32_t)(n - pos < len ? n - pos : len);
-		m = common_prefix(s->keys, key + pos, want, r->ps);
+		m = edge_match(r, s, key + pos, n - pos);
 		if (m < len) {
 			struct rnode *top = split(r, c, m);
 
@@ -711,13 +718,12 @@ static size_t ro_walk(const struct kvs_radix *r, uint64_t extra, const int32_t *
 	while (pos < n) {
 		const struct rnode *c = find_child(r, node, extra, key + pos);
 		const struct rseg *s;
-		uint32_t m, want;
+		uint32_t m;
 
 		if (!c)
 			break;
 		s = seg_of(c);
-		want = (uint32_t)(n - pos < s->len ? n - pos : s->len);
-		m = common_prefix(s->keys, key + pos, want, r->ps);
+		m = edge_match(r, s, key + pos, n - pos);
 		memcpy(locs + pos, s->vals, m * sizeof(int32_t));
 		pos += m;
 		if (m < s->len)
@@ -824,13 +830,12 @@ KVS_EXPORT ssize_t kvs_radix_insert(kvs_radix_t *r, uint64_t extra, const int32_
 	while (pos < n) {
 		struct rnode *c = find_child(r, node, extra, key + pos);
 		struct rseg *s;
-		uint32_t m, want;
+		uint32_t m;
 
 		if (!c)
 			break;
 		s = seg_of(c);
-		want = (uint32_t)(n - pos < s->len ? n - pos : s->len);
-		m = common_prefix(s->keys, key + pos, want, r->ps);
+		m = edge_match(r, s, key + pos, n - pos);
 		if (m < s->len) {
 			c = split(r, c, m);
 			if (!c)
