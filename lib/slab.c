@@ -775,6 +775,46 @@ static int slab_tokens(const kvs_slab_attr_t *a, size_t gran, uint64_t *out)
 	return 0;
 }
 
+/*
+ * How many slabs, and the bytes of one in all buffers.  Every product of a
+ * caller's number is checked: a slab's bytes in each buffer and in all, the
+ * reservation of each buffer, the page count.  With max_mapped, the slabs
+ * are as many as fit within it, so that capacity and availability never
+ * count a page that could not be mapped.  EINVAL when the budget holds no
+ * slab, EOVERFLOW when a size does not fit its type.
+ */
+static int slab_geometry(const kvs_slab_attr_t *a, uint64_t tokens, uint32_t pps,
+			 uint64_t *nslabs, size_t *slab_total)
+{
+	uint64_t n = a->capacity_pages / pps + (a->capacity_pages % pps != 0);
+	size_t total = 0, bytes;
+	uint32_t b;
+
+	for (b = 0; b < a->nbuffers; b++) {
+		if (__builtin_mul_overflow(tokens, a->token_bytes[b], &bytes) ||
+		    __builtin_add_overflow(total, bytes, &total))
+			return kvs_fail(EOVERFLOW);
+	}
+	if (a->max_mapped) {
+		uint64_t fit = a->max_mapped / total;
+
+		if (fit == 0)
+			return kvs_fail(EINVAL);
+		if (fit < n)
+			n = fit;
+	}
+	for (b = 0; b < a->nbuffers; b++) {
+		if (__builtin_mul_overflow(tokens, a->token_bytes[b], &bytes) ||
+		    __builtin_mul_overflow(bytes, n, &bytes))
+			return kvs_fail(EOVERFLOW);
+	}
+	if (__builtin_mul_overflow(n, (uint64_t)pps, &n) || n > UINT32_MAX)
+		return kvs_fail(EINVAL);
+	*nslabs = n / pps;
+	*slab_total = total;
+	return 0;
+}
+
 /**
  * kvs_slab_create() - create a slab allocator over new buffers on @drv.
  * @drv: an open driver; it must outlive the allocator.
@@ -821,12 +861,11 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->pps = (uint32_t)(tokens / a->page_size);
 	s->nbuf = a->nbuffers;
 	s->bucket_mul = ((uint64_t)NBUCKET << 32) / s->pps;
-	s->nslabs = (a->capacity_pages + s->pps - 1) / s->pps;
-	s->npages = s->nslabs * s->pps;
-	if (s->npages > UINT32_MAX) {
-		err = EINVAL;
+	if (slab_geometry(a, tokens, s->pps, &s->nslabs, &s->slab_total) < 0) {
+		err = errno;
 		goto err_free;
 	}
+	s->npages = s->nslabs * s->pps;
 	s->max_mapped = a->max_mapped;
 	s->min_empty = a->min_empty;
 	s->max_empty = a->max_empty;
@@ -847,8 +886,7 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 		goto err_free;
 	for (b = 0; b < s->nbuf; b++) {
 		s->token_bytes[b] = a->token_bytes[b];
-		s->slab_bytes[b] = tokens * a->token_bytes[b];
-		s->slab_total += s->slab_bytes[b];
+		s->slab_bytes[b] = tokens * a->token_bytes[b]; /* checked by slab_geometry */
 	}
 	s->empty_head = -1;
 	for (b = 0; b < NBUCKET; b++)
