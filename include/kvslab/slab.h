@@ -22,6 +22,24 @@ extern "C" {
 
 typedef struct kvs_slab kvs_slab_t;
 
+/* A stream of the engine's device work (cuda: a CUstream; 0: the legacy
+ * default stream).  Also declared by <kvslab/drv.h>. */
+typedef uint64_t kvs_stream_t;
+
+/**
+ * A fence of the engine's own: a point in its device work.  record() marks
+ * the point after everything submitted so far and names it by a token;
+ * query() says whether the work before it has completed (1), not yet (0),
+ * or fails (-1).  The allocator calls both from its worker thread or from
+ * kvs_slab_shrink() and kvs_slab_reclaim(), never from an allocation or a
+ * free, with no lock of its own held.  See kvs_slab_create(3).
+ */
+typedef struct kvs_fence {
+	int (*record)(void *arg, uint64_t *token);
+	int (*query)(void *arg, uint64_t token);
+	void *arg;
+} kvs_fence_t;
+
 /** Attributes of kvs_slab_create(); always start from kvs_slab_attr_init(). */
 typedef struct kvs_slab_attr {
 	/* Tokens per page (>= 1).  Default 1. */
@@ -50,7 +68,18 @@ typedef struct kvs_slab_attr {
 	uint32_t magazine;
 	/* KVS_SLAB_F_* */
 	unsigned int flags;
-	uint64_t _reserved[7];
+	/* Milliseconds an empty slab above min_empty stays mapped before it
+	 * is given back (0: never for time alone).  Default 10000. */
+	uint64_t decay_ms;
+	/* The engine's streams whose work may read pages: a slab that empties
+	 * is unmapped only after an event recorded on each of them, after it
+	 * emptied, has completed.  NULL: stream 0 (cuda: the legacy default
+	 * stream; host: immediate). */
+	const kvs_stream_t *streams;
+	uint32_t nstreams;
+	/* A fence of the engine's own instead of streams (record non-NULL). */
+	kvs_fence_t fence;
+	uint64_t _reserved[1];
 } kvs_slab_attr_t;
 
 /* A persistent worker thread maps ahead of demand (min_empty), keeps the
@@ -73,6 +102,7 @@ int kvs_slab_ref(kvs_slab_t *slab, uint32_t page);
 int kvs_slab_refcount(kvs_slab_t *slab, uint32_t page);
 
 int kvs_slab_shrink(kvs_slab_t *slab);
+int kvs_slab_reclaim(kvs_slab_t *slab);
 int kvs_slab_flush(kvs_slab_t *slab);
 int kvs_slab_validate(kvs_slab_t *slab);
 
@@ -112,7 +142,14 @@ int kvs_slab_page_mapped(kvs_slab_t *slab, uint32_t page);
 	X(drv_calls, "driver calls made by the allocator")                            \
 	X(drv_calls_caller, "driver calls made on a caller's thread (not the worker)") \
 	X(drv_creates_caller, "chunk creations on a caller's thread")                 \
-	X(drv_ns, "time spent in driver calls")
+	X(drv_ns, "time spent in driver calls")                                       \
+	X(alloc_waits, "allocations that waited for a slab being mapped")            \
+	X(fences, "fences recorded before unmapping emptied slabs")                   \
+	X(fence_fail, "fence records or queries that failed")                         \
+	X(decay_unmaps, "slabs unmapped because they stayed empty for decay_ms")      \
+	X(slabs_broken, "slabs parked after a failed unmap, to unmap again")          \
+	X(chunks_parked, "chunks whose release failed, to release again")             \
+	X(release_fail, "chunk releases and unmaps that failed and were retried")
 
 enum kvs_slab_stat {
 #define KVS_X_ENUM(n, d) KVS_SLAB_STAT_##n,

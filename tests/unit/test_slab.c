@@ -339,6 +339,7 @@ START_TEST(test_shrinker_hysteresis)
 	kvs_slab_attr_t a;
 	kvs_slab_t *s;
 	uint32_t pages[512];
+	uint64_t calls;
 	int k;
 
 	kvs_slab_attr_init(&a);
@@ -358,12 +359,19 @@ START_TEST(test_shrinker_hysteresis)
 	for (k = 0; k < 3 * 64; k++)
 		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 3);
+	calls = kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls);
 	for (; k < 4 * 64; k++)
 		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	/* Frees never call the driver: the slabs wait for a reclaim. */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls), calls);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 3);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 5 * 2 * GRAN);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 0);
 	for (; k < 512; k++)
 		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	ck_assert_int_ge(kvs_slab_reclaim(s), 0);
 	ck_assert_uint_le(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 3);
 	ck_assert_int_eq(kvs_slab_shrink(s), 0);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);

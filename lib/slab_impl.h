@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/slab_impl.h - what the slab allocator's files share.
+ *
+ * The allocator is one object split along its concurrency domains:
+ *  - lib/slab.c        pages, lists and the allocation API, under slab->lock;
+ *  - lib/slab_grow.c   growth and release: mapping and unmapping slabs, the
+ *                      chunk pool, fences, decay, failure parking and the
+ *                      worker thread; driver calls, made with no lock held;
+ *  - lib/slab_cpu.c    the per-thread caches (magazines), owner thread only;
+ *  - lib/slab_stat.c   statistics and validation, readers of everything.
+ * The lock order they follow is written once, in lib/internal.h.
+ */
+#ifndef KVSLAB_SLAB_IMPL_H
+#define KVSLAB_SLAB_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "kvslab/slab.h"
+
+#define NBUCKET 64
+/* A page's count while kvs_slab_free_bulk() gives it back: not a count. */
+#define REF_DYING UINT16_MAX
+#define MAX_REF (UINT16_MAX - 1)
+
+/*
+ * A slab's state.  UNMAPPED: no memory, in the unmapped bitmap.  BUSY: a
+ * thread is mapping or unmapping it with slab->lock dropped; nobody else
+ * touches it.  MAPPED: on the empty list, a partial bucket, or full.
+ * BROKEN: an unmap (or the undo of a failed map) failed, buffers
+ * [bad_lo, bad_hi) may still be mapped; its pages are parked, neither free
+ * nor held, until a later unmap succeeds (see slab_grow.c).
+ */
+enum slab_state { S_UNMAPPED, S_BUSY, S_MAPPED, S_BROKEN };
+enum { L_NONE = -3, L_FULL = -2, L_EMPTY = -1 }; /* else a partial bucket */
+
+struct slab_info {
+	int64_t prev, next;	/* list links, -1 ends */
+	uint32_t inuse;		/* pages not free in the slab */
+	uint32_t hint;		/* first bitmap word that may hold a free bit */
+	int32_t list;		/* L_* or bucket */
+	uint8_t state;
+	uint32_t bad_lo, bad_hi;	/* BROKEN: buffers that may be mapped */
+	uint64_t empty_seq;	/* empty_gen when it last became empty */
+	uint64_t empty_ns;	/* and when */
+	struct chunkset *cs;	/* chunks mapped here */
+};
+
+/* One chunk per buffer: what backs one slab. */
+struct chunkset {
+	struct chunkset *next;
+	kvs_chunk_t *c[];
+};
+
+struct mag {
+	struct kvs_slab *owner;
+	struct mag *prev, *next;	/* registry, under slab->lock */
+	uint64_t drain_seen;
+	_Atomic uint32_t count;		/* written by the owner only */
+	uint32_t cap;
+	_Atomic uint64_t alloc_fast, free_fast;
+	uint32_t pages[];
+};
+
+/* The fence that orders an unmap after the device's last use of a slab. */
+enum fence_state { F_IDLE, F_BUSY, F_PENDING };
+
+struct kvs_slab {
+	kvs_drv_t *drv;
+	uint64_t id;			/* never reused: keys the TLS cache */
+	uint32_t page_size, pps, nbuf;
+	uint64_t bucket_mul;		/* (NBUCKET << 32) / pps */
+	uint64_t nslabs, npages;
+	size_t *token_bytes, *slab_bytes;
+	size_t slab_total;		/* bytes of one slab, all buffers */
+	kvs_devptr_t *base;
+	size_t max_mapped;
+	uint32_t min_empty, max_empty, pool_target, magcap;
+	uint64_t shrink_quiet, freed_since_grow;
+	uint64_t decay_ns;		/* 0: no time-based give-back */
+	unsigned int flags;
+
+	pthread_mutex_t lock;
+	struct slab_info *si;
+	uint64_t *freebits;
+	uint64_t *unmapped;		/* bit per slab */
+	_Atomic uint16_t *ref;
+	int64_t empty_head, empty_tail, bucket_head[NBUCKET];
+	uint64_t bucket_mask;
+	uint64_t n_empty, n_partial, n_full, n_unmapped, n_busy, n_mapping, n_broken;
+	uint64_t inuse_total;		/* pages of mapped slabs not free in them */
+	uint64_t free_in_slabs;		/* set bits of mapped slabs */
+	size_t bytes_mapped, bytes_charged, bytes_peak;
+	struct chunkset *pool;
+	uint32_t pool_count;
+	struct chunkset *parked;	/* chunks whose release failed, to retry */
+	uint64_t n_parked;		/* chunks in them */
+	uint64_t nchunks;		/* chunks created and not released */
+	struct mag *mags;
+	_Atomic uint64_t drain_gen;
+	pthread_key_t key;
+	uint64_t stats[KVS_SLAB_STAT__COUNT];	/* lock-protected counters */
+	_Atomic uint64_t drv_calls, drv_calls_caller, drv_creates_caller, drv_ns;
+
+	/* Fences (slab_grow.c).  A slab that becomes empty is stamped with
+	 * ++empty_gen; a fence records the device's progress after empty_gen
+	 * reached fence_cover; once it completes, every slab stamped at or
+	 * below fence_done may be unmapped. */
+	kvs_fence_t fence;
+	kvs_stream_t *streams;
+	uint32_t nstreams;
+	kvs_event_t **fence_ev;		/* one per stream */
+	uint64_t empty_gen, fence_cover, fence_done;
+	uint64_t fence_token;
+	int fence_state;
+
+	pthread_t worker;
+	pthread_cond_t work;		/* wakes the worker */
+	pthread_cond_t mapped;		/* a map in flight ended */
+	bool worker_on, stop, worker_asleep, worker_timer;
+	uint32_t filling;		/* pool fills in flight */
+};
+
+#define ST(s, item) ((s)->stats[KVS_SLAB_STAT_##item])
+
+extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
+extern __thread struct kvsi_tls_mag {
+	uint64_t id;
+	struct mag *mag;
+} kvsi_slab_tls __attribute__((tls_model("initial-exec")));
+
+/* slab.c: lists and page moves, slab->lock held. */
+void slab_list_del(struct kvs_slab *s, uint64_t i);
+void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list);
+int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse);
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only);
+
+/* slab_grow.c: growth and release. */
+int slab_grow_locked(struct kvs_slab *s);
+int slab_claim_locked(struct kvs_slab *s, uint64_t i);
+int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns);
+void slab_after_free_locked(struct kvs_slab *s);
+void slab_after_alloc_locked(struct kvs_slab *s);
+uint64_t slab_room_locked(const struct kvs_slab *s);
+int slab_worker_start(struct kvs_slab *s);
+void slab_worker_stop(struct kvs_slab *s);
+int slab_teardown(struct kvs_slab *s);
+
+/* slab_cpu.c: per-thread caches. */
+struct mag *slab_mag_get_slow(struct kvs_slab *s);
+void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep);
+void slab_mag_destructor(void *arg);
+uint64_t slab_cached_locked(struct kvs_slab *s);
+
+static inline struct mag *slab_mag_get(struct kvs_slab *s)
+{
+	if (likely(kvsi_slab_tls.id == s->id))
+		return kvsi_slab_tls.mag;
+	return slab_mag_get_slow(s);
+}
+
+static inline bool slab_mag_drain_due(struct kvs_slab *s, struct mag *m)
+{
+	return unlikely(m->drain_seen != atomic_load_explicit(&s->drain_gen, memory_order_relaxed));
+}
+
+#endif /* KVSLAB_SLAB_IMPL_H */
