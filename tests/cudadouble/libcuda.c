@@ -58,7 +58,10 @@
  * of at most a millisecond until the time they wait for, with the global
  * lock dropped, so other threads (a background mapper) keep calling in.
  * cuStreamDestroy returns at once; the stream's kernels stay in the list
- * until their time is up, and cuCtxSynchronize waits for them too.  Copies
+ * until their time is up, and cuCtxSynchronize waits for them too.  So do
+ * they through the primary context's last release (a choice: the driver's
+ * teardown of running work is not documented), so unmapping what they read
+ * right after it still faults.  Copies
  * are still done at submission, but in stream order: a copy first sleeps
  * (lock dropped) until its stream's earlier work is done, so a copy after a
  * kernel completes no earlier than the kernel.  That makes a copy host-
