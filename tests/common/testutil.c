@@ -175,3 +175,113 @@ int tu_run(Suite *s)
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
+
+/* ---- the libcuda double's simulated device work --------------------------- */
+
+/* A symbol of the loaded double, or NULL.  The driver's types are spelled
+ * without cuda.h: CUresult (an enum) is int, CUcontext and CUstream are
+ * pointers, CUdevice an int. */
+static void *dbl_sym(const char *fn)
+{
+	const char *p = double_path();
+	void *h, *f;
+
+	if (!p)
+		return NULL;
+	h = dlopen(p, RTLD_NOW | RTLD_NOLOAD);
+	if (!h)
+		return NULL;
+	f = dlsym(h, fn);
+	/* The double stays loaded: the caller's reference (tu_open's, or
+	 * the driver's) outlives this one. */
+	dlclose(h);
+	return f;
+}
+
+/* Make the primary context current on this thread if nothing is. */
+static void dbl_bind(void)
+{
+	int (*get)(void **) = (int (*)(void **))dbl_sym("cuCtxGetCurrent");
+	int (*retain)(void **, int) = (int (*)(void **, int))dbl_sym("cuDevicePrimaryCtxRetain");
+	int (*set)(void *) = (int (*)(void *))dbl_sym("cuCtxSetCurrent");
+	int (*release)(int) = (int (*)(int))dbl_sym("cuDevicePrimaryCtxRelease_v2");
+	void *cur = NULL, *ctx;
+
+	if (!get || !retain || !set || !release)
+		return;
+	if (get(&cur) == 0 && cur)
+		return;
+	if (retain(&ctx, 0) != 0)
+		return;
+	(void)set(ctx);
+	(void)release(0);
+}
+
+int tu_dbl_kernel(uint64_t stream, uint64_t ptr, size_t n, unsigned long long ns)
+{
+	int (*k)(void *, unsigned long long, size_t, unsigned long long) =
+		(int (*)(void *, unsigned long long, size_t, unsigned long long))
+		dbl_sym("kvsdbl_kernel");
+
+	if (!k)
+		return -1;
+	dbl_bind();
+	return k((void *)(uintptr_t)stream, ptr, n, ns);
+}
+
+int tu_dbl_sticky(void)
+{
+	int (*f)(void) = (int (*)(void))dbl_sym("kvsdbl_sticky_error");
+
+	return f ? f() : 0;
+}
+
+unsigned long tu_dbl_faults(void)
+{
+	unsigned long (*f)(void) = (unsigned long (*)(void))dbl_sym("kvsdbl_faults");
+
+	return f ? f() : 0;
+}
+
+void tu_dbl_clear_sticky(void)
+{
+	void (*f)(void) = (void (*)(void))dbl_sym("kvsdbl_clear_sticky");
+
+	if (f)
+		f();
+}
+
+uint64_t tu_dbl_stream_create(void)
+{
+	int (*init)(unsigned int) = (int (*)(unsigned int))dbl_sym("cuInit");
+	int (*retain)(void **, int) = (int (*)(void **, int))dbl_sym("cuDevicePrimaryCtxRetain");
+	int (*set)(void *) = (int (*)(void *))dbl_sym("cuCtxSetCurrent");
+	int (*release)(int) = (int (*)(int))dbl_sym("cuDevicePrimaryCtxRelease_v2");
+	int (*create)(void **, unsigned int) =
+		(int (*)(void **, unsigned int))dbl_sym("cuStreamCreate");
+	void *ctx, *s = NULL;
+
+	if (!init || !retain || !set || !release || !create || init(0) != 0)
+		return 0;
+	/* The retain is the stream's: its context must outlive it. */
+	if (retain(&ctx, 0) != 0)
+		return 0;
+	if (set(ctx) != 0 || create(&s, 0) != 0) {
+		(void)release(0);
+		return 0;
+	}
+	return (uint64_t)(uintptr_t)s;
+}
+
+void tu_dbl_stream_destroy(uint64_t stream)
+{
+	int (*destroy)(void *) = (int (*)(void *))dbl_sym("cuStreamDestroy_v2");
+	int (*release)(int) = (int (*)(int))dbl_sym("cuDevicePrimaryCtxRelease_v2");
+
+	if (!stream || !destroy || !release)
+		return;
+	dbl_bind();
+	/* A poisoned context refuses; its last release collects the stream. */
+	(void)destroy((void *)(uintptr_t)stream);
+	(void)release(0);
+}

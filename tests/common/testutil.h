@@ -54,4 +54,29 @@ double tu_seconds(void);
 /* Run the suite with check's runner and print its summary; the exit code. */
 int tu_run(Suite *s);
 
+/*
+ * The libcuda double's simulated device work, through dlsym of the loaded
+ * double (KVSLAB_CUDA_DOUBLE).  CUstreams travel as uint64_t, 0 being the
+ * legacy default stream.  The calling thread gets the double's primary
+ * context made current if it has none (retained and released around the
+ * call: open a cuda driver first, it holds the context).
+ *
+ * tu_dbl_kernel: a kernel reading [ptr, ptr + n) for @ns nanoseconds after
+ * the stream's earlier work; the CUresult, -1 when the double is not
+ * loaded.  Reading memory it may not read poisons the context.
+ * tu_dbl_sticky: the sticky CUresult (700, ILLEGAL_ADDRESS), 0 if none.
+ * tu_dbl_faults: faults seen since the start or the last clear (0 without
+ * the double).  tu_dbl_clear_sticky: forget both.
+ * tu_dbl_stream_create: a CUstream of flags 0 (blocking: ordered with the
+ * legacy stream); it holds a primary-context retain until
+ * tu_dbl_stream_destroy, which returns at once, pending work or not.
+ * 0 on failure.
+ */
+int tu_dbl_kernel(uint64_t stream, uint64_t ptr, size_t n, unsigned long long ns);
+int tu_dbl_sticky(void);
+unsigned long tu_dbl_faults(void);
+void tu_dbl_clear_sticky(void);
+uint64_t tu_dbl_stream_create(void);
+void tu_dbl_stream_destroy(uint64_t stream);
+
 #endif

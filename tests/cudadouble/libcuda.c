@@ -11,7 +11,18 @@
  * enforced) is checked, and a broken rule is answered with the CUresult of
  * that document's section 4 table, with no state changed.  The double owns
  * no policy beyond that; where the real driver's answer is unknown the choice
- * is written down next to the check.
+ * is written down next to the check.  Where the double now answers rows of
+ * that table differently from what the document's "Double" column says:
+ *
+ *   misuse                                  driver              double
+ *   copy on a mapping before set access     fault, 700 likely   ILLEGAL_ADDRESS
+ *                                                               at the call, not sticky
+ *   kernel on a mapping before set access,  fault, sticky 700   call succeeds, context
+ *   or on unmapped memory                                       poisoned: sticky 700
+ *   unmap (or set access taking it away)    GPU fault, 700      detected (the table's
+ *   while an incomplete kernel reads it     (kvcached#465)      "undetectable" is
+ *                                                               outdated): call
+ *                                                               succeeds, sticky 700
  *
  * The model.  Device pointers are host addresses (UVA), so the code under
  * test can look at device memory and a copy is a memmove.  A reservation is
@@ -25,10 +36,52 @@
  * The kernel thus enforces access for host code, and the bookkeeping enforces
  * it for copies, which check every byte of the device side before touching
  * anything and fail with CUDA_ERROR_ILLEGAL_ADDRESS instead of faulting.
- * Copies and events are synchronous: a stream that finishes its work at
- * submission is a legal in-order stream, and it keeps failures attributable
- * to the call that caused them (the real driver's sticky ILLEGAL_ADDRESS is
- * not modelled, so one misuse test does not poison the rest of a process).
+ *
+ * Asynchronous work.  A GPU runs kernels after the launch call returns, and
+ * unmapping memory a kernel still reads faults the device (CUDA-VMM.md
+ * section 4, last row: kvcached#465).  The double models that without a
+ * thread: the test-only kvsdbl_kernel() enqueues a simulated kernel that
+ * reads [ptr, ptr + n) for a given time of CLOCK_MONOTONIC.  Each stream
+ * keeps the time at which the work submitted to it completes (`busy`): a
+ * kernel starts when the work before it on its stream is done (a FIFO per
+ * stream) and ends `ns` later.  Completion is computed from the clock; the
+ * kernel itself is kept in a flat list only while its end is in the future,
+ * with its range, for the fault checks.  The legacy default stream (stream 0,
+ * CU_STREAM_LEGACY, and CU_STREAM_PER_THREAD, which the double does not
+ * tell apart from it: more ordering, never less) follows CUDA's legacy
+ * semantics: its work waits for all earlier work on every stream created
+ * without CU_STREAM_NON_BLOCKING, and work on such a blocking stream waits
+ * for earlier legacy work; non-blocking streams wait for nobody.  An event
+ * records the completion time of its stream's work so far (in that legacy
+ * sense for stream 0); cuEventQuery says NOT_READY until then.
+ * cuEventSynchronize, cuStreamSynchronize and cuCtxSynchronize sleep in steps
+ * of at most a millisecond until the time they wait for, with the global
+ * lock dropped, so other threads (a background mapper) keep calling in.
+ * cuStreamDestroy returns at once; the stream's kernels stay in the list
+ * until their time is up, and cuCtxSynchronize waits for them too.  So do
+ * they through the primary context's last release (a choice: the driver's
+ * teardown of running work is not documented), so unmapping what they read
+ * right after it still faults.  Copies
+ * are still done at submission, but in stream order: a copy first sleeps
+ * (lock dropped) until its stream's earlier work is done, so a copy after a
+ * kernel completes no earlier than the kernel.  That makes a copy host-
+ * synchronous with its stream, which the driver is allowed to be.
+ *
+ * Sticky errors.  A kernel launched on memory it cannot read, and a
+ * cuMemUnmap (or a cuMemSetAccess taking away access) of a range an
+ * incomplete kernel reads, fault the device: the call itself succeeds, as
+ * the driver cannot tell at that point, but the context is poisoned.  All
+ * its work is abandoned, and every later call that needs the context
+ * (synchronizations, event queries, streams, copies, kernels, ...) returns
+ * CUDA_ERROR_ILLEGAL_ADDRESS, as a GPU does ("after ILLEGAL_ADDRESS only a
+ * restart helps").  VMM calls belong to no context and keep working, so a
+ * test can still tear down and count what leaked.  kvsdbl_sticky_error(),
+ * kvsdbl_faults() and kvsdbl_clear_sticky() let a test see the fault and
+ * then forget it: a simulated restart of the error state only.  Copies that
+ * touch inaccessible memory are refused with a plain, non-sticky
+ * ILLEGAL_ADDRESS at the call, as before, so one misuse test of a copy does
+ * not poison the rest of a process.  With no kernel launched every busy time
+ * stays 0 and the double behaves exactly as the synchronous one it was.
  *
  * Data structures.  Everything lives in one global, `g`.  Reservations,
  * allocations, mappings, pinned host blocks, streams and events are each kept
@@ -48,7 +101,9 @@
  * complete leaves nothing half done.
  *
  * Locking.  One mutex, taken by every exported entry point for its whole
- * duration and by the introspection calls.  No call is hot enough for
+ * duration and by the introspection calls, except while a call sleeps for
+ * the device (wait_until() drops and retakes it; what the call looked up
+ * before the sleep is looked up again after).  No call is hot enough for
  * contention to matter, and a single lock makes every call atomic, which is
  * what the tests want to reason about.  The current context is per thread, as in the
  * driver, so it is a __thread pointer; whether the context it names is alive
@@ -56,7 +111,8 @@
  *
  * Configuration comes from the environment when cuInit runs (see init()
  * and read_sizes()).  The kvsdbl_* functions at the end let tests
- * see what the double holds; they are not CUDA API.
+ * see what the double holds, launch simulated kernels and forget a sticky
+ * error; they are not CUDA API.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -69,6 +125,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -80,6 +137,13 @@ EXPORT size_t kvsdbl_mapped_bytes(void);
 EXPORT size_t kvsdbl_created_bytes(void);
 EXPORT unsigned long kvsdbl_calls(const char *fn);
 EXPORT int kvsdbl_last_error(void);
+EXPORT CUresult kvsdbl_kernel(CUstream stream, CUdeviceptr ptr, size_t n,
+			      unsigned long long ns);
+EXPORT CUresult kvsdbl_kernel_write(CUstream stream, CUdeviceptr ptr, size_t n,
+				    unsigned long long ns);
+EXPORT int kvsdbl_sticky_error(void);
+EXPORT unsigned long kvsdbl_faults(void);
+EXPORT void kvsdbl_clear_sticky(void);
 
 #define DRIVER_VERSION 13000
 #define DEFAULT_GRANULARITY ((size_t)2 << 20)
@@ -87,6 +151,8 @@ EXPORT int kvsdbl_last_error(void);
 /* Far from small integers, so that a size or an fd passed as a handle fails. */
 #define HANDLE_BASE 0x6b76730000000001ULL
 #define NONE SIZE_MAX
+/* The longest a waiting call sleeps before it looks again (for a fault). */
+#define WAIT_STEP_NS 1000000ULL
 
 /* Every exported cu* function: its ABI (dlsym) name and its base name. */
 #define CU_FUNCS(X)						\
@@ -263,11 +329,21 @@ struct hostblk {
 struct CUstream_st {
 	uint64_t key;		/* its own address */
 	unsigned int flags;
+	uint64_t busy;		/* CLOCK_MONOTONIC ns when its work completes */
 };
 
 struct CUevent_st {
 	uint64_t key;		/* its own address */
 	unsigned int flags;
+	uint64_t at;		/* completion time of the recorded work; 0: none */
+};
+
+/* A simulated kernel, kept while its end lies in the future. */
+struct kernel {
+	uint64_t addr;
+	size_t n;
+	uint64_t end;		/* CLOCK_MONOTONIC ns */
+	unsigned int need;	/* CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE */
 };
 
 struct CUctx_st {
@@ -285,6 +361,14 @@ static struct {
 	size_t created, mapped;
 	unsigned long calls[FN__COUNT];
 	CUresult last_error;
+	/* Asynchronous work (times in CLOCK_MONOTONIC ns, 0: idle). */
+	struct kernel *kern;	/* incomplete kernels, unordered */
+	size_t nkern, kern_cap;
+	uint64_t legacy_busy;	/* the legacy default stream */
+	uint64_t gone_busy;	/* destroyed blocking streams */
+	uint64_t all_busy;	/* every stream, destroyed ones included */
+	CUresult sticky;	/* the context's sticky error; 0: none */
+	unsigned long faults;	/* faulting launches, unmaps, access changes */
 } g = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_handle = HANDLE_BASE,
@@ -314,13 +398,101 @@ static CUresult need_init(void)
 	return g.init ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
+/* A poisoned context answers every call that needs it with its error. */
 static CUresult need_ctx(void)
 {
 	if (!g.init)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	/* A context whose last retain was released is gone for every thread. */
-	return tls_ctx == &g.ctx && g.ctx.refs ? CUDA_SUCCESS
-					       : CUDA_ERROR_INVALID_CONTEXT;
+	if (tls_ctx != &g.ctx || !g.ctx.refs)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return g.sticky;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
+/*
+ * Sleep until CLOCK_MONOTONIC reaches @t.  Call with g.lock held; it is
+ * dropped while sleeping and held again on return, so the caller must look
+ * up again whatever it found before.  Returns early with the sticky error
+ * if the context is poisoned meanwhile: a faulted device abandons its work.
+ */
+static CUresult wait_until(uint64_t t)
+{
+	for (;;) {
+		uint64_t now, step;
+		struct timespec ts;
+
+		if (g.sticky)
+			return g.sticky;
+		now = now_ns();
+		if (now >= t)
+			return CUDA_SUCCESS;
+		step = t - now < WAIT_STEP_NS ? t - now : WAIT_STEP_NS;
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)step;
+		pthread_mutex_unlock(&g.lock);
+		nanosleep(&ts, NULL);
+		pthread_mutex_lock(&g.lock);
+	}
+}
+
+/* Forget kernels whose time is up. */
+static void kern_prune(uint64_t now)
+{
+	for (size_t i = 0; i < g.nkern;) {
+		if (g.kern[i].end <= now)
+			g.kern[i] = g.kern[--g.nkern];
+		else
+			i++;
+	}
+}
+
+/*
+ * Is there an incomplete kernel touching [p, p + n) that the access @flags
+ * would not let do its work?  READ keeps readers going, READWRITE everyone,
+ * PROT_NONE (and unmapping, which passes it) nobody.
+ */
+static bool kern_hit(uint64_t p, size_t n, unsigned int flags)
+{
+	kern_prune(now_ns());
+	for (size_t i = 0; i < g.nkern; i++) {
+		const struct kernel *k = &g.kern[i];
+
+		if ((flags & k->need) == k->need)
+			continue;
+		if (k->addr <= p + (n - 1) && p <= k->addr + (k->n - 1))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The device faulted: poison the context.  Its work is abandoned, as a GPU
+ * kills a context after an illegal address: no kernel runs on, no stream or
+ * event waits any more.
+ */
+static void fault(void)
+{
+	g.faults++;
+	g.sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+	g.nkern = 0;
+	g.legacy_busy = g.gone_busy = g.all_busy = 0;
+	for (size_t i = 0; i < g.streams.n; i++)
+		((struct CUstream_st *)g.streams.v[i])->busy = 0;
+	for (size_t i = 0; i < g.events.n; i++)
+		((struct CUevent_st *)g.events.v[i])->at = 0;
 }
 
 static bool gran_ok(uint64_t v)
@@ -763,12 +935,18 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 	return leave(ctx_get_current(pctx));
 }
 
-/* All work completed at submission, so there is never anything to wait for;
- * what remains is the context check. */
+/* Wait for all work submitted so far, on every stream, destroyed ones too. */
+static CUresult ctx_sync(void)
+{
+	CUresult r = need_ctx();
+
+	return r ? r : wait_until(g.all_busy);
+}
+
 EXPORT CUresult cuCtxSynchronize(void)
 {
 	enter(FN_cuCtxSynchronize);
-	return leave(need_ctx());
+	return leave(ctx_sync());
 }
 
 /* The 13.0 form, returned by cuGetProcAddress for version >= 13000. */
@@ -776,11 +954,12 @@ EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	enter(FN_cuCtxSynchronize_v2);
 	if (!ctx)
-		return leave(need_ctx());
+		return leave(ctx_sync());
 	if (!g.init)
 		return leave(CUDA_ERROR_NOT_INITIALIZED);
-	return leave(ctx == &g.ctx && g.ctx.refs ? CUDA_SUCCESS
-						 : CUDA_ERROR_INVALID_CONTEXT);
+	if (ctx != &g.ctx || !g.ctx.refs)
+		return leave(CUDA_ERROR_INVALID_CONTEXT);
+	return leave(g.sticky ? g.sticky : wait_until(g.all_busy));
 }
 
 /* ---- virtual memory ------------------------------------------------------- */
@@ -1141,6 +1320,10 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 		alloc_maybe_free(a);
 	}
 	vec_remove(&g.maps, i, end - i);
+	/* The device cannot tell yet: the unmap succeeds and the kernel
+	 * still reading the range faults, which poisons the context. */
+	if (kern_hit(ptr, size, CU_MEM_ACCESS_FLAGS_PROT_NONE))
+		fault();
 	return CUDA_SUCCESS;
 }
 
@@ -1218,6 +1401,9 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 
 		memset(&m->acc[(a - m->addr) / g.gran], (int)flags, (e - a) / g.gran);
 	}
+	/* Taking access away from a running kernel faults it like an unmap. */
+	if (kern_hit(ptr, size, (unsigned int)flags))
+		fault();
 	return CUDA_SUCCESS;
 }
 
@@ -1372,11 +1558,68 @@ EXPORT CUresult cuMemFreeHost(void *p)
 
 /* ---- streams, copies, events ---------------------------------------------- */
 
-static bool stream_ok(CUstream s)
+/*
+ * Look @s up: true if it names a stream, with *st the stream or NULL for
+ * the legacy default stream (0, CU_STREAM_LEGACY, and CU_STREAM_PER_THREAD,
+ * which the double orders as the legacy stream: never less order than the
+ * driver gives).
+ */
+static bool stream_get(CUstream s, struct CUstream_st **st)
 {
+	size_t i;
+
+	*st = NULL;
 	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
 		return true;
-	return vec_exact(&g.streams, (uintptr_t)s) != NONE;
+	i = vec_exact(&g.streams, (uintptr_t)s);
+	if (i == NONE)
+		return false;
+	*st = g.streams.v[i];
+	return true;
+}
+
+static bool stream_ok(CUstream s)
+{
+	struct CUstream_st *st;
+
+	return stream_get(s, &st);
+}
+
+static bool blocking(const struct CUstream_st *st)
+{
+	return !(st->flags & CU_STREAM_NON_BLOCKING);
+}
+
+/*
+ * When the work submitted so far to @st (NULL: the legacy stream) is done,
+ * with the legacy stream's implicit order: legacy work waits for every
+ * blocking stream's earlier work, a blocking stream's work for earlier
+ * legacy work, and a non-blocking stream for nobody.
+ */
+static uint64_t stream_tail(const struct CUstream_st *st)
+{
+	uint64_t t;
+
+	if (st)
+		return blocking(st) ? max64(st->busy, g.legacy_busy) : st->busy;
+	t = max64(g.legacy_busy, g.gone_busy);
+	for (size_t i = 0; i < g.streams.n; i++) {
+		const struct CUstream_st *o = g.streams.v[i];
+
+		if (blocking(o))
+			t = max64(t, o->busy);
+	}
+	return t;
+}
+
+/* Work ending at @t was put on @st: later work there comes after it. */
+static void stream_push(struct CUstream_st *st, uint64_t t)
+{
+	if (st)
+		st->busy = max64(st->busy, t);
+	else
+		g.legacy_busy = max64(g.legacy_busy, t);
+	g.all_busy = max64(g.all_busy, t);
 }
 
 static CUresult stream_create(CUstream *ph, unsigned int flags)
@@ -1395,6 +1638,7 @@ static CUresult stream_create(CUstream *ph, unsigned int flags)
 	}
 	s->key = (uintptr_t)s;
 	s->flags = flags;
+	s->busy = 0;
 	vec_insert(&g.streams, s);
 	*ph = s;
 	return CUDA_SUCCESS;
@@ -1416,6 +1660,12 @@ static CUresult stream_destroy(CUstream s)
 	i = vec_exact(&g.streams, (uintptr_t)s);
 	if (i == NONE)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* The driver returns at once and lets pending work finish: its
+	 * kernels stay in g.kern and g.all_busy until their time is up, and
+	 * the legacy stream still waits for a blocking stream's last work. */
+	if (blocking(g.streams.v[i]))
+		g.gone_busy = max64(g.gone_busy,
+				    ((struct CUstream_st *)g.streams.v[i])->busy);
 	free(g.streams.v[i]);
 	vec_remove(&g.streams, i, 1);
 	return CUDA_SUCCESS;
@@ -1430,10 +1680,13 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 static CUresult stream_sync(CUstream s)
 {
 	CUresult r = need_ctx();
+	struct CUstream_st *st;
 
 	if (r)
 		return r;
-	return stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	if (!stream_get(s, &st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return wait_until(stream_tail(st));
 }
 
 EXPORT CUresult cuStreamSynchronize(CUstream hStream)
@@ -1464,14 +1717,25 @@ static CUresult copy_side(uint64_t p, size_t n, enum side side, bool src)
 }
 
 /*
- * The whole copy is validated before a byte moves, then done at once: the
- * stream is in order and its work is complete when the call returns.
+ * The whole copy is validated before a byte moves, then done at once, after
+ * the stream's earlier work: the stream is in order and its work is complete
+ * when the call returns.
  */
 static CUresult copy(uint64_t dst, enum side dside, uint64_t src, enum side sside,
 		     size_t n, CUstream s)
 {
 	CUresult r = need_ctx();
+	struct CUstream_st *st;
 
+	if (r)
+		return r;
+	if (!stream_get(s, &st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* In stream order: the copy starts when the stream's earlier work is
+	 * done.  The lock is dropped meanwhile, so look everything up again. */
+	r = wait_until(stream_tail(st));
+	if (!r)
+		r = need_ctx();
 	if (r)
 		return r;
 	if (!stream_ok(s))
@@ -1539,6 +1803,7 @@ static CUresult event_create(CUevent *ph, unsigned int flags)
 	}
 	e->key = (uintptr_t)e;
 	e->flags = flags;
+	e->at = 0;
 	vec_insert(&g.events, e);
 	*ph = e;
 	return CUDA_SUCCESS;
@@ -1553,12 +1818,19 @@ EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 static CUresult event_record(CUevent e, CUstream s)
 {
 	CUresult r = need_ctx();
+	struct CUstream_st *st;
 
 	if (r)
 		return r;
-	/* Everything before it on the stream is done, so recording marks a
-	 * completed point and there is no state to keep. */
-	return event_ok(e) && stream_ok(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	if (!event_ok(e) || !stream_get(s, &st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* The event completes with the work submitted before it.  On the
+	 * legacy stream the record is itself legacy work: blocking streams'
+	 * later work waits for what it waited for. */
+	e->at = stream_tail(st);
+	if (!st)
+		stream_push(NULL, e->at);
+	return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
@@ -1567,7 +1839,6 @@ EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 	return leave(event_record(hEvent, hStream));
 }
 
-/* Complete whether recorded or not, as the driver says of a fresh event. */
 static CUresult event_check(CUevent e)
 {
 	CUresult r = need_ctx();
@@ -1577,16 +1848,40 @@ static CUresult event_check(CUevent e)
 	return event_ok(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* Complete once its time is past, and always if never recorded, as the
+ * driver says of a fresh event. */
+static CUresult event_query(CUevent e)
+{
+	CUresult r = event_check(e);
+
+	if (r)
+		return r;
+	return now_ns() >= e->at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
 EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
 	enter(FN_cuEventQuery);
-	return leave(event_check(hEvent));
+	return leave(event_query(hEvent));
+}
+
+/* BLOCKING_SYNC or not, the double sleeps: a busy wait would hold a core. */
+static CUresult event_sync(CUevent e)
+{
+	CUresult r = event_check(e);
+
+	if (r)
+		return r;
+	/* The time is read before the lock drops: the event may be
+	 * re-recorded or destroyed meanwhile, and what was recorded at the
+	 * call is what the caller waits for. */
+	return wait_until(e->at);
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
 	enter(FN_cuEventSynchronize);
-	return leave(event_check(hEvent));
+	return leave(event_sync(hEvent));
 }
 
 static CUresult event_destroy(CUevent e)
@@ -1918,6 +2213,113 @@ EXPORT int kvsdbl_last_error(void)
 	return r;
 }
 
+/* ---- simulated kernels (test-only) ---------------------------------------- */
+
+static CUresult launch(CUstream s, CUdeviceptr ptr, size_t n, unsigned long long ns,
+		       unsigned int need)
+{
+	CUresult r = need_ctx();
+	struct CUstream_st *st;
+	uint64_t now, end;
+
+	if (r)
+		return r;
+	if (!stream_get(s, &st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!range_ok(ptr, n))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* The launch itself succeeds, as an asynchronous one does; the
+	 * kernel faults when it touches the memory, which poisons the
+	 * context and is seen at the next synchronization. */
+	if (!dev_ok(ptr, n, need)) {
+		fault();
+		return CUDA_SUCCESS;
+	}
+	now = now_ns();
+	kern_prune(now);
+	if (__builtin_add_overflow(max64(now, stream_tail(st)), ns, &end))
+		end = UINT64_MAX;
+	if (end > now) {
+		if (g.nkern == g.kern_cap) {
+			size_t cap = g.kern_cap ? 2 * g.kern_cap : 16;
+			struct kernel *k = realloc(g.kern, cap * sizeof(*k));
+
+			if (!k)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			g.kern = k;
+			g.kern_cap = cap;
+		}
+		g.kern[g.nkern++] = (struct kernel){ ptr, n, end, need };
+	}
+	stream_push(st, end);
+	return CUDA_SUCCESS;
+}
+
+/*
+ * kvsdbl_kernel - enqueue a simulated kernel that reads [ptr, ptr + n)
+ * @stream: 0 (or CU_STREAM_LEGACY) for the legacy default stream, or a
+ *          stream the double created
+ * @ns: how long it runs, in CLOCK_MONOTONIC nanoseconds, from the moment
+ *      the stream's earlier work is done
+ *
+ * Context: the calling thread must have the primary context current.
+ * Return: the launch's CUresult.  Memory the kernel cannot read makes the
+ * launch succeed and poisons the context with a sticky ILLEGAL_ADDRESS.
+ */
+EXPORT CUresult kvsdbl_kernel(CUstream stream, CUdeviceptr ptr, size_t n,
+			      unsigned long long ns)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&g.lock);
+	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	return leave(r);
+}
+
+/* The same for a kernel that writes the range: it needs READWRITE, and a
+ * cuMemSetAccess down to READ under it faults too. */
+EXPORT CUresult kvsdbl_kernel_write(CUstream stream, CUdeviceptr ptr, size_t n,
+				    unsigned long long ns)
+{
+	CUresult r;
+
+	pthread_mutex_lock(&g.lock);
+	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	return leave(r);
+}
+
+/* The context's sticky CUresult (CUDA_ERROR_ILLEGAL_ADDRESS), 0 if none. */
+EXPORT int kvsdbl_sticky_error(void)
+{
+	int r;
+
+	pthread_mutex_lock(&g.lock);
+	r = (int)g.sticky;
+	pthread_mutex_unlock(&g.lock);
+	return r;
+}
+
+/* Device faults seen since the start or the last kvsdbl_clear_sticky(). */
+EXPORT unsigned long kvsdbl_faults(void)
+{
+	unsigned long n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.faults;
+	pthread_mutex_unlock(&g.lock);
+	return n;
+}
+
+/* Forget the sticky error and the fault count: a simulated process restart
+ * of the error state only (the faulting work was already abandoned). */
+EXPORT void kvsdbl_clear_sticky(void)
+{
+	pthread_mutex_lock(&g.lock);
+	g.sticky = CUDA_SUCCESS;
+	g.faults = 0;
+	pthread_mutex_unlock(&g.lock);
+}
+
 /*
  * Process exit (or dlclose): drop what the double allocated, as a driver's
  * teardown would, so valgrind sees a clean exit even when the code under
@@ -1936,6 +2338,9 @@ __attribute__((destructor)) static void dbl_fini(void)
 		close(((struct alloc *)g.allocs.v[i])->fd);
 	vec_clear(&g.allocs);
 	vec_clear(&g.resvs);
+	free(g.kern);
+	g.kern = NULL;
+	g.nkern = g.kern_cap = 0;
 	g.created = g.mapped = 0;
 	g.init = false;
 	pthread_mutex_unlock(&g.lock);

@@ -8,7 +8,11 @@
  * and then every row of the misuse table, checking each code and that a
  * failing call changed nothing.  Configuration errors and the no-device mode
  * need a fresh cuInit, so they run in forked children before the library is
- * loaded in the parent.
+ * loaded in the parent.  So does the asynchronous model (child_async):
+ * simulated kernels, events and stream order, the legacy stream, copies in
+ * stream order, the sticky fault of unmapping under a running kernel, and
+ * a kernel thread racing a mapping thread; a fault there must not leak into
+ * the other checks.  It takes a few seconds of sleeping.
  *
  *   gcc -std=gnu11 -Wall -Wextra -fPIC -shared -I/usr/local/cuda/include \
  *       -o /tmp/libcuda-double.so libcuda.c -lpthread
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int failures;
@@ -144,6 +149,12 @@ static size_t (*p_kvsdbl_mapped_bytes)(void);
 static size_t (*p_kvsdbl_created_bytes)(void);
 static unsigned long (*p_kvsdbl_calls)(const char *);
 static int (*p_kvsdbl_last_error)(void);
+static CUresult (*p_kvsdbl_kernel)(CUstream, CUdeviceptr, size_t, unsigned long long);
+static CUresult (*p_kvsdbl_kernel_write)(CUstream, CUdeviceptr, size_t, unsigned long long);
+static int (*p_kvsdbl_sticky_error)(void);
+static unsigned long (*p_kvsdbl_faults)(void);
+static void (*p_kvsdbl_clear_sticky)(void);
+static CUresult (*p_cuCtxSynchronize_v2)(CUcontext);
 
 #define kvsdbl_live_handles p_kvsdbl_live_handles
 #define kvsdbl_live_reservations p_kvsdbl_live_reservations
@@ -151,6 +162,12 @@ static int (*p_kvsdbl_last_error)(void);
 #define kvsdbl_created_bytes p_kvsdbl_created_bytes
 #define kvsdbl_calls p_kvsdbl_calls
 #define kvsdbl_last_error p_kvsdbl_last_error
+#define kvsdbl_kernel p_kvsdbl_kernel
+#define kvsdbl_kernel_write p_kvsdbl_kernel_write
+#define kvsdbl_sticky_error p_kvsdbl_sticky_error
+#define kvsdbl_faults p_kvsdbl_faults
+#define kvsdbl_clear_sticky p_kvsdbl_clear_sticky
+#define cuCtxSynchronize_v2 p_cuCtxSynchronize_v2
 
 #define LOAD(name)							\
 	do {								\
@@ -213,6 +230,12 @@ static void load(const char *path)
 	LOAD(kvsdbl_created_bytes);
 	LOAD(kvsdbl_calls);
 	LOAD(kvsdbl_last_error);
+	LOAD(kvsdbl_kernel);
+	LOAD(kvsdbl_kernel_write);
+	LOAD(kvsdbl_sticky_error);
+	LOAD(kvsdbl_faults);
+	LOAD(kvsdbl_clear_sticky);
+	LOAD(cuCtxSynchronize_v2);
 }
 
 static CUmemAllocationProp dev_prop(int id)
@@ -349,6 +372,333 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
+/* ---- asynchronous work: simulated kernels, events, faults ---- */
+
+#define MS 1000000ULL
+
+static double secs(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A fault seen, then forgotten: the next test starts clean. */
+static void expect_fault_and_clear(void)
+{
+	CHECK(kvsdbl_sticky_error() == CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK(kvsdbl_faults() == 1);
+	kvsdbl_clear_sticky();
+	CHECK(kvsdbl_sticky_error() == 0 && kvsdbl_faults() == 0);
+	OK(cuCtxSynchronize());
+}
+
+struct churn {
+	CUcontext ctx;
+	CUdeviceptr kern_at, map_at;	/* disjoint granules */
+	CUmemGenericAllocationHandle h;
+	size_t G;
+	double until;
+	unsigned long launched, remapped;
+	int bad;
+};
+
+/* Launch, record, query and now and then wait, on its own stream. */
+static void *churn_kernels(void *p)
+{
+	struct churn *c = p;
+	CUstream s;
+	CUevent ev;
+
+	if (cuCtxSetCurrent(c->ctx) || cuStreamCreate(&s, 0) ||
+	    cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)) {
+		c->bad++;
+		return NULL;
+	}
+	while (secs() < c->until) {
+		CUresult r;
+
+		if (kvsdbl_kernel(s, c->kern_at, c->G, 200000) ||
+		    cuEventRecord(ev, s))
+			c->bad++;
+		r = cuEventQuery(ev);
+		if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
+			c->bad++;
+		if (++c->launched % 8 == 0 && cuEventSynchronize(ev))
+			c->bad++;
+	}
+	if (cuStreamSynchronize(s) || cuEventDestroy_v2(ev) || cuStreamDestroy_v2(s))
+		c->bad++;
+	return NULL;
+}
+
+/* Map, open, close and unmap another granule, as a background mapper does. */
+static void *churn_maps(void *p)
+{
+	struct churn *c = p;
+	CUmemAccessDesc rw = access_desc(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+
+	while (secs() < c->until) {
+		if (cuMemMap(c->map_at, c->G, 0, c->h, 0) ||
+		    cuMemSetAccess(c->map_at, c->G, &rw, 1) ||
+		    cuMemUnmap(c->map_at, c->G))
+			c->bad++;
+		c->remapped++;
+	}
+	return NULL;
+}
+
+struct waiter {
+	CUevent ev;
+	CUcontext ctx;
+	CUresult r;
+};
+
+static void *wait_event(void *p)
+{
+	struct waiter *w = p;
+
+	w->r = cuCtxSetCurrent(w->ctx);
+	if (!w->r)
+		w->r = cuEventSynchronize(w->ev);
+	return NULL;
+}
+
+static void child_async(void)
+{
+	CUmemAllocationProp prop = dev_prop(0);
+	CUmemAccessDesc rw = access_desc(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CUmemAccessDesc ro = access_desc(CU_MEM_ACCESS_FLAGS_PROT_READ);
+	CUmemAccessDesc none = access_desc(CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	CUmemGenericAllocationHandle h1, h2, h3;
+	CUdeviceptr base;
+	CUstream s, nb, s2;
+	CUevent ev, ev2, fresh;
+	CUcontext ctx;
+	CUdevice dev;
+	size_t G = 0, fr, tot;
+	unsigned char buf[64];
+	double t0;
+
+	OK(cuInit(0));
+	OK(cuDeviceGet(&dev, 0));
+	OK(cuMemGetAllocationGranularity(&G, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	OK(cuMemAddressReserve(&base, 4 * G, 0, 0, 0));
+	OK(cuMemCreate(&h1, G, &prop, 0));
+	OK(cuMemCreate(&h2, G, &prop, 0));
+	OK(cuMemCreate(&h3, G, &prop, 0));
+	OK(cuMemMap(base, G, 0, h1, 0));
+	OK(cuMemMap(base + G, G, 0, h2, 0));
+	OK(cuMemSetAccess(base, 2 * G, &rw, 1));
+
+	/* Kernels need a context, like every launch. */
+	EXPECT(kvsdbl_kernel(NULL, base, G, MS), CUDA_ERROR_INVALID_CONTEXT);
+	OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	OK(cuCtxSetCurrent(ctx));
+	OK(cuStreamCreate(&s, 0));
+	OK(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING));
+	OK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+	OK(cuEventCreate(&ev2, 0));
+	OK(cuEventCreate(&fresh, 0));
+	EXPECT(kvsdbl_kernel((CUstream)&G, base, G, MS), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(kvsdbl_kernel(s, base, 0, MS), CUDA_ERROR_INVALID_VALUE);
+	CHECK(kvsdbl_faults() == 0);
+
+	/* An event recorded after a kernel completes with it. */
+	OK(cuEventQuery(fresh));
+	t0 = secs();
+	OK(kvsdbl_kernel(s, base, G, 300 * MS));
+	OK(cuEventRecord(ev, s));
+	EXPECT(cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+	OK(cuEventSynchronize(ev));
+	CHECK(secs() - t0 >= 0.3);
+	OK(cuEventQuery(ev));
+	OK(cuEventQuery(fresh));
+
+	/* Stream order: back-to-back kernels run one after the other. */
+	t0 = secs();
+	OK(kvsdbl_kernel(s, base, G, 100 * MS));
+	OK(kvsdbl_kernel(s, base + G, G, 100 * MS));
+	OK(cuEventRecord(ev, s));
+	OK(cuEventSynchronize(ev));
+	CHECK(secs() - t0 >= 0.2);
+	t0 = secs();
+	OK(kvsdbl_kernel(s, base, G, 50 * MS));
+	OK(cuStreamSynchronize(s));
+	CHECK(secs() - t0 >= 0.05);
+
+	/* The legacy stream waits for a blocking stream... */
+	OK(kvsdbl_kernel(s, base, G, 200 * MS));
+	OK(cuEventRecord(ev, NULL));
+	EXPECT(cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+	OK(cuStreamSynchronize(NULL));
+	OK(cuEventQuery(ev));
+	/* ...not for a non-blocking one... */
+	OK(kvsdbl_kernel(nb, base, G, 300 * MS));
+	OK(cuEventRecord(ev, NULL));
+	OK(cuEventQuery(ev));
+	OK(cuEventRecord(ev2, nb));
+	EXPECT(cuEventQuery(ev2), CUDA_ERROR_NOT_READY);
+	OK(cuStreamSynchronize(nb));
+	OK(cuEventQuery(ev2));
+	/* ...and a blocking stream's later work waits for legacy work; a
+	 * non-blocking stream's does not. */
+	OK(kvsdbl_kernel(NULL, base, G, 200 * MS));
+	OK(cuEventRecord(ev, s));
+	OK(cuEventRecord(ev2, nb));
+	EXPECT(cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+	OK(cuEventQuery(ev2));
+	OK(cuCtxSynchronize());
+	OK(cuEventQuery(ev));
+
+	/* A copy after a kernel on its stream completes after the kernel. */
+	t0 = secs();
+	OK(kvsdbl_kernel(s, base, G, 150 * MS));
+	OK(cuMemcpyDtoHAsync_v2(buf, base, sizeof(buf), s));
+	CHECK(secs() - t0 >= 0.15);
+
+	/* The fence rule: wait for the event after the last reader, then unmap. */
+	OK(kvsdbl_kernel(s, base + G, G, 100 * MS));
+	OK(cuEventRecord(ev, s));
+	OK(cuEventSynchronize(ev));
+	OK(cuMemUnmap(base + G, G));
+	CHECK(kvsdbl_sticky_error() == 0 && kvsdbl_faults() == 0);
+	OK(cuMemMap(base + G, G, 0, h2, 0));
+	OK(cuMemSetAccess(base + G, G, &rw, 1));
+
+	/* Unmapping under a reader: the unmap succeeds, the context is lost. */
+	OK(kvsdbl_kernel(s, base + G, G, 10000 * MS));
+	OK(cuEventRecord(ev, s));
+	OK(cuMemUnmap(base + G, G));
+	CHECK(kvsdbl_mapped_bytes() == G);
+	CHECK(kvsdbl_sticky_error() == CUDA_ERROR_ILLEGAL_ADDRESS);
+	CHECK(kvsdbl_faults() == 1);
+	t0 = secs();
+	EXPECT(cuEventSynchronize(ev), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuCtxSynchronize_v2(ctx), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuEventQuery(ev), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuEventQuery(fresh), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuMemGetInfo_v2(&fr, &tot), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuMemcpyDtoHAsync_v2(buf, base, sizeof(buf), s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(kvsdbl_kernel(s, base, G, MS), CUDA_ERROR_ILLEGAL_ADDRESS);
+	/* The abandoned kernel is waited for by nobody. */
+	CHECK(secs() - t0 < 5);
+	CHECK(kvsdbl_faults() == 1);
+	/* VMM calls belong to no context and keep working. */
+	OK(cuMemMap(base + G, G, 0, h2, 0));
+	OK(cuMemSetAccess(base + G, G, &rw, 1));
+	expect_fault_and_clear();
+	OK(cuEventQuery(ev));
+	OK(cuEventSynchronize(ev));
+	/* Nothing runs any more: unmapping what it read is harmless now. */
+	OK(cuMemUnmap(base + G, G));
+	CHECK(kvsdbl_faults() == 0);
+	OK(cuMemMap(base + G, G, 0, h2, 0));
+	OK(cuMemSetAccess(base + G, G, &rw, 1));
+
+	/* A kernel on unmapped memory, on memory without access, a writer on
+	 * read-only memory: each launch succeeds and faults the device. */
+	OK(kvsdbl_kernel(s, base + 2 * G, G, MS));
+	expect_fault_and_clear();
+	OK(kvsdbl_kernel(s, base + G, 2 * G, MS));		/* runs into the hole */
+	expect_fault_and_clear();
+	OK(cuMemMap(base + 2 * G, G, 0, h3, 0));
+	OK(kvsdbl_kernel(NULL, base + 2 * G, G, MS));
+	expect_fault_and_clear();
+	OK(cuMemSetAccess(base + 2 * G, G, &ro, 1));
+	OK(kvsdbl_kernel(s, base + 2 * G, G, MS));
+	OK(cuCtxSynchronize());
+	CHECK(kvsdbl_faults() == 0);
+	OK(kvsdbl_kernel_write(s, base + 2 * G, G, MS));
+	expect_fault_and_clear();
+
+	/* Taking access away under a kernel faults it; what it keeps does not. */
+	OK(kvsdbl_kernel(s, base, G, 10000 * MS));
+	OK(cuMemSetAccess(base, G, &ro, 1));
+	CHECK(kvsdbl_faults() == 0);
+	OK(cuMemSetAccess(base, G, &none, 1));
+	expect_fault_and_clear();
+	OK(kvsdbl_kernel_write(s, base + G, G, 10000 * MS));
+	OK(cuMemSetAccess(base + G, G, &ro, 1));
+	expect_fault_and_clear();
+	OK(cuMemSetAccess(base, 2 * G, &rw, 1));
+
+	/* A destroyed stream's work goes on: the unmap still faults... */
+	OK(cuStreamCreate(&s2, 0));
+	OK(kvsdbl_kernel(s2, base, G, 10000 * MS));
+	OK(cuStreamDestroy_v2(s2));
+	OK(cuMemUnmap(base, G));
+	expect_fault_and_clear();
+	OK(cuMemMap(base, G, 0, h1, 0));
+	OK(cuMemSetAccess(base, G, &rw, 1));
+	/* ...and the context waits for it; afterwards unmapping is safe. */
+	OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+	t0 = secs();
+	OK(kvsdbl_kernel(s2, base, G, 100 * MS));
+	OK(cuStreamDestroy_v2(s2));
+	OK(cuCtxSynchronize());
+	CHECK(secs() - t0 >= 0.1);
+	OK(cuMemUnmap(base, G));
+	CHECK(kvsdbl_faults() == 0);
+	OK(cuMemMap(base, G, 0, h1, 0));
+	OK(cuMemSetAccess(base, G, &rw, 1));
+
+	/* A waiting call does not hold the double: this thread maps and
+	 * unmaps while another sleeps in cuEventSynchronize for 1 s.  (Were
+	 * the lock held, the first call below would return after 1 s.) */
+	{
+		struct waiter w = { .ctx = ctx, .r = CUDA_ERROR_UNKNOWN };
+		pthread_t t;
+
+		t0 = secs();
+		OK(kvsdbl_kernel(s, base, G, 1000 * MS));
+		OK(cuEventRecord(ev, s));
+		w.ev = ev;
+		CHECK(pthread_create(&t, NULL, wait_event, &w) == 0);
+		usleep(50000);
+		OK(cuMemUnmap(base + 2 * G, G));
+		OK(cuMemMap(base + 2 * G, G, 0, h3, 0));
+		CHECK(secs() - t0 < 1.0);
+		pthread_join(t, NULL);
+		OK(w.r);
+		CHECK(secs() - t0 >= 1.0);
+	}
+
+	/* Churn: kernels and events on one thread, mapping and unmapping of
+	 * another granule on a second; no fault, no deadlock. */
+	{
+		struct churn c = { .ctx = ctx, .kern_at = base, .map_at = base + 3 * G,
+				   .h = h3, .G = G, .until = secs() + 1.0 };
+		pthread_t tk, tm;
+
+		OK(cuMemUnmap(base + 2 * G, G));
+		CHECK(pthread_create(&tk, NULL, churn_kernels, &c) == 0);
+		CHECK(pthread_create(&tm, NULL, churn_maps, &c) == 0);
+		pthread_join(tk, NULL);
+		pthread_join(tm, NULL);
+		CHECK(c.bad == 0);
+		CHECK(c.launched > 0 && c.remapped > 0);
+		CHECK(kvsdbl_faults() == 0 && kvsdbl_sticky_error() == 0);
+	}
+
+	OK(cuCtxSynchronize());
+	OK(cuEventDestroy_v2(ev));
+	OK(cuEventDestroy_v2(ev2));
+	OK(cuEventDestroy_v2(fresh));
+	OK(cuStreamDestroy_v2(s));
+	OK(cuStreamDestroy_v2(nb));
+	OK(cuMemUnmap(base, 2 * G));
+	OK(cuMemRelease(h1));
+	OK(cuMemRelease(h2));
+	OK(cuMemRelease(h3));
+	OK(cuMemAddressFree(base, 4 * G));
+	OK(cuDevicePrimaryCtxRelease_v2(dev));
+	CHECK(kvsdbl_live_handles() == 0 && kvsdbl_live_reservations() == 0);
+}
+
 int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "/tmp/libcuda-double.so";
@@ -373,6 +723,7 @@ int main(int argc, char **argv)
 
 	in_child(path, child_nodev);
 	in_child(path, child_granularity);
+	in_child(path, child_async);
 
 	/* The default 2 MiB granularity, and a device of 8 granules so the
 	 * capacity check is reachable. */
