@@ -592,7 +592,13 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		if (s.nrun == 0 && !s.nrequeue && o->use_timestamps &&
 		    t->req[s.next].arrival_ms > s.t_ms)
 			s.t_ms = t->req[s.next].arrival_ms; /* idle: skip to the next arrival */
-		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0 || sample(&s, step) < 0)
+		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0)
+			goto out;
+		/* Between forward passes, as a scheduler would: frees never
+		 * unmap, so the release policy runs here (or on the worker). */
+		if (!o->worker && kvs_slab_reclaim(kvs_pool_slab(s.pool)) < 0)
+			goto out;
+		if (sample(&s, step) < 0)
 			goto out;
 		step++;
 		s.t_ms += o->step_ms;
