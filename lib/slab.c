@@ -570,9 +570,10 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 	size_t got = 0;
 	bool waited = false;
 
-	/* Fail at once when even growing cannot give @n: taking pages and
-	 * putting them back would cost as much as the allocation. */
-	if (n > s->free_in_slabs + growable_pages(s))
+	/* Fail at once when even growing cannot give @n (broken slabs may
+	 * be repaired to make room): taking pages and putting them back
+	 * would cost as much as the allocation. */
+	if (n > s->free_in_slabs + growable_pages(s) + s->n_broken * s->pps)
 		return kvs_fail(ENOMEM);
 
 	while (got < n) {

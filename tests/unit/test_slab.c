@@ -734,6 +734,286 @@ START_TEST(test_threads)
 }
 END_TEST
 
+
+/* ------------------------------------------------ growth and release */
+
+/* A slab the worker is mapping is memory on its way: an allocation that
+ * needs it waits instead of failing, and available() counts it.  Slabs of
+ * 32 MiB, prefaulted, make the worker's map take milliseconds. */
+START_TEST(test_worker_inflight)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t *pages, pps;
+	int64_t p;
+	int round;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.slab_granules = 256;
+	a.capacity_pages = 2 * 256 * 64;
+	a.min_empty = 1;
+	a.max_empty = 2;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	pps = kvs_slab_pages_per_slab(s);
+	ck_assert_uint_eq(pps, 256 * 64);
+	pages = malloc(2 * pps * sizeof(*pages));
+	ck_assert_ptr_nonnull(pages);
+	for (round = 0; round < 3; round++) {
+		ck_assert(wait_for(s, KVS_SLAB_STAT_slabs_empty, 1));
+		/* All of the first slab: the worker starts on the second. */
+		ck_assert_int_eq(kvs_slab_alloc_bulk(s, pps, pages), (int)pps);
+		/* In flight, mapped or mappable: never zero. */
+		ck_assert_uint_eq(kvs_slab_available(s), pps);
+		p = kvs_slab_alloc(s);
+		ck_assert_int_ge(p, 0);
+		pages[pps] = (uint32_t)p;
+		ck_assert_int_eq(kvs_slab_alloc_bulk(s, pps - 1, pages + pps + 1), (int)pps - 1);
+		ck_assert_uint_eq(kvs_slab_available(s), 0);
+		ck_assert_int_eq(kvs_slab_alloc(s), -1);
+		ck_assert_int_eq(errno, ENOMEM);
+		ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_alloc_fail), 1);
+		ck_assert_int_eq(kvs_slab_free_bulk(s, 2 * pps, pages), 0);
+		ck_assert_int_eq(kvs_slab_shrink(s), 0);
+		ck_assert_int_eq(kvs_slab_validate(s), 0);
+		kvs_slab_destroy(s);
+		s = kvs_slab_create(d, &a);
+		ck_assert_ptr_nonnull(s);
+	}
+	free(pages);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* Frees never call the driver; release waits for its policy: decay
+ * gives an idle allocator's memory back, by the worker or by reclaim. */
+START_TEST(test_decay)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[256];
+	uint64_t calls;
+	int k;
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 256;
+	a.max_empty = 8; /* the hysteresis never fires */
+	a.magazine = 0;
+	a.decay_ms = 60000;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	calls = kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_drv_calls), calls);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 0); /* not a minute yet */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
+	kvs_slab_destroy(s);
+
+	a.decay_ms = 1;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	usleep(5000);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 4);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 4);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	kvs_slab_destroy(s);
+
+	/* The worker does it by itself, down to min_empty. */
+	a.decay_ms = 20;
+	a.min_empty = 1;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	for (k = 0; k < 10000 && kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty) > 1; k++)
+		usleep(1000);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 2 * GRAN);
+	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 3);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* A chunk the driver refuses to release is parked, not forgotten, and
+ * released by a later call. */
+START_TEST(test_release_failure_parks)
+{
+	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[64];
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 256;
+	a.max_empty = 0;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	s = kvs_slab_create(f, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
+	kvs_fault_fail_nth(f, KVS_OP_RELEASE, 1, EIO);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_chunks_parked), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_release_fail), 1);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	/* The driver still holds it, and so do the books. */
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_created), GRAN);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_chunks_parked), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+
+	/* destroy reports what the driver kept; close frees it. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+	kvs_fault_fail_random(f, KVS_OP_RELEASE, 1.0, 1, EIO);
+	ck_assert_int_eq(kvs_slab_destroy(s), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_uint_gt(kvs_drv_stat(f, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+	ck_assert_int_eq(kvs_drv_stat(inner, KVS_DRV_STAT_bytes_created), 0);
+}
+END_TEST
+
+/* A map whose undo fails leaves a broken slab that is parked and repaired,
+ * never one that fails every later allocation with EBUSY. */
+START_TEST(test_map_undo_failure)
+{
+	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[128];
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 128;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	s = kvs_slab_create(f, &a);
+	ck_assert_ptr_nonnull(s);
+	kvs_fault_fail_nth(f, KVS_OP_SET_ACCESS, 1, EIO);
+	kvs_fault_fail_nth(f, KVS_OP_UNMAP, 1, EIO);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 10, pages), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_broken), 1);
+	ck_assert_uint_eq(kvs_slab_available(s), 64);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	kvs_fault_clear(f);
+	/* Both slabs' pages: the broken one is repaired to make room. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 128, pages), 128);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_broken), 0);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 128, pages), 0);
+	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+	ck_assert_uint_eq(kvs_drv_stat(inner, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_drv_stat(inner, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+}
+END_TEST
+
+/* An unmap that fails while shrinking parks the slab and its pages where
+ * validate sees them, and a later call finishes the job. */
+START_TEST(test_unmap_failure_parks)
+{
+	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[128];
+
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 128;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	s = kvs_slab_create(f, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 128, pages), 128);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 128, pages), 0);
+	kvs_fault_fail_nth(f, KVS_OP_UNMAP, 2, EIO); /* the second buffer */
+	ck_assert_int_eq(kvs_slab_shrink(s), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_broken), 1);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	/* Its pages are neither free nor held, and not counted as available. */
+	ck_assert_uint_eq(kvs_slab_available(s), 64);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped),
+			  kvs_drv_stat(f, KVS_DRV_STAT_bytes_mapped) + GRAN);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_broken), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_slab_available(s), 128);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+}
+END_TEST
+
+/* free_bulk is all or nothing for any count, duplicates included, and
+ * allocates nothing. */
+START_TEST(test_free_bulk_all_or_nothing)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 1, 2048, 0, 0);
+	static uint32_t pages[2048], list[3000];
+	int k;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 2048, pages), 2048);
+	for (k = 0; k < 1000; k++)
+		ck_assert_int_eq(kvs_slab_ref(s, pages[k]), 0);
+	for (k = 0; k < 2048; k++)
+		list[k] = pages[k];
+	for (k = 0; k < 952; k++)
+		list[2048 + k] = pages[k];
+	/* Page 6 thrice, one more reference than it has. */
+	list[2999] = pages[5];
+	list[2048 + 5] = pages[6];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3000, list), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	for (k = 0; k < 2048; k++)
+		ck_assert_int_eq(kvs_slab_refcount(s, pages[k]), k < 1000 ? 2 : 1);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	list[2999] = pages[5];
+	list[2048 + 5] = pages[5];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3000, list), -1); /* still one too many */
+	list[2048 + 5] = pages[999];
+	list[2999] = pages[1000];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3000, list), -1); /* page 1000 twice */
+	for (k = 0; k < 2048; k++)
+		ck_assert_int_eq(kvs_slab_refcount(s, pages[k]), k < 1000 ? 2 : 1);
+	list[2048 + 5] = pages[5];
+	list[2999] = pages[999];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 3000, list), 0);
+	/* Pages 951..998 were listed once (951's second entry became 999). */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 48);
+	for (k = 951; k < 999; k++) {
+		ck_assert_int_eq(kvs_slab_refcount(s, pages[k]), 1);
+		ck_assert_int_eq(kvs_slab_free(s, pages[k]), 0);
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 0);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+	finish(_i, d, s);
+}
+END_TEST
+
 static Suite *slab_suite(void)
 {
 	Suite *s = suite_create("slab");
@@ -752,6 +1032,16 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_static_mode, 0, nb);
 	tcase_add_loop_test(tc, test_fault_during_growth, 0, nb);
 	tcase_add_loop_test(tc, test_worker_premaps, 0, nb);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("release");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_worker_inflight, 0, nb);
+	tcase_add_loop_test(tc, test_decay, 0, nb);
+	tcase_add_loop_test(tc, test_release_failure_parks, 0, nb);
+	tcase_add_loop_test(tc, test_map_undo_failure, 0, nb);
+	tcase_add_loop_test(tc, test_unmap_failure_parks, 0, nb);
+	tcase_add_loop_test(tc, test_free_bulk_all_or_nothing, 0, nb);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("random");
