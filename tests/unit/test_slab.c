@@ -739,7 +739,11 @@ END_TEST
 
 /* A slab the worker is mapping is memory on its way: an allocation that
  * needs it waits instead of failing, and available() counts it.  Slabs of
- * 32 MiB, prefaulted, make the worker's map take milliseconds. */
+ * 128 MiB, prefaulted, make the worker's map take tens of milliseconds, and
+ * the test gives the worker a moment to start it: then the allocations
+ * below find the slab in flight (before this was fixed, they failed with
+ * ENOMEM and available() said 0).  Whether the worker is mid-map or done,
+ * the assertions hold. */
 START_TEST(test_worker_inflight)
 {
 	kvs_drv_t *d = drv_open(_i, 0);
@@ -752,8 +756,8 @@ START_TEST(test_worker_inflight)
 	kvs_slab_attr_init(&a);
 	a.nbuffers = 2;
 	a.token_bytes = tb2;
-	a.slab_granules = 256;
-	a.capacity_pages = 2 * 256 * 64;
+	a.slab_granules = 1024;
+	a.capacity_pages = 2 * 1024 * 64;
 	a.min_empty = 1;
 	a.max_empty = 2;
 	a.chunk_pool = 0;
@@ -762,13 +766,14 @@ START_TEST(test_worker_inflight)
 	s = kvs_slab_create(d, &a);
 	ck_assert_ptr_nonnull(s);
 	pps = kvs_slab_pages_per_slab(s);
-	ck_assert_uint_eq(pps, 256 * 64);
+	ck_assert_uint_eq(pps, 1024 * 64);
 	pages = malloc(2 * pps * sizeof(*pages));
 	ck_assert_ptr_nonnull(pages);
 	for (round = 0; round < 3; round++) {
 		ck_assert(wait_for(s, KVS_SLAB_STAT_slabs_empty, 1));
 		/* All of the first slab: the worker starts on the second. */
 		ck_assert_int_eq(kvs_slab_alloc_bulk(s, pps, pages), (int)pps);
+		usleep(2000);
 		/* In flight, mapped or mappable: never zero. */
 		ck_assert_uint_eq(kvs_slab_available(s), pps);
 		p = kvs_slab_alloc(s);
