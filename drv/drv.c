@@ -40,7 +40,6 @@
 #include "backend.h"
 #include "kvslab/drv.h"
 
-#include "internal.h"
 #define CHUNK_MAGIC 0x6b766368756e6bULL /* "kvchunk" */
 
 struct kvs_range {
@@ -75,26 +74,6 @@ struct kvs_host_block {
 	struct kvs_host_block *next;
 };
 
-/* Intrusive doubly linked lists of chunks and events (prev, next members). */
-#define DLIST_PUSH(head, n)                                                   \
-	do {                                                                  \
-		(n)->prev = NULL;                                             \
-		(n)->next = (head);                                           \
-		if (head)                                                     \
-			(head)->prev = (n);                                   \
-		(head) = (n);                                                 \
-	} while (0)
-
-#define DLIST_DEL(head, n)                                                    \
-	do {                                                                  \
-		if ((n)->prev)                                                \
-			(n)->prev->next = (n)->next;                          \
-		else                                                          \
-			(head) = (n)->next;                                   \
-		if ((n)->next)                                                \
-			(n)->next->prev = (n)->prev;                          \
-	} while (0)
-
 static const char *const stat_names[] = {
 #define KVS_X_NAME(n, k, d) #n,
 	KVS_DRV_STATS(KVS_X_NAME)
@@ -126,21 +105,13 @@ static void stat_peak(struct kvs_drv *d, enum kvs_drv_stat now, enum kvs_drv_sta
 		;
 }
 
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Time a backend call and count its failure; keeps errno as the call left it. */
 #define BE_CALL(d, expr)                                                      \
 	({                                                                    \
-		uint64_t t0_ = now_ns();                                      \
+		uint64_t t0_ = kvs_now_ns();                                      \
 		int r_ = (expr);                                              \
 		int e_ = errno;                                               \
-		stat_add((d), KVS_DRV_STAT_ns_in_calls, now_ns() - t0_);      \
+		stat_add((d), KVS_DRV_STAT_ns_in_calls, kvs_now_ns() - t0_);      \
 		errno = e_;                                                   \
 		r_;                                                           \
 	})
@@ -151,15 +122,6 @@ static int fail(struct kvs_drv *d, int err)
 		stat_add(d, KVS_DRV_STAT_failed_calls, 1);
 	errno = err;
 	return -1;
-}
-
-void kvs_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(drv->errdetail, sizeof(drv->errdetail), fmt, ap);
-	va_end(ap);
 }
 
 /**
@@ -177,7 +139,7 @@ KVS_EXPORT int kvs_drv_attr_init(kvs_drv_attr_t *attr)
 	return 0;
 }
 
-struct kvs_drv *kvs_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr)
+struct kvs_drv *kvsi_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr)
 {
 	struct kvs_drv *d = calloc(1, sizeof(*d));
 
@@ -214,6 +176,7 @@ KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
 	const struct kvs_drv_backend *be = NULL;
 	kvs_drv_attr_t defaults;
 	struct kvs_drv *d;
+	size_t i;
 
 	if (!attr) {
 		kvs_drv_attr_init(&defaults);
@@ -221,27 +184,34 @@ KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
 	}
 	if (!name)
 		name = default_name();
-	if (strcmp(name, "host") == 0) {
-		be = &kvs_backend_host;
-	} else if (strcmp(name, "cuda") == 0) {
-#ifdef KVS_HAVE_CUDA
-		be = &kvs_backend_cuda;
-#else
-		errno = ENODEV;
-		return NULL;
-#endif
-	} else if (strcmp(name, "auto") == 0) {
-		be = &kvs_backend_host;
-#ifdef KVS_HAVE_CUDA
-		if (kvs_cuda_probe())
-			be = &kvs_backend_cuda;
-#endif
+	if (strcmp(name, "auto") == 0) {
+		/* The first built backend whose probe finds a device. */
+		for (i = 0; i < kvsi_nbackends && !be; i++) {
+			const struct kvs_drv_backend *b = kvsi_backends[i].be;
+
+			if (b && (!b->probe || b->probe()))
+				be = b;
+		}
+		if (!be) {
+			errno = ENODEV;
+			return NULL;
+		}
 	} else {
-		errno = ENOENT;
-		return NULL;
+		for (i = 0; i < kvsi_nbackends; i++)
+			if (strcmp(name, kvsi_backends[i].name) == 0)
+				break;
+		if (i == kvsi_nbackends) {
+			errno = ENOENT;
+			return NULL;
+		}
+		be = kvsi_backends[i].be;
+		if (!be) {
+			errno = ENODEV;	/* known, but not built into this library */
+			return NULL;
+		}
 	}
 
-	d = kvs_drv_new(be, attr);
+	d = kvsi_drv_new(be, attr);
 	if (!d) {
 		errno = ENOMEM;
 		return NULL;

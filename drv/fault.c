@@ -26,8 +26,6 @@
 
 #include "backend.h"
 
-#include "internal.h"
-
 struct fault_rule {
 	uint64_t nth;		/* 0: none */
 	uint64_t seen;		/* calls since the rule was set */
@@ -96,7 +94,7 @@ static int inject(struct kvs_drv *d, enum kvs_drv_op op)
 		fb->injected++;
 	pthread_mutex_unlock(&fb->lock);
 	if (fire) {
-		kvs_drv_set_detail(d, "fault: injected failure (op %d, errno %d)", op, err);
+		kvsi_drv_set_detail(d, "fault: injected failure (op %d, errno %d)", op, err);
 		errno = err;
 		return -1;
 	}
@@ -108,7 +106,7 @@ static int inner_fail(struct kvs_drv *d, const char *what)
 {
 	int e = errno;
 
-	kvs_drv_set_detail(d, "fault: inner %s: %s", what, kvs_drv_strerror(fb_of(d)->inner));
+	kvsi_drv_set_detail(d, "fault: inner %s: %s", what, kvs_drv_strerror(fb_of(d)->inner));
 	errno = e;
 	return -1;
 }
@@ -284,7 +282,7 @@ static int fault_host_free(struct kvs_drv *d, void *ptr)
 	return kvs_drv_host_free(fb_of(d)->inner, ptr);
 }
 
-const struct kvs_drv_backend kvs_backend_fault = {
+const struct kvs_drv_backend kvsi_backend_fault = {
 	.name = "fault",
 	.open = fault_open,
 	.begin_close = fault_begin_close,
@@ -330,7 +328,7 @@ KVS_EXPORT kvs_drv_t *kvs_fault_open(kvs_drv_t *inner)
 	}
 	kvs_drv_attr_init(&attr);
 	fb = calloc(1, sizeof(*fb));
-	d = kvs_drv_new(&kvs_backend_fault, &attr);
+	d = kvsi_drv_new(&kvsi_backend_fault, &attr);
 	if (!fb || !d) {
 		free(fb);
 		free(d);
@@ -346,7 +344,7 @@ KVS_EXPORT kvs_drv_t *kvs_fault_open(kvs_drv_t *inner)
 
 static struct fault_be *fault_of(const kvs_drv_t *d)
 {
-	return d && d->be == &kvs_backend_fault ? d->priv : NULL;
+	return d && d->be == &kvsi_backend_fault ? d->priv : NULL;
 }
 
 /**

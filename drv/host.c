@@ -96,7 +96,7 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 	size_t gran = attr && attr->granularity ? attr->granularity : HOST_DEFAULT_GRANULARITY;
 
 	if (pg <= 0 || gran % (size_t)pg) {
-		kvs_drv_set_detail(d, "host: granularity %zu is not a multiple of the page size",
+		kvsi_drv_set_detail(d, "host: granularity %zu is not a multiple of the page size",
 				   gran);
 		errno = EINVAL;
 		return -1;
@@ -144,7 +144,7 @@ static void host_close(struct kvs_drv *d)
 static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_bytes)
 {
 	struct host_be *hb = hb_of(d);
-	uint64_t used = kvs_drv_stat(d, KVS_DRV_STAT_bytes_created);
+	uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
 	struct sysinfo si;
 	size_t f = hb->total > used ? hb->total - used : 0;
 
@@ -167,7 +167,7 @@ static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 
 	m = mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
-		kvs_drv_set_detail(d, "host: mmap reserve of %zu bytes: %s", size, strerror(errno));
+		kvsi_drv_set_detail(d, "host: mmap reserve of %zu bytes: %s", size, strerror(errno));
 		errno = ENOMEM;
 		return -1;
 	}
@@ -184,7 +184,7 @@ static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 static int host_unreserve(struct kvs_drv *d, kvs_devptr_t base, size_t size)
 {
 	if (munmap((void *)(uintptr_t)base, size) < 0) {
-		kvs_drv_set_detail(d, "host: munmap: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: munmap: %s", strerror(errno));
 		return -1;
 	}
 	return 0;
@@ -197,14 +197,14 @@ static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 	fd = memfd_create("kvslab-chunk", MFD_CLOEXEC);
 	if (fd < 0) {
 		err = errno == EMFILE || errno == ENFILE ? ENOMEM : errno;
-		kvs_drv_set_detail(d, "host: memfd_create: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: memfd_create: %s", strerror(errno));
 		errno = err;
 		return -1;
 	}
 	if (ftruncate(fd, (off_t)size) < 0 ||
 	    (!hb_of(d)->lazy && fallocate(fd, 0, 0, (off_t)size) < 0)) {
 		err = errno;
-		kvs_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
+		kvsi_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
 		close(fd);
 		errno = err == ENOSPC || err == EFBIG ? ENOMEM : err;
 		return -1;
@@ -229,7 +229,7 @@ static int host_map(struct kvs_drv *d, kvs_devptr_t addr, size_t size, uint64_t 
 	if (m == MAP_FAILED) {
 		int err = errno;
 
-		kvs_drv_set_detail(d, "host: mmap map: %s", strerror(err));
+		kvsi_drv_set_detail(d, "host: mmap map: %s", strerror(err));
 		errno = err == ENOMEM ? ENOMEM : EIO;
 		return -1;
 	}
@@ -253,7 +253,7 @@ static int host_unmap(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
 	m = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
-		kvs_drv_set_detail(d, "host: mmap unmap: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: mmap unmap: %s", strerror(errno));
 		errno = EIO;
 		return -1;
 	}
@@ -268,7 +268,7 @@ static int host_set_access(struct kvs_drv *d, kvs_devptr_t addr, size_t size, in
 	void *p = (void *)(uintptr_t)addr;
 
 	if (mprotect(p, size, prot) < 0) {
-		kvs_drv_set_detail(d, "host: mprotect: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: mprotect: %s", strerror(errno));
 		errno = EIO;
 		return -1;
 	}
@@ -342,7 +342,7 @@ static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
 		if (pthread_create(&hb->worker, NULL, host_worker, hb) != 0) {
 			pthread_mutex_unlock(&hb->qlock);
 			free(r);
-			kvs_drv_set_detail(d, "host: cannot start the copy worker");
+			kvsi_drv_set_detail(d, "host: cannot start the copy worker");
 			errno = EAGAIN;
 			return -1;
 		}
@@ -436,7 +436,7 @@ static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 	void *p = aligned_alloc(align, rounded);
 
 	if (!p) {
-		kvs_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);
+		kvsi_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);
 		errno = ENOMEM;
 		return -1;
 	}
@@ -451,7 +451,7 @@ static int host_host_free(struct kvs_drv *d, void *ptr)
 	return 0;
 }
 
-const struct kvs_drv_backend kvs_backend_host = {
+const struct kvs_drv_backend kvsi_backend_host = {
 	.name = "host",
 	.open = host_open,
 	.close = host_close,
