@@ -13,7 +13,8 @@
  *
  * Rules are per operation: fail the Nth call of a kind (counted from 1 since
  * the rule was set; once), or each call with probability p drawn from a
- * seeded xorshift generator.  KVS_OP_ANY counts every call of every kind.
+ * seeded splitmix64 generator (so that seeds 1, 2, 3... are unrelated).
+ * KVS_OP_ANY counts every call of every kind.
  * Calls made while the wrapper is being closed never fail.
  *
  * Locking: fb->lock protects the rules and counters; it is never held across
@@ -48,15 +49,19 @@ static struct fault_be *fb_of(struct kvs_drv *d)
 	return d->priv;
 }
 
-static uint64_t xorshift(uint64_t *s)
+/*
+ * splitmix64 (Steele, Lea and Flood; the seeder of xoshiro): a Weyl sequence
+ * passed through a strong 64-bit finalizer.  Every output is fully mixed, so
+ * neighbouring seeds give unrelated streams from the first draw on; a bare
+ * xorshift started from a small seed stays small for its first outputs.
+ */
+static uint64_t splitmix64(uint64_t *s)
 {
-	uint64_t x = *s;
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
 
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
 }
 
 static bool rule_fires(struct fault_rule *r, int *err)
@@ -66,7 +71,7 @@ static bool rule_fires(struct fault_rule *r, int *err)
 		*err = r->err;
 		return true;
 	}
-	if (r->p > 0 && (double)(xorshift(&r->rng) >> 11) / 9007199254740992.0 < r->p) {
+	if (r->p > 0 && (double)(splitmix64(&r->rng) >> 11) / 9007199254740992.0 < r->p) {
 		*err = r->err;
 		return true;
 	}
@@ -395,7 +400,9 @@ KVS_EXPORT int kvs_fault_fail_random(kvs_drv_t *fault, enum kvs_drv_op op, doubl
 	}
 	pthread_mutex_lock(&fb->lock);
 	fb->rule[op].p = p;
-	fb->rule[op].rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
+	/* Every seed, 0 included, is a valid start of the Weyl sequence; the
+	 * finalizer mixes it, so the seed itself needs no scrambling. */
+	fb->rule[op].rng = seed;
 	fb->rule[op].err = err;
 	pthread_mutex_unlock(&fb->lock);
 	return 0;
