@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "kvslab/drv.h"
@@ -286,7 +287,8 @@ static bool aligned(struct kvs_drv *d, uint64_t v)
  * @base: receives the range's base, aligned to the granularity.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (size), ENOMEM (no address space).
+ * Return: 0, or -1 with errno EINVAL (size), ENOMEM (no address space; also
+ * any size above SIZE_MAX minus the granularity).
  */
 KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 {
@@ -295,6 +297,10 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 
 	if (!d || !base || size == 0 || !aligned(d, size))
 		return fail(d, EINVAL);
+	/* Backends may over-reserve by a granule to align the base; a size
+	 * that close to SIZE_MAX fits in no address space anyway. */
+	if (size > SIZE_MAX - d->granularity)
+		return fail(d, ENOMEM);
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return fail(d, ENOMEM);
@@ -387,8 +393,10 @@ KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
 static bool over_limit(struct kvs_drv *d, enum kvs_drv_stat s, size_t extra)
 {
 	uint64_t now = atomic_load_explicit(&d->stats[s], memory_order_relaxed);
+	size_t sum;
 
-	return d->mem_limit && now + extra > d->mem_limit;
+	/* A sum that does not fit is over any limit. */
+	return d->mem_limit && (!kvs_size_add((size_t)now, extra, &sum) || sum > d->mem_limit);
 }
 
 /*
@@ -485,11 +493,13 @@ static bool chunk_valid(struct kvs_drv *d, struct kvs_chunk *c)
  * The memory is committed here (the expensive call); it is not mapped.
  *
  * Context: MT-Safe; runs without the driver lock held during the backend call.
- * Return: 0, or -1 with errno EINVAL or ENOMEM (limit or device memory).
+ * Return: 0, or -1 with errno EINVAL or ENOMEM (limit, device memory, or a
+ * size that does not fit in the driver's books).
  */
 KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chunk)
 {
 	struct kvs_chunk *c;
+	size_t pending;
 	int rc;
 
 	if (!d || !chunk || size == 0 || !aligned(d, size))
@@ -499,7 +509,8 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 		return fail(d, ENOMEM);
 
 	pthread_mutex_lock(&d->lock);
-	if (over_limit(d, KVS_DRV_STAT_bytes_created, d->pending_create + size)) {
+	if (!kvs_size_add(d->pending_create, size, &pending) ||
+	    over_limit(d, KVS_DRV_STAT_bytes_created, pending)) {
 		pthread_mutex_unlock(&d->lock);
 		free(c);
 		return fail(d, ENOMEM);
@@ -511,7 +522,7 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 		return fail(d, ENOMEM);
 	}
 	d->pending_chunks++;
-	d->pending_create += size;
+	d->pending_create = pending;
 	pthread_mutex_unlock(&d->lock);
 
 	stat_add(d, KVS_DRV_STAT_create_calls, 1);
@@ -892,6 +903,11 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 
 	if (!d || !host || n == 0 || (ev && ev->drv != d))
 		return fail(d, EINVAL);
+	/* Neither side may wrap around the end of the address space. */
+	if ((uintptr_t)host + n < (uintptr_t)host)
+		return fail(d, EINVAL);
+	if (dev + n < dev)
+		return fail(d, EFAULT);
 	pthread_mutex_lock(&d->lock);
 	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ)) {
 		pthread_mutex_unlock(&d->lock);
@@ -924,7 +940,9 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
  * Copies on one driver run in submission order.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or EFAULT (device side not accessible).
+ * Return: 0, or -1 with errno EINVAL (bad argument, or [src, src + n) wraps
+ * around the address space) or EFAULT (device side not accessible, which
+ * includes a [dst, dst + n) that wraps).
  */
 KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src, size_t n,
 				 kvs_event_t *ev)
@@ -941,7 +959,9 @@ KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src
  * @ev: event to record after the copy, or NULL.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or EFAULT.
+ * Return: 0, or -1 with errno EINVAL (bad argument, or [dst, dst + n) wraps
+ * around the address space) or EFAULT (device side not accessible, which
+ * includes a [src, src + n) that wraps).
  */
 KVS_EXPORT int kvs_drv_copy_dtoh(kvs_drv_t *d, void *dst, kvs_devptr_t src, size_t n,
 				 kvs_event_t *ev)
@@ -972,14 +992,22 @@ KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
  * @ptr: receives the memory (page aligned).
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ * Return: 0, or -1 with errno EINVAL (NULL, size 0) or ENOMEM (no memory,
+ * including a size that wraps when rounded up to whole pages); nothing is
+ * allocated then.
  */
 KVS_EXPORT int kvs_drv_host_alloc(kvs_drv_t *d, size_t size, void **ptr)
 {
 	struct kvs_host_block *b;
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t rounded;
 
 	if (!d || !ptr || size == 0)
 		return fail(d, EINVAL);
+	/* Backends round to whole pages: a size whose rounding wraps is more
+	 * memory than any machine has. */
+	if (!kvs_size_roundup(size, pg > 0 ? (size_t)pg : 4096, &rounded))
+		return fail(d, ENOMEM);
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return fail(d, ENOMEM);

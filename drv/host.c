@@ -161,9 +161,15 @@ static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_by
 
 static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 {
-	size_t gran = d->granularity, over = size + gran;
+	size_t gran = d->granularity, over;
 	uintptr_t p, a;
 	void *m;
+
+	if (!kvs_size_add(size, gran, &over)) {
+		kvsi_drv_set_detail(d, "host: reserve of %zu bytes: too large", size);
+		errno = ENOMEM;
+		return -1;
+	}
 
 	m = mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
@@ -194,6 +200,11 @@ static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 {
 	int fd, err;
 
+	if (size > (size_t)INT64_MAX) {	/* no file is that large */
+		kvsi_drv_set_detail(d, "host: chunk of %zu bytes: too large", size);
+		errno = ENOMEM;
+		return -1;
+	}
 	fd = memfd_create("kvslab-chunk", MFD_CLOEXEC);
 	if (fd < 0) {
 		err = errno == EMFILE || errno == ENFILE ? ENOMEM : errno;
@@ -432,8 +443,11 @@ static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	size_t align = pg > 0 ? (size_t)pg : 4096;
-	size_t rounded = (size + align - 1) / align * align;
-	void *p = aligned_alloc(align, rounded);
+	size_t rounded;
+	void *p = NULL;
+
+	if (kvs_size_roundup(size, align, &rounded))
+		p = aligned_alloc(align, rounded);
 
 	if (!p) {
 		kvsi_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);

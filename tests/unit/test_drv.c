@@ -399,6 +399,82 @@ START_TEST(test_host_alloc)
 }
 END_TEST
 
+/*
+ * Sizes near SIZE_MAX: every place a caller's number is rounded, added to
+ * or multiplied must fail cleanly instead of wrapping into a small request
+ * that succeeds.  Before the checks, host_alloc(SIZE_MAX - 10) rounded to 0
+ * and succeeded, a create past a limit wrapped the limit test, and a copy to
+ * a host buffer that wraps was carried out.
+ */
+START_TEST(test_size_overflow)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0), *lim = NULL;
+	size_t g = kvs_drv_granularity(d), top = SIZE_MAX / g * g;
+	kvs_devptr_t base;
+	kvs_chunk_t *c, *c2;
+	void *p;
+	char buf[64];
+
+	/* host_alloc: the page rounding would wrap; ENOMEM, nothing held. */
+	p = buf;
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_host_alloc(d, SIZE_MAX - 10, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_ptr_eq(p, buf);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, SIZE_MAX, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_host), 0);
+
+	/* reserve: aligned sizes whose alignment slack would wrap. */
+	ck_assert_int_eq(kvs_drv_reserve(d, top, &base), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_drv_reserve(d, top - g, &base), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+
+	/* create: larger than any memory. */
+	ck_assert_int_eq(kvs_drv_chunk_create(d, top, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	assert_drv_empty(d);
+
+	/* create under a limit: bytes held + size wraps the limit test. */
+	lim = tu_open(_i, 4 * g, 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(lim, g, &c), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(lim, top, &c2), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_created), g);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_chunks), 1);
+
+	/* copies: a host buffer or a device range that wraps. */
+	ck_assert_int_eq(kvs_drv_reserve(lim, 2 * g, &base), 0);
+	ck_assert_int_eq(kvs_drv_map(lim, base, c), 0);
+	ck_assert_int_eq(kvs_drv_set_access(lim, base, g, KVS_ACCESS_RW), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, (void *)(UINTPTR_MAX - 100), base, g, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_htod(lim, base, (void *)(UINTPTR_MAX - 100), g, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_htod(lim, UINT64_MAX - 63, buf, 128, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, buf, UINT64_MAX - 63, 128, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	/* A size past the end of the range, with a buffer that does not wrap. */
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, buf, base, 3 * g, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_copied), 0);
+	/* set_access and unmap of a size that runs past the range. */
+	ck_assert_int_eq(kvs_drv_set_access(lim, base, top, KVS_ACCESS_RW), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unmap(lim, base, top), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_mapped), g);
+
+	ck_assert_int_eq(kvs_drv_close(lim), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
 struct sink {
 	char text[4096];
 	int lines;
@@ -502,6 +578,7 @@ static Suite *drv_suite(void)
 	BACKEND_LOOP(tc, test_release_while_mapped);
 	BACKEND_LOOP(tc, test_copy_needs_access);
 	BACKEND_LOOP(tc, test_host_alloc);
+	BACKEND_LOOP(tc, test_size_overflow);
 	BACKEND_LOOP(tc, test_stats);
 	suite_add_tcase(s, tc);
 
