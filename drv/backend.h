@@ -44,6 +44,10 @@ struct kvs_drv_backend {
 	int (*create)(struct kvs_drv *drv, size_t size, uint64_t *handle);
 	/* Legal while mapped: the memory lives until its last unmap. */
 	int (*release)(struct kvs_drv *drv, uint64_t handle);
+	/* Optional: a released chunk's last mapping is gone (or it was never
+	 * mapped); its memory may go now.  Called with drv->lock held; never
+	 * fails. */
+	void (*chunk_free)(struct kvs_drv *drv, uint64_t handle);
 	int (*map)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_t handle);
 	/* May cover several adjacent whole mappings. */
 	int (*unmap)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size);

@@ -554,6 +554,8 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 /* Forget a chunk whose handle is released and which has no mapping left. */
 static void chunk_drop(struct kvs_drv *d, struct kvs_chunk *c)
 {
+	if (d->be->chunk_free)
+		d->be->chunk_free(d, c->handle);
 	DLIST_DEL(d->chunks, c);
 	stat_sub(d, KVS_DRV_STAT_bytes_created, c->size);
 	stat_sub(d, KVS_DRV_STAT_chunks, 1);

@@ -6,6 +6,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -535,11 +538,190 @@ START_TEST(test_host_rss)
 	ck_assert_int_eq(kvs_drv_unmap(d, a, sz), 0);
 	after = tu_rss_shmem();
 	ck_assert_int_le(after - base, (long)sz / 10);
+	/* One arena holds the chunk, whose memory stays committed unmapped;
+	 * the arena goes with its last chunk. */
 	ck_assert_int_eq(tu_host_chunk_fds(), 1);
+	ck_assert_int_ge(tu_host_chunk_bytes(), (long)sz);
 	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(tu_host_chunk_bytes(), 0);
 	ck_assert_int_eq(tu_host_chunk_fds(), 0);
 	ck_assert_int_eq(tu_host_chunk_maps(), 0);
 	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(tu_host_chunk_fds(), 0);
+}
+END_TEST
+
+/* Run @fn in a child process (for tests that change process limits); its
+ * exit status: 0 when it passed, else the line of the failed check. */
+#define CHILD_CHECK(cond)                                                     \
+	do {                                                                  \
+		if (!(cond))                                                  \
+			return __LINE__;                                      \
+	} while (0)
+
+static int in_child(int (*fn)(void))
+{
+	int status;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fn());
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static int rlimit_unchanged(void)
+{
+	struct rlimit before, after;
+	kvs_drv_t *d;
+
+	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &before) == 0);
+	/* Leave room to raise, or a raise could not be seen. */
+	if (before.rlim_cur == before.rlim_max && before.rlim_cur > 64) {
+		before.rlim_cur = 64;
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &before) == 0);
+	}
+	d = kvs_drv_open("host", NULL);
+	CHILD_CHECK(d);
+	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &after) == 0);
+	CHILD_CHECK(after.rlim_cur == before.rlim_cur && after.rlim_max == before.rlim_max);
+	CHILD_CHECK(kvs_drv_close(d) == 0);
+	return 0;
+}
+
+/* Host only: opening a driver leaves RLIMIT_NOFILE alone (select() users). */
+START_TEST(test_host_rlimit_unchanged)
+{
+	ck_assert_int_eq(in_child(rlimit_unchanged), 0);
+}
+END_TEST
+
+#define MANY 2000
+
+static int many_chunks(void)
+{
+	struct rlimit rl = {64, 64};	/* hard limit too: nothing can raise it */
+	size_t g = 64 << 10;
+	kvs_drv_attr_t attr;
+	kvs_chunk_t **c = calloc(MANY, sizeof(*c));
+	kvs_devptr_t base;
+	kvs_drv_t *d;
+	int k;
+
+	CHILD_CHECK(c);
+	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	kvs_drv_attr_init(&attr);
+	attr.granularity = g;
+	attr.flags = KVS_DRV_F_LAZY;
+	d = kvs_drv_open("host", &attr);
+	CHILD_CHECK(d);
+	CHILD_CHECK(kvs_drv_reserve(d, MANY * g, &base) == 0);
+	for (k = 0; k < MANY; k++) {
+		CHILD_CHECK(kvs_drv_chunk_create(d, g, &c[k]) == 0);
+		CHILD_CHECK(kvs_drv_map(d, base + (size_t)k * g, c[k]) == 0);
+	}
+	CHILD_CHECK(kvs_drv_set_access(d, base, MANY * g, KVS_ACCESS_RW) == 0);
+	for (k = 0; k < MANY; k++) {
+		unsigned char *p = (unsigned char *)(uintptr_t)(base + (size_t)k * g);
+
+		tu_fill(p, 64, (unsigned)k);
+		tu_fill(p + g - 64, 64, (unsigned)k + MANY);
+	}
+	for (k = 0; k < MANY; k++) {
+		unsigned char *p = (unsigned char *)(uintptr_t)(base + (size_t)k * g);
+
+		CHILD_CHECK(tu_check(p, 64, (unsigned)k));
+		CHILD_CHECK(tu_check(p + g - 64, 64, (unsigned)k + MANY));
+	}
+	CHILD_CHECK(tu_host_chunk_fds() >= 1 && tu_host_chunk_fds() <= 2);
+	for (k = 0; k < MANY; k += 2)
+		CHILD_CHECK(kvs_drv_chunk_release(d, c[k]) == 0);
+	CHILD_CHECK(kvs_drv_close(d) == 0);
+	CHILD_CHECK(tu_host_chunk_fds() == 0 && tu_host_chunk_maps() == 0);
+	free(c);
+	return 0;
+}
+
+/* Host only: 2000 one-granule chunks, mapped and used, under a limit of 64
+ * descriptors (one memfd per chunk needed 2000). */
+START_TEST(test_host_many_chunks_few_fds)
+{
+	ck_assert_int_eq(in_child(many_chunks), 0);
+}
+END_TEST
+
+/* Host only: a chunk larger than the machine's memory fails at creation,
+ * having committed nothing, instead of waking the OOM killer later. */
+START_TEST(test_host_too_large)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d), total;
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	long rss0 = tu_rss_shmem();
+	kvs_chunk_t *c;
+
+	ck_assert_int_gt(pages, 0);
+	total = ((size_t)pages * (size_t)pg + g) / g * g;
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(d, total, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_le(tu_rss_shmem() - rss0, 64 * 1024);
+	ck_assert_int_eq(tu_host_chunk_bytes(), 0);
+	assert_drv_empty(d);
+	/* The driver's own total_mem bounds it too. */
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	{
+		kvs_drv_attr_t attr;
+
+		kvs_drv_attr_init(&attr);
+		attr.total_mem = 4 * g;
+		d = kvs_drv_open("host", &attr);
+		ck_assert_ptr_nonnull(d);
+		ck_assert_int_eq(kvs_drv_chunk_create(d, 4 * g, &c), 0);
+		ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), -1);
+		ck_assert_int_eq(errno, ENOMEM);
+		ck_assert_int_eq(kvs_drv_close(d), 0);
+	}
+}
+END_TEST
+
+/* Host only: a released range goes back to its arena, and the next chunk
+ * that gets it reads zeros, not its previous owner's bytes. */
+START_TEST(test_host_range_reuse)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c0, *c1, *c2;
+	unsigned char *p;
+	long off;
+	size_t i;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, g, &a), 0);
+	p = (unsigned char *)(uintptr_t)a;
+	/* c0 stays, and with it the arena. */
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c0), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c1), 0);
+	map_rw(d, a, c1);
+	off = tu_host_map_offset(a);
+	ck_assert_int_ge(off, 0);
+	memset(p, 0x5a, g);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c1), 0);
+	ck_assert_int_eq(tu_host_chunk_bytes(), (long)g);	/* c0's only */
+	ck_assert_int_eq(tu_host_chunk_fds(), 1);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c2), 0);
+	map_rw(d, a, c2);
+	ck_assert_int_eq(tu_host_map_offset(a), off);
+	for (i = 0; i < g; i++)
+		if (p[i])
+			break;
+	ck_assert_uint_eq(i, g);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(tu_host_chunk_fds(), 0);
+	ck_assert_int_eq(tu_host_chunk_maps(), 0);
 }
 END_TEST
 
@@ -591,6 +773,10 @@ static Suite *drv_suite(void)
 	tc = tcase_create("host");
 	tcase_add_test(tc, test_host_rss);
 	tcase_add_test(tc, test_host_populate);
+	tcase_add_test(tc, test_host_rlimit_unchanged);
+	tcase_add_test(tc, test_host_many_chunks_few_fds);
+	tcase_add_test(tc, test_host_too_large);
+	tcase_add_test(tc, test_host_range_reuse);
 	suite_add_tcase(s, tc);
 	return s;
 }
