@@ -59,6 +59,8 @@ struct kvs_drv_backend {
 	int (*event_create)(struct kvs_drv *drv, void **bev);
 	void (*event_destroy)(struct kvs_drv *drv, void *bev);
 	int (*event_record)(struct kvs_drv *drv, void *bev);
+	/* Record after all work submitted so far on an engine's stream. */
+	int (*event_record_stream)(struct kvs_drv *drv, void *bev, uint64_t stream);
 	/* 1 complete, 0 pending, -1/errno: a copy before it failed. */
 	int (*event_query)(struct kvs_drv *drv, void *bev);
 	int (*event_wait)(struct kvs_drv *drv, void *bev);

@@ -836,6 +836,18 @@ static int cuda_event_record(struct kvs_drv *drv, void *bev)
 	return cuda_result(drv, p, r, "cuEventRecord");
 }
 
+/* After all work submitted so far on the engine's @stream (0: legacy). */
+static int cuda_event_record_stream(struct kvs_drv *drv, void *bev, uint64_t stream)
+{
+	struct cuda_priv *p = drv->priv;
+	CUresult r;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
+	r = CU_RETRY(p, p->cu.EventRecord((CUevent)bev, (CUstream)(uintptr_t)stream));
+	return cuda_result(drv, p, r, "cuEventRecord");
+}
+
 /**
  * cuda_event_query() - has the copy queue reached the event?
  * @drv: the driver.
@@ -978,6 +990,7 @@ const struct kvs_drv_backend kvsi_backend_cuda = {
 	.event_create = cuda_event_create,
 	.event_destroy = cuda_event_destroy,
 	.event_record = cuda_event_record,
+	.event_record_stream = cuda_event_record_stream,
 	.event_query = cuda_event_query,
 	.event_wait = cuda_event_wait,
 	.synchronize = cuda_synchronize,

@@ -870,6 +870,36 @@ KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
 }
 
 /**
+ * kvs_event_record() - record an event on an engine's stream.
+ * @ev: event.
+ * @stream: the stream (cuda: a CUstream cast to kvs_stream_t, 0 for the
+ *          legacy default stream); host: any value.
+ *
+ * @ev completes when all work submitted on @stream before this call is done
+ * (cuda: cuEventRecord).  On host there are no streams: @ev completes when the
+ * driver's copy queue reaches the point of the record, at once when no copy
+ * is queued.  kvs_event_query() and kvs_event_wait() then work as for a copy.
+ *
+ * Context: MT-Safe; takes no lock of the driver and never waits for the
+ * device.
+ * Return: 0, or -1 with errno EINVAL (@ev NULL; cuda: a stream the driver
+ * does not know), ENOTSUP (the backend cannot record on streams).
+ */
+KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
+{
+	struct kvs_drv *d;
+
+	if (!e)
+		return fail(NULL, EINVAL);
+	d = e->drv;
+	if (!d->be->event_record_stream)
+		return fail(d, ENOTSUP);
+	if (BE_CALL(d, d->be->event_record_stream(d, e->bev, stream)) < 0)
+		return fail(d, errno);
+	return 0;
+}
+
+/**
  * kvs_event_query() - poll an event.
  * @ev: event.
  *

@@ -257,6 +257,14 @@ static int fault_event_record(struct kvs_drv *d, void *bev)
 	return 0;
 }
 
+/* The inner driver's engine streams are not ours to see: like a copy's
+ * event, complete once the inner queue drains (never early for copies). */
+static int fault_event_record_stream(struct kvs_drv *d, void *bev, uint64_t stream)
+{
+	(void)stream;
+	return fault_event_record(d, bev);
+}
+
 static int fault_event_wait(struct kvs_drv *d, void *bev)
 {
 	(void)bev;
@@ -305,6 +313,7 @@ const struct kvs_drv_backend kvsi_backend_fault = {
 	.event_create = fault_event_create,
 	.event_destroy = fault_event_destroy,
 	.event_record = fault_event_record,
+	.event_record_stream = fault_event_record_stream,
 	.event_query = fault_event_query,
 	.event_wait = fault_event_wait,
 	.synchronize = fault_synchronize,

@@ -704,6 +704,13 @@ static int host_event_record(struct kvs_drv *d, void *bev)
 	return 0;
 }
 
+/* No streams on the host: the point reached by the copy queue. */
+static int host_event_record_stream(struct kvs_drv *d, void *bev, uint64_t stream)
+{
+	(void)stream;
+	return host_event_record(d, bev);
+}
+
 static int host_event_query(struct kvs_drv *d, void *bev)
 {
 	struct host_be *hb = hb_of(d);
@@ -777,6 +784,7 @@ const struct kvs_drv_backend kvsi_backend_host = {
 	.event_create = host_event_create,
 	.event_destroy = host_event_destroy,
 	.event_record = host_event_record,
+	.event_record_stream = host_event_record_stream,
 	.event_query = host_event_query,
 	.event_wait = host_event_wait,
 	.synchronize = host_synchronize,

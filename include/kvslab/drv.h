@@ -27,6 +27,9 @@ typedef uint64_t kvs_devptr_t;
 typedef struct kvs_drv kvs_drv_t;
 typedef struct kvs_chunk kvs_chunk_t;
 typedef struct kvs_event kvs_event_t;
+/** An engine's stream (cuda: a CUstream cast to an integer; 0 is the legacy
+ *  default stream).  The host backend has no streams and accepts any value. */
+typedef uint64_t kvs_stream_t;
 
 /** Attributes of kvs_drv_open(); always start from kvs_drv_attr_init(). */
 typedef struct kvs_drv_attr {
@@ -81,6 +84,7 @@ int kvs_drv_set_access(kvs_drv_t *drv, kvs_devptr_t addr, size_t size, int acces
 
 int kvs_event_create(kvs_drv_t *drv, kvs_event_t **ev);
 int kvs_event_destroy(kvs_event_t *ev);
+int kvs_event_record(kvs_event_t *ev, kvs_stream_t stream);
 int kvs_event_query(kvs_event_t *ev);
 int kvs_event_wait(kvs_event_t *ev);
 

@@ -3,6 +3,7 @@
  * tests/unit/test_drv.c - the driver shim, on every backend: host, and cuda
  * over the libcuda test double.  Each loop test runs once per backend.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -478,6 +479,84 @@ START_TEST(test_size_overflow)
 }
 END_TEST
 
+/* cuda: a stream made by the double, as an engine would make one. */
+static kvs_stream_t double_stream(void **lib)
+{
+	int (*create)(void **, unsigned int);
+	void *s = NULL;
+
+	*lib = dlopen(getenv("KVSLAB_CUDA_DOUBLE"), RTLD_NOW | RTLD_NOLOAD);
+	ck_assert_ptr_nonnull(*lib);
+	*(void **)&create = dlsym(*lib, "cuStreamCreate");
+	ck_assert_ptr_nonnull(create);
+	ck_assert_int_eq(create(&s, 1), 0);
+	return (kvs_stream_t)(uintptr_t)s;
+}
+
+/*
+ * kvs_event_record(): a fence on an engine's stream.  Host: any stream
+ * value; the event completes when the copy queue reaches the record (at once
+ * with nothing queued; after a queued copy, only once that copy is done).
+ * cuda: stream 0 and streams the application made are accepted, a stream
+ * the driver does not know is EINVAL.
+ */
+START_TEST(test_event_record_stream)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d), n = 4 * g;
+	unsigned char *in = malloc(n), *out = malloc(n);
+	kvs_event_t *ev;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	kvs_stream_t s = 0;
+	void *lib = NULL;
+
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_event_record(ev, 0), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_event_query(ev), 1);
+	ck_assert_int_eq(kvs_event_record(NULL, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	/* Behind a queued copy: complete means the copy is done. */
+	ck_assert_int_eq(kvs_drv_reserve(d, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, n, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(in, n, 21);
+	memset(out, 0, n);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, NULL), 0);
+	if (is_cuda(_i)) {
+		s = double_stream(&lib);
+		ck_assert_int_eq(kvs_event_record(ev, s), 0);
+		ck_assert_int_eq(kvs_event_wait(ev), 0);
+		errno = 0;
+		ck_assert_int_eq(kvs_event_record(ev, (kvs_stream_t)0xdead0), -1);
+		ck_assert_int_eq(errno, EINVAL);
+		/* The engine's stream says nothing of our copy queue. */
+		ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	} else {
+		ck_assert_int_eq(kvs_event_record(ev, 12345), 0);
+		ck_assert_int_eq(kvs_event_wait(ev), 0);
+	}
+	ck_assert_int_eq(kvs_event_query(ev), 1);
+	ck_assert(tu_check(out, n, 21));
+	ck_assert_int_eq(kvs_event_destroy(ev), 0);
+	if (lib) {
+		int (*destroy)(void *);
+
+		*(void **)&destroy = dlsym(lib, "cuStreamDestroy_v2");
+		ck_assert_int_eq(destroy((void *)(uintptr_t)s), 0);
+	}
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	if (lib)
+		dlclose(lib);
+	assert_nothing_left(_i);
+	free(in);
+	free(out);
+}
+END_TEST
+
 struct sink {
 	char text[4096];
 	int lines;
@@ -761,6 +840,7 @@ static Suite *drv_suite(void)
 	BACKEND_LOOP(tc, test_copy_needs_access);
 	BACKEND_LOOP(tc, test_host_alloc);
 	BACKEND_LOOP(tc, test_size_overflow);
+	BACKEND_LOOP(tc, test_event_record_stream);
 	BACKEND_LOOP(tc, test_stats);
 	suite_add_tcase(s, tc);
 
