@@ -49,7 +49,13 @@ struct kvs_drv_backend {
 	 * fails. */
 	void (*chunk_free)(struct kvs_drv *drv, uint64_t handle);
 	int (*map)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_t handle);
-	/* May cover several adjacent whole mappings. */
+	/* Optional: wait until no queued copy (and, with KVS_DRV_F_SYNC_UNMAP,
+	 * no device work) can still touch memory about to be unmapped.  Called
+	 * WITHOUT drv->lock: the driver lock is never held across a device
+	 * synchronization. */
+	int (*quiesce)(struct kvs_drv *drv);
+	/* May cover several adjacent whole mappings; quiesce() ran first and
+	 * no copy was submitted since.  Called with drv->lock held. */
 	int (*unmap)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size);
 	int (*set_access)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, int access);
 	/* Copies run in submission order on one queue per driver. */
@@ -89,6 +95,7 @@ struct kvs_drv {
 	size_t pending_create;		/* bytes being created right now */
 	struct kvs_event *events;	/* live events */
 
+	_Atomic uint64_t copies_submitted;	/* bumped under lock per copy */
 	_Atomic uint64_t stats[KVS_DRV_STAT__COUNT];
 	char errdetail[160];		/* last backend detail; best effort */
 };

@@ -699,11 +699,10 @@ static int cuda_map(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_
 }
 
 /**
- * cuda_unmap() - unmap whole mappings, after their last use by us.
+ * cuda_quiesce() - wait for the last use by us of memory about to be unmapped.
  * @drv: the driver.
- * @addr: start of the first mapping.
- * @size: bytes; covers whole adjacent mappings only.
  *
+ * Called by the generic layer before cuda_unmap(), with no lock held.
  * With KVS_DRV_F_SYNC_UNMAP the whole context is synchronized first, for
  * callers that cannot name the last use of the range.  The copy stream is
  * synchronized in every case (see the essay).  When a synchronization fails
@@ -714,7 +713,7 @@ static int cuda_map(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_
  * Context: Any thread.  Blocks until the copy stream (or the device) is idle.
  * Return: 0, or -1 with errno.
  */
-static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
+static int cuda_quiesce(struct kvs_drv *drv)
 {
 	struct cuda_priv *p = drv->priv;
 	CUresult r;
@@ -729,8 +728,17 @@ static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
 		return -1;
 	}
 	r = CU_RETRY(p, p->cu.StreamSynchronize(p->stream));
-	if (r != CUDA_SUCCESS)
-		return cuda_fail(drv, p, r, "cuStreamSynchronize");
+	return cuda_result(drv, p, r, "cuStreamSynchronize");
+}
+
+/* cuda_quiesce() ran first, without the driver lock (drv.c's rule). */
+static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
+{
+	struct cuda_priv *p = drv->priv;
+	CUresult r;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
 	r = CU_RETRY(p, p->cu.MemUnmap(addr, size));
 	return cuda_result(drv, p, r, "cuMemUnmap");
 }
@@ -983,6 +991,7 @@ const struct kvs_drv_backend kvsi_backend_cuda = {
 	.create = cuda_create,
 	.release = cuda_release,
 	.map = cuda_map,
+	.quiesce = cuda_quiesce,
 	.unmap = cuda_unmap,
 	.set_access = cuda_set_access,
 	.copy_htod = cuda_copy_htod,

@@ -25,9 +25,21 @@
  * so validation and action are one step; chunk creation, the slow call
  * (~190 us on an A100), runs unlocked with its bytes counted as pending so
  * the limit still holds.  Counters are atomics, readable without the lock.
- * Copies are validated and enqueued under the lock, and every unmap drains
- * the copy queue first (the backend does it), so a queued copy never touches
- * memory that was unmapped after it was submitted.
+ *
+ * The driver lock's rule: drv->lock is never held across a device
+ * synchronization (a copy-queue drain, cuStreamSynchronize, cuCtxSynchronize)
+ * or any other wait for the device, so one thread's unmap never stalls
+ * another thread's map or copy submission behind the GPU.  Copies are
+ * validated and enqueued under the lock, each bumping copies_submitted.  An
+ * unmap reads that count, calls the backend's quiesce() with no lock held
+ * (drain the copy queue; with KVS_DRV_F_SYNC_UNMAP, the whole device), then
+ * takes the lock: if the count moved, a copy was submitted meanwhile and may
+ * touch the range, so it drops the lock and drains again; otherwise it
+ * validates, unmaps and updates the books in one step.  So a queued copy
+ * never touches memory unmapped after it was submitted.  Event waits and
+ * kvs_drv_synchronize() take no lock at all.  kvs_drv_close() is MT-Unsafe
+ * and takes none either.  Backends' own locks (the host's alock and qlock)
+ * come after drv->lock, never before.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -717,11 +729,22 @@ static void forget_mappings(struct kvs_drv *d, struct kvs_range *r, size_t g, si
 KVS_EXPORT int kvs_drv_unmap(kvs_drv_t *d, kvs_devptr_t addr, size_t size)
 {
 	struct kvs_range *r;
+	uint64_t seen;
 	size_t g, n;
 
 	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size))
 		return fail(d, EINVAL);
+again:
+	/* Drain and synchronize unlocked; a copy submitted meanwhile moves the
+	 * count, and then we drain again rather than unmap under it. */
+	seen = atomic_load(&d->copies_submitted);
+	if (d->be->quiesce && BE_CALL(d, d->be->quiesce(d)) < 0)
+		return fail(d, errno);
 	pthread_mutex_lock(&d->lock);
+	if (atomic_load(&d->copies_submitted) != seen) {
+		pthread_mutex_unlock(&d->lock);
+		goto again;
+	}
 	r = range_find(d, addr, size);
 	if (!r) {
 		pthread_mutex_unlock(&d->lock);
@@ -956,6 +979,7 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 		pthread_mutex_unlock(&d->lock);
 		return fail(d, e);
 	}
+	atomic_fetch_add(&d->copies_submitted, 1);
 	stat_add(d, KVS_DRV_STAT_bytes_copied, n);
 	pthread_mutex_unlock(&d->lock);
 	return 0;
@@ -1114,7 +1138,9 @@ KVS_EXPORT int kvs_drv_close(kvs_drv_t *d)
 		return 0;
 	if (d->be->begin_close)
 		d->be->begin_close(d);
-	if (d->be->synchronize(d) < 0)
+	/* No lock is held here (close is MT-Unsafe): wait for the device once,
+	 * then unmap everything. */
+	if ((d->be->quiesce ? d->be->quiesce(d) : d->be->synchronize(d)) < 0)
 		err = EIO;
 	for (i = 0; i < d->nranges; i++) {
 		struct kvs_range *r = d->ranges[i];

@@ -45,7 +45,8 @@
  * submission order (a small copy with nothing queued is done at once): a
  * FIFO of requests numbered by a sequence.  An event records the sequence
  * number of the last copy submitted before it and is complete when the
- * worker has finished that many.  Unmap drains the queue first, because a
+ * worker has finished that many.  Before an unmap the generic layer calls
+ * host_quiesce(), which drains the queue with no driver lock held, because a
  * queued copy may still read or write the range.
  *
  * Locking.  hb->alock protects the arenas, their bitmaps and the chunk
@@ -554,7 +555,6 @@ static int host_unmap(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
 {
 	void *m;
 
-	host_drain(hb_of(d));
 	m = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
@@ -740,6 +740,12 @@ static int host_synchronize(struct kvs_drv *d)
 	return host_drain(hb_of(d));
 }
 
+/* Before an unmap, without drv->lock: a queued copy may use the range. */
+static int host_quiesce(struct kvs_drv *d)
+{
+	return host_drain(hb_of(d));
+}
+
 static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 {
 	long pg = sysconf(_SC_PAGESIZE);
@@ -777,6 +783,7 @@ const struct kvs_drv_backend kvsi_backend_host = {
 	.release = host_release,
 	.chunk_free = host_chunk_free,
 	.map = host_map,
+	.quiesce = host_quiesce,
 	.unmap = host_unmap,
 	.set_access = host_set_access,
 	.copy_htod = host_copy_htod,
