@@ -318,11 +318,6 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 		return fail(d, ENOMEM);
 	r->size = size;
 	r->ngran = size / d->granularity;
-	r->chunk = calloc(r->ngran, sizeof(*r->chunk));
-	r->start = calloc(r->ngran, 1);
-	r->access = calloc(r->ngran, 1);
-	if (!r->chunk || !r->start || !r->access)
-		goto err_free;
 
 	pthread_mutex_lock(&d->lock);
 	if (d->nranges == d->cap_ranges) {
@@ -342,6 +337,15 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 		range_free(r);
 		return fail(d, e);
 	}
+	/* The books after the address space: a size no address space holds is
+	 * refused there, before we try to allocate books for it. */
+	r->chunk = calloc(r->ngran, sizeof(*r->chunk));
+	r->start = calloc(r->ngran, 1);
+	r->access = calloc(r->ngran, 1);
+	if (!r->chunk || !r->start || !r->access) {
+		(void)d->be->unreserve(d, r->base, r->size);
+		goto err_unlock;
+	}
 	idx = range_index(d, r->base);
 	memmove(&d->ranges[idx + 1], &d->ranges[idx],
 		(d->nranges - idx) * sizeof(*d->ranges));
@@ -354,7 +358,6 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 
 err_unlock:
 	pthread_mutex_unlock(&d->lock);
-err_free:
 	range_free(r);
 	return fail(d, ENOMEM);
 }
