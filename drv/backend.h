@@ -17,13 +17,20 @@
 #ifndef KVSLAB_DRV_BACKEND_H
 #define KVSLAB_DRV_BACKEND_H
 
-#include <stdatomic.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
 
+#include "common.h"
 #include "kvslab/drv.h"
+#include "kvslab/fault.h"
 
 struct kvs_drv_backend {
 	const char *name;
+	/* Optional, for "auto": 1 when open() would find a device, else 0;
+	 * keeps nothing and preserves errno.  NULL: always usable. */
+	int (*probe)(void);
 	/* Fill drv->granularity and drv->priv; -1/errno if unusable. */
 	int (*open)(struct kvs_drv *drv, const kvs_drv_attr_t *attr);
 	/* Optional: kvs_drv_close() is about to give everything back. */
@@ -37,8 +44,18 @@ struct kvs_drv_backend {
 	int (*create)(struct kvs_drv *drv, size_t size, uint64_t *handle);
 	/* Legal while mapped: the memory lives until its last unmap. */
 	int (*release)(struct kvs_drv *drv, uint64_t handle);
+	/* Optional: a released chunk's last mapping is gone (or it was never
+	 * mapped); its memory may go now.  Called with drv->lock held; never
+	 * fails. */
+	void (*chunk_free)(struct kvs_drv *drv, uint64_t handle);
 	int (*map)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_t handle);
-	/* May cover several adjacent whole mappings. */
+	/* Optional: wait until no queued copy (and, with KVS_DRV_F_SYNC_UNMAP,
+	 * no device work) can still touch memory about to be unmapped.  Called
+	 * WITHOUT drv->lock: the driver lock is never held across a device
+	 * synchronization. */
+	int (*quiesce)(struct kvs_drv *drv);
+	/* May cover several adjacent whole mappings; quiesce() ran first and
+	 * no copy was submitted since.  Called with drv->lock held. */
 	int (*unmap)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size);
 	int (*set_access)(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, int access);
 	/* Copies run in submission order on one queue per driver. */
@@ -48,6 +65,8 @@ struct kvs_drv_backend {
 	int (*event_create)(struct kvs_drv *drv, void **bev);
 	void (*event_destroy)(struct kvs_drv *drv, void *bev);
 	int (*event_record)(struct kvs_drv *drv, void *bev);
+	/* Record after all work submitted so far on an engine's stream. */
+	int (*event_record_stream)(struct kvs_drv *drv, void *bev, uint64_t stream);
 	/* 1 complete, 0 pending, -1/errno: a copy before it failed. */
 	int (*event_query)(struct kvs_drv *drv, void *bev);
 	int (*event_wait)(struct kvs_drv *drv, void *bev);
@@ -76,23 +95,52 @@ struct kvs_drv {
 	size_t pending_create;		/* bytes being created right now */
 	struct kvs_event *events;	/* live events */
 
+	_Atomic uint64_t copies_submitted;	/* bumped under lock per copy */
 	_Atomic uint64_t stats[KVS_DRV_STAT__COUNT];
 	char errdetail[160];		/* last backend detail; best effort */
 };
 
-extern const struct kvs_drv_backend kvs_backend_host;
+/*
+ * The backends kvs_drv_open() knows by name, in "auto" preference order
+ * (drv/registry.c).  An entry whose backend was not built has be == NULL:
+ * opening it by name fails with ENODEV rather than ENOENT.
+ */
+struct kvsi_backend_entry {
+	const char *name;
+	const struct kvs_drv_backend *be;
+};
+
+extern const struct kvsi_backend_entry kvsi_backends[];
+extern const size_t kvsi_nbackends;
+
+extern const struct kvs_drv_backend kvsi_backend_host;
 #ifdef KVS_HAVE_CUDA
-extern const struct kvs_drv_backend kvs_backend_cuda;
-/* 1 when a cuda device is usable (for "auto"), without side effects kept. */
-int kvs_cuda_probe(void);
+extern const struct kvs_drv_backend kvsi_backend_cuda;
 #endif
-extern const struct kvs_drv_backend kvs_backend_fault;
+extern const struct kvs_drv_backend kvsi_backend_fault;
 
 /* Allocate and initialise the generic part; used by kvs_fault_open too. */
-struct kvs_drv *kvs_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr);
+struct kvs_drv *kvsi_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr);
 
-/* Record a backend detail message for kvs_drv_strerror(). */
-void kvs_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+/*
+ * Record a backend detail message for kvs_drv_strerror().  Inline so that a
+ * backend never calls back into drv.c; best effort under races (see the man
+ * page: MT-Unsafe race:detail).
+ */
+static inline __attribute__((format(printf, 2, 3)))
+void kvsi_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(drv->errdetail, sizeof(drv->errdetail), fmt, ap);
+	va_end(ap);
+}
+
+/* A counter of @drv, read directly (for backends). */
+static inline uint64_t kvsi_drv_stat(struct kvs_drv *drv, enum kvs_drv_stat s)
+{
+	return atomic_load_explicit(&drv->stats[s], memory_order_relaxed);
+}
 
 #endif /* KVSLAB_DRV_BACKEND_H */

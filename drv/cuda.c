@@ -261,9 +261,9 @@ static int cuda_note(struct kvs_drv *drv, const struct cuda_priv *p, CUresult r,
 	if (!p->cu.GetErrorName || p->cu.GetErrorName(r, &name) != CUDA_SUCCESS)
 		name = NULL;
 	if (name)
-		kvs_drv_set_detail(drv, "%s: %s", call, name);
+		kvsi_drv_set_detail(drv, "%s: %s", call, name);
 	else
-		kvs_drv_set_detail(drv, "%s: CUresult %d", call, (int)r);
+		kvsi_drv_set_detail(drv, "%s: CUresult %d", call, (int)r);
 	return err;
 }
 
@@ -444,7 +444,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		kvs_drv_set_detail(drv, "cuda: out of memory");
+		kvsi_drv_set_detail(drv, "cuda: out of memory");
 		errno = ENOMEM;
 		return -1;
 	}
@@ -453,9 +453,9 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	p->lib = cuda_load(&p->cu, &path, &missing, &why);
 	if (!p->lib) {
 		if (missing)
-			kvs_drv_set_detail(drv, "dlsym %s: not found in %s", missing, path);
+			kvsi_drv_set_detail(drv, "dlsym %s: not found in %s", missing, path);
 		else
-			kvs_drv_set_detail(drv, "dlopen: %s", why);
+			kvsi_drv_set_detail(drv, "dlopen: %s", why);
 		err = ENODEV;
 		goto out_free;
 	}
@@ -471,7 +471,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 		goto out_dlclose;
 	}
 	if (p->ordinal < 0 || p->ordinal >= count) {
-		kvs_drv_set_detail(drv, "cuDeviceGetCount: device %d requested, %d present",
+		kvsi_drv_set_detail(drv, "cuDeviceGetCount: device %d requested, %d present",
 				   p->ordinal, count);
 		err = ENODEV;
 		goto out_dlclose;
@@ -489,7 +489,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 		goto out_dlclose;
 	}
 	if (!vmm) {
-		kvs_drv_set_detail(drv, "cuDeviceGetAttribute: device %d has no virtual "
+		kvsi_drv_set_detail(drv, "cuDeviceGetAttribute: device %d has no virtual "
 				   "memory management", p->ordinal);
 		err = ENOTSUP;
 		goto out_dlclose;
@@ -537,7 +537,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	}
 	/* It is our reservation alignment, which must be a power of two. */
 	if (!p->gran || (p->gran & (p->gran - 1))) {
-		kvs_drv_set_detail(drv, "cuMemGetAllocationGranularity: %zu is not a "
+		kvsi_drv_set_detail(drv, "cuMemGetAllocationGranularity: %zu is not a "
 				   "power of two", p->gran);
 		err = EIO;
 		goto out_stream;
@@ -641,7 +641,7 @@ static int cuda_reserve(struct kvs_drv *drv, size_t size, kvs_devptr_t *base)
 		return cuda_fail(drv, p, r, "cuMemAddressReserve");
 	if (ptr & (p->gran - 1)) {
 		p->cu.MemAddressFree(ptr, size);
-		kvs_drv_set_detail(drv, "cuMemAddressReserve: base 0x%llx not aligned to %zu",
+		kvsi_drv_set_detail(drv, "cuMemAddressReserve: base 0x%llx not aligned to %zu",
 				   (unsigned long long)ptr, p->gran);
 		errno = EIO;
 		return -1;
@@ -699,11 +699,10 @@ static int cuda_map(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_
 }
 
 /**
- * cuda_unmap() - unmap whole mappings, after their last use by us.
+ * cuda_quiesce() - wait for the last use by us of memory about to be unmapped.
  * @drv: the driver.
- * @addr: start of the first mapping.
- * @size: bytes; covers whole adjacent mappings only.
  *
+ * Called by the generic layer before cuda_unmap(), with no lock held.
  * With KVS_DRV_F_SYNC_UNMAP the whole context is synchronized first, for
  * callers that cannot name the last use of the range.  The copy stream is
  * synchronized in every case (see the essay).  When a synchronization fails
@@ -714,7 +713,7 @@ static int cuda_map(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_
  * Context: Any thread.  Blocks until the copy stream (or the device) is idle.
  * Return: 0, or -1 with errno.
  */
-static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
+static int cuda_quiesce(struct kvs_drv *drv)
 {
 	struct cuda_priv *p = drv->priv;
 	CUresult r;
@@ -729,8 +728,17 @@ static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
 		return -1;
 	}
 	r = CU_RETRY(p, p->cu.StreamSynchronize(p->stream));
-	if (r != CUDA_SUCCESS)
-		return cuda_fail(drv, p, r, "cuStreamSynchronize");
+	return cuda_result(drv, p, r, "cuStreamSynchronize");
+}
+
+/* cuda_quiesce() ran first, without the driver lock (drv.c's rule). */
+static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
+{
+	struct cuda_priv *p = drv->priv;
+	CUresult r;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
 	r = CU_RETRY(p, p->cu.MemUnmap(addr, size));
 	return cuda_result(drv, p, r, "cuMemUnmap");
 }
@@ -765,7 +773,7 @@ static int cuda_set_access(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, 
 		desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 		break;
 	default:
-		kvs_drv_set_detail(drv, "cuMemSetAccess: unknown access %d", access);
+		kvsi_drv_set_detail(drv, "cuMemSetAccess: unknown access %d", access);
 		errno = EINVAL;
 		return -1;
 	}
@@ -833,6 +841,18 @@ static int cuda_event_record(struct kvs_drv *drv, void *bev)
 	if (cuda_bind(drv, p) < 0)
 		return -1;
 	r = CU_RETRY(p, p->cu.EventRecord((CUevent)bev, p->stream));
+	return cuda_result(drv, p, r, "cuEventRecord");
+}
+
+/* After all work submitted so far on the engine's @stream (0: legacy). */
+static int cuda_event_record_stream(struct kvs_drv *drv, void *bev, uint64_t stream)
+{
+	struct cuda_priv *p = drv->priv;
+	CUresult r;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
+	r = CU_RETRY(p, p->cu.EventRecord((CUevent)bev, (CUstream)(uintptr_t)stream));
 	return cuda_result(drv, p, r, "cuEventRecord");
 }
 
@@ -909,32 +929,9 @@ static int cuda_host_free(struct kvs_drv *drv, void *ptr)
 	return cuda_result(drv, p, r, "cuMemFreeHost");
 }
 
-const struct kvs_drv_backend kvs_backend_cuda = {
-	.name = "cuda",
-	.open = cuda_open,
-	.close = cuda_close,
-	.mem_info = cuda_mem_info,
-	.reserve = cuda_reserve,
-	.unreserve = cuda_unreserve,
-	.create = cuda_create,
-	.release = cuda_release,
-	.map = cuda_map,
-	.unmap = cuda_unmap,
-	.set_access = cuda_set_access,
-	.copy_htod = cuda_copy_htod,
-	.copy_dtoh = cuda_copy_dtoh,
-	.event_create = cuda_event_create,
-	.event_destroy = cuda_event_destroy,
-	.event_record = cuda_event_record,
-	.event_query = cuda_event_query,
-	.event_wait = cuda_event_wait,
-	.synchronize = cuda_synchronize,
-	.host_alloc = cuda_host_alloc,
-	.host_free = cuda_host_free,
-};
 
 /**
- * kvs_cuda_probe() - is there a device the cuda backend could open?
+ * cuda_probe() - is there a device the cuda backend could open?
  *
  * Loads the library exactly as cuda_open() does (so a library missing any
  * needed symbol counts as absent), initialises the driver and looks for a
@@ -951,7 +948,7 @@ const struct kvs_drv_backend kvs_backend_cuda = {
  * Context: Any thread.  errno is preserved.
  * Return: 1 if a VMM-capable device is present, else 0.
  */
-int kvs_cuda_probe(void)
+static int cuda_probe(void)
 {
 	int saved_errno = errno;
 	struct cuda_fns cu;
@@ -982,3 +979,30 @@ out:
 	errno = saved_errno;
 	return found;
 }
+
+const struct kvs_drv_backend kvsi_backend_cuda = {
+	.name = "cuda",
+	.probe = cuda_probe,
+	.open = cuda_open,
+	.close = cuda_close,
+	.mem_info = cuda_mem_info,
+	.reserve = cuda_reserve,
+	.unreserve = cuda_unreserve,
+	.create = cuda_create,
+	.release = cuda_release,
+	.map = cuda_map,
+	.quiesce = cuda_quiesce,
+	.unmap = cuda_unmap,
+	.set_access = cuda_set_access,
+	.copy_htod = cuda_copy_htod,
+	.copy_dtoh = cuda_copy_dtoh,
+	.event_create = cuda_event_create,
+	.event_destroy = cuda_event_destroy,
+	.event_record = cuda_event_record,
+	.event_record_stream = cuda_event_record_stream,
+	.event_query = cuda_event_query,
+	.event_wait = cuda_event_wait,
+	.synchronize = cuda_synchronize,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
+};

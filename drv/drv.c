@@ -25,9 +25,21 @@
  * so validation and action are one step; chunk creation, the slow call
  * (~190 us on an A100), runs unlocked with its bytes counted as pending so
  * the limit still holds.  Counters are atomics, readable without the lock.
- * Copies are validated and enqueued under the lock, and every unmap drains
- * the copy queue first (the backend does it), so a queued copy never touches
- * memory that was unmapped after it was submitted.
+ *
+ * The driver lock's rule: drv->lock is never held across a device
+ * synchronization (a copy-queue drain, cuStreamSynchronize, cuCtxSynchronize)
+ * or any other wait for the device, so one thread's unmap never stalls
+ * another thread's map or copy submission behind the GPU.  Copies are
+ * validated and enqueued under the lock, each bumping copies_submitted.  An
+ * unmap reads that count, calls the backend's quiesce() with no lock held
+ * (drain the copy queue; with KVS_DRV_F_SYNC_UNMAP, the whole device), then
+ * takes the lock: if the count moved, a copy was submitted meanwhile and may
+ * touch the range, so it drops the lock and drains again; otherwise it
+ * validates, unmaps and updates the books in one step.  So a queued copy
+ * never touches memory unmapped after it was submitted.  Event waits and
+ * kvs_drv_synchronize() take no lock at all.  kvs_drv_close() is MT-Unsafe
+ * and takes none either.  Backends' own locks (the host's alock and qlock)
+ * come after drv->lock, never before.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -36,11 +48,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "kvslab/drv.h"
 
-#include "internal.h"
 #define CHUNK_MAGIC 0x6b766368756e6bULL /* "kvchunk" */
 
 struct kvs_range {
@@ -75,26 +87,6 @@ struct kvs_host_block {
 	struct kvs_host_block *next;
 };
 
-/* Intrusive doubly linked lists of chunks and events (prev, next members). */
-#define DLIST_PUSH(head, n)                                                   \
-	do {                                                                  \
-		(n)->prev = NULL;                                             \
-		(n)->next = (head);                                           \
-		if (head)                                                     \
-			(head)->prev = (n);                                   \
-		(head) = (n);                                                 \
-	} while (0)
-
-#define DLIST_DEL(head, n)                                                    \
-	do {                                                                  \
-		if ((n)->prev)                                                \
-			(n)->prev->next = (n)->next;                          \
-		else                                                          \
-			(head) = (n)->next;                                   \
-		if ((n)->next)                                                \
-			(n)->next->prev = (n)->prev;                          \
-	} while (0)
-
 static const char *const stat_names[] = {
 #define KVS_X_NAME(n, k, d) #n,
 	KVS_DRV_STATS(KVS_X_NAME)
@@ -126,21 +118,13 @@ static void stat_peak(struct kvs_drv *d, enum kvs_drv_stat now, enum kvs_drv_sta
 		;
 }
 
-static inline uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Time a backend call and count its failure; keeps errno as the call left it. */
 #define BE_CALL(d, expr)                                                      \
 	({                                                                    \
-		uint64_t t0_ = now_ns();                                      \
+		uint64_t t0_ = kvs_now_ns();                                      \
 		int r_ = (expr);                                              \
 		int e_ = errno;                                               \
-		stat_add((d), KVS_DRV_STAT_ns_in_calls, now_ns() - t0_);      \
+		stat_add((d), KVS_DRV_STAT_ns_in_calls, kvs_now_ns() - t0_);      \
 		errno = e_;                                                   \
 		r_;                                                           \
 	})
@@ -151,15 +135,6 @@ static int fail(struct kvs_drv *d, int err)
 		stat_add(d, KVS_DRV_STAT_failed_calls, 1);
 	errno = err;
 	return -1;
-}
-
-void kvs_drv_set_detail(struct kvs_drv *drv, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(drv->errdetail, sizeof(drv->errdetail), fmt, ap);
-	va_end(ap);
 }
 
 /**
@@ -177,7 +152,7 @@ KVS_EXPORT int kvs_drv_attr_init(kvs_drv_attr_t *attr)
 	return 0;
 }
 
-struct kvs_drv *kvs_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr)
+struct kvs_drv *kvsi_drv_new(const struct kvs_drv_backend *be, const kvs_drv_attr_t *attr)
 {
 	struct kvs_drv *d = calloc(1, sizeof(*d));
 
@@ -214,6 +189,7 @@ KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
 	const struct kvs_drv_backend *be = NULL;
 	kvs_drv_attr_t defaults;
 	struct kvs_drv *d;
+	size_t i;
 
 	if (!attr) {
 		kvs_drv_attr_init(&defaults);
@@ -221,27 +197,34 @@ KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
 	}
 	if (!name)
 		name = default_name();
-	if (strcmp(name, "host") == 0) {
-		be = &kvs_backend_host;
-	} else if (strcmp(name, "cuda") == 0) {
-#ifdef KVS_HAVE_CUDA
-		be = &kvs_backend_cuda;
-#else
-		errno = ENODEV;
-		return NULL;
-#endif
-	} else if (strcmp(name, "auto") == 0) {
-		be = &kvs_backend_host;
-#ifdef KVS_HAVE_CUDA
-		if (kvs_cuda_probe())
-			be = &kvs_backend_cuda;
-#endif
+	if (strcmp(name, "auto") == 0) {
+		/* The first built backend whose probe finds a device. */
+		for (i = 0; i < kvsi_nbackends && !be; i++) {
+			const struct kvs_drv_backend *b = kvsi_backends[i].be;
+
+			if (b && (!b->probe || b->probe()))
+				be = b;
+		}
+		if (!be) {
+			errno = ENODEV;
+			return NULL;
+		}
 	} else {
-		errno = ENOENT;
-		return NULL;
+		for (i = 0; i < kvsi_nbackends; i++)
+			if (strcmp(name, kvsi_backends[i].name) == 0)
+				break;
+		if (i == kvsi_nbackends) {
+			errno = ENOENT;
+			return NULL;
+		}
+		be = kvsi_backends[i].be;
+		if (!be) {
+			errno = ENODEV;	/* known, but not built into this library */
+			return NULL;
+		}
 	}
 
-	d = kvs_drv_new(be, attr);
+	d = kvsi_drv_new(be, attr);
 	if (!d) {
 		errno = ENOMEM;
 		return NULL;
@@ -316,7 +299,8 @@ static bool aligned(struct kvs_drv *d, uint64_t v)
  * @base: receives the range's base, aligned to the granularity.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (size), ENOMEM (no address space).
+ * Return: 0, or -1 with errno EINVAL (size), ENOMEM (no address space; also
+ * any size above SIZE_MAX minus the granularity).
  */
 KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 {
@@ -325,16 +309,15 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 
 	if (!d || !base || size == 0 || !aligned(d, size))
 		return fail(d, EINVAL);
+	/* Backends may over-reserve by a granule to align the base; a size
+	 * that close to SIZE_MAX fits in no address space anyway. */
+	if (size > SIZE_MAX - d->granularity)
+		return fail(d, ENOMEM);
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return fail(d, ENOMEM);
 	r->size = size;
 	r->ngran = size / d->granularity;
-	r->chunk = calloc(r->ngran, sizeof(*r->chunk));
-	r->start = calloc(r->ngran, 1);
-	r->access = calloc(r->ngran, 1);
-	if (!r->chunk || !r->start || !r->access)
-		goto err_free;
 
 	pthread_mutex_lock(&d->lock);
 	if (d->nranges == d->cap_ranges) {
@@ -354,6 +337,15 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 		range_free(r);
 		return fail(d, e);
 	}
+	/* The books after the address space: a size no address space holds is
+	 * refused there, before we try to allocate books for it. */
+	r->chunk = calloc(r->ngran, sizeof(*r->chunk));
+	r->start = calloc(r->ngran, 1);
+	r->access = calloc(r->ngran, 1);
+	if (!r->chunk || !r->start || !r->access) {
+		(void)d->be->unreserve(d, r->base, r->size);
+		goto err_unlock;
+	}
 	idx = range_index(d, r->base);
 	memmove(&d->ranges[idx + 1], &d->ranges[idx],
 		(d->nranges - idx) * sizeof(*d->ranges));
@@ -366,7 +358,6 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 
 err_unlock:
 	pthread_mutex_unlock(&d->lock);
-err_free:
 	range_free(r);
 	return fail(d, ENOMEM);
 }
@@ -417,8 +408,10 @@ KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
 static bool over_limit(struct kvs_drv *d, enum kvs_drv_stat s, size_t extra)
 {
 	uint64_t now = atomic_load_explicit(&d->stats[s], memory_order_relaxed);
+	size_t sum;
 
-	return d->mem_limit && now + extra > d->mem_limit;
+	/* A sum that does not fit is over any limit. */
+	return d->mem_limit && (!kvs_size_add((size_t)now, extra, &sum) || sum > d->mem_limit);
 }
 
 /*
@@ -515,11 +508,13 @@ static bool chunk_valid(struct kvs_drv *d, struct kvs_chunk *c)
  * The memory is committed here (the expensive call); it is not mapped.
  *
  * Context: MT-Safe; runs without the driver lock held during the backend call.
- * Return: 0, or -1 with errno EINVAL or ENOMEM (limit or device memory).
+ * Return: 0, or -1 with errno EINVAL or ENOMEM (limit, device memory, or a
+ * size that does not fit in the driver's books).
  */
 KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chunk)
 {
 	struct kvs_chunk *c;
+	size_t pending;
 	int rc;
 
 	if (!d || !chunk || size == 0 || !aligned(d, size))
@@ -529,7 +524,8 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 		return fail(d, ENOMEM);
 
 	pthread_mutex_lock(&d->lock);
-	if (over_limit(d, KVS_DRV_STAT_bytes_created, d->pending_create + size)) {
+	if (!kvs_size_add(d->pending_create, size, &pending) ||
+	    over_limit(d, KVS_DRV_STAT_bytes_created, pending)) {
 		pthread_mutex_unlock(&d->lock);
 		free(c);
 		return fail(d, ENOMEM);
@@ -541,7 +537,7 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 		return fail(d, ENOMEM);
 	}
 	d->pending_chunks++;
-	d->pending_create += size;
+	d->pending_create = pending;
 	pthread_mutex_unlock(&d->lock);
 
 	stat_add(d, KVS_DRV_STAT_create_calls, 1);
@@ -573,6 +569,8 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 /* Forget a chunk whose handle is released and which has no mapping left. */
 static void chunk_drop(struct kvs_drv *d, struct kvs_chunk *c)
 {
+	if (d->be->chunk_free)
+		d->be->chunk_free(d, c->handle);
 	DLIST_DEL(d->chunks, c);
 	stat_sub(d, KVS_DRV_STAT_bytes_created, c->size);
 	stat_sub(d, KVS_DRV_STAT_chunks, 1);
@@ -734,11 +732,22 @@ static void forget_mappings(struct kvs_drv *d, struct kvs_range *r, size_t g, si
 KVS_EXPORT int kvs_drv_unmap(kvs_drv_t *d, kvs_devptr_t addr, size_t size)
 {
 	struct kvs_range *r;
+	uint64_t seen;
 	size_t g, n;
 
 	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size))
 		return fail(d, EINVAL);
+again:
+	/* Drain and synchronize unlocked; a copy submitted meanwhile moves the
+	 * count, and then we drain again rather than unmap under it. */
+	seen = atomic_load(&d->copies_submitted);
+	if (d->be->quiesce && BE_CALL(d, d->be->quiesce(d)) < 0)
+		return fail(d, errno);
 	pthread_mutex_lock(&d->lock);
+	if (atomic_load(&d->copies_submitted) != seen) {
+		pthread_mutex_unlock(&d->lock);
+		goto again;
+	}
 	r = range_find(d, addr, size);
 	if (!r) {
 		pthread_mutex_unlock(&d->lock);
@@ -887,6 +896,36 @@ KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
 }
 
 /**
+ * kvs_event_record() - record an event on an engine's stream.
+ * @ev: event.
+ * @stream: the stream (cuda: a CUstream cast to kvs_stream_t, 0 for the
+ *          legacy default stream); host: any value.
+ *
+ * @ev completes when all work submitted on @stream before this call is done
+ * (cuda: cuEventRecord).  On host there are no streams: @ev completes when the
+ * driver's copy queue reaches the point of the record, at once when no copy
+ * is queued.  kvs_event_query() and kvs_event_wait() then work as for a copy.
+ *
+ * Context: MT-Safe; takes no lock of the driver and never waits for the
+ * device.
+ * Return: 0, or -1 with errno EINVAL (@ev NULL; cuda: a stream the driver
+ * does not know), ENOTSUP (the backend cannot record on streams).
+ */
+KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
+{
+	struct kvs_drv *d;
+
+	if (!e)
+		return fail(NULL, EINVAL);
+	d = e->drv;
+	if (!d->be->event_record_stream)
+		return fail(d, ENOTSUP);
+	if (BE_CALL(d, d->be->event_record_stream(d, e->bev, stream)) < 0)
+		return fail(d, errno);
+	return 0;
+}
+
+/**
  * kvs_event_query() - poll an event.
  * @ev: event.
  *
@@ -922,6 +961,11 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 
 	if (!d || !host || n == 0 || (ev && ev->drv != d))
 		return fail(d, EINVAL);
+	/* Neither side may wrap around the end of the address space. */
+	if ((uintptr_t)host + n < (uintptr_t)host)
+		return fail(d, EINVAL);
+	if (dev + n < dev)
+		return fail(d, EFAULT);
 	pthread_mutex_lock(&d->lock);
 	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ)) {
 		pthread_mutex_unlock(&d->lock);
@@ -938,6 +982,7 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 		pthread_mutex_unlock(&d->lock);
 		return fail(d, e);
 	}
+	atomic_fetch_add(&d->copies_submitted, 1);
 	stat_add(d, KVS_DRV_STAT_bytes_copied, n);
 	pthread_mutex_unlock(&d->lock);
 	return 0;
@@ -954,7 +999,9 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
  * Copies on one driver run in submission order.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or EFAULT (device side not accessible).
+ * Return: 0, or -1 with errno EINVAL (bad argument, or [src, src + n) wraps
+ * around the address space) or EFAULT (device side not accessible, which
+ * includes a [dst, dst + n) that wraps).
  */
 KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src, size_t n,
 				 kvs_event_t *ev)
@@ -971,7 +1018,9 @@ KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src
  * @ev: event to record after the copy, or NULL.
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or EFAULT.
+ * Return: 0, or -1 with errno EINVAL (bad argument, or [dst, dst + n) wraps
+ * around the address space) or EFAULT (device side not accessible, which
+ * includes a [src, src + n) that wraps).
  */
 KVS_EXPORT int kvs_drv_copy_dtoh(kvs_drv_t *d, void *dst, kvs_devptr_t src, size_t n,
 				 kvs_event_t *ev)
@@ -1002,14 +1051,22 @@ KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
  * @ptr: receives the memory (page aligned).
  *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ * Return: 0, or -1 with errno EINVAL (NULL, size 0) or ENOMEM (no memory,
+ * including a size that wraps when rounded up to whole pages); nothing is
+ * allocated then.
  */
 KVS_EXPORT int kvs_drv_host_alloc(kvs_drv_t *d, size_t size, void **ptr)
 {
 	struct kvs_host_block *b;
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t rounded;
 
 	if (!d || !ptr || size == 0)
 		return fail(d, EINVAL);
+	/* Backends round to whole pages: a size whose rounding wraps is more
+	 * memory than any machine has. */
+	if (!kvs_size_roundup(size, pg > 0 ? (size_t)pg : 4096, &rounded))
+		return fail(d, ENOMEM);
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return fail(d, ENOMEM);
@@ -1084,7 +1141,9 @@ KVS_EXPORT int kvs_drv_close(kvs_drv_t *d)
 		return 0;
 	if (d->be->begin_close)
 		d->be->begin_close(d);
-	if (d->be->synchronize(d) < 0)
+	/* No lock is held here (close is MT-Unsafe): wait for the device once,
+	 * then unmap everything. */
+	if ((d->be->quiesce ? d->be->quiesce(d) : d->be->synchronize(d)) < 0)
 		err = EIO;
 	for (i = 0; i < d->nranges; i++) {
 		struct kvs_range *r = d->ranges[i];

@@ -13,7 +13,8 @@
  *
  * Rules are per operation: fail the Nth call of a kind (counted from 1 since
  * the rule was set; once), or each call with probability p drawn from a
- * seeded xorshift generator.  KVS_OP_ANY counts every call of every kind.
+ * seeded splitmix64 generator (so that seeds 1, 2, 3... are unrelated).
+ * KVS_OP_ANY counts every call of every kind.
  * Calls made while the wrapper is being closed never fail.
  *
  * Locking: fb->lock protects the rules and counters; it is never held across
@@ -25,8 +26,6 @@
 #include <string.h>
 
 #include "backend.h"
-
-#include "internal.h"
 
 struct fault_rule {
 	uint64_t nth;		/* 0: none */
@@ -50,15 +49,19 @@ static struct fault_be *fb_of(struct kvs_drv *d)
 	return d->priv;
 }
 
-static uint64_t xorshift(uint64_t *s)
+/*
+ * splitmix64 (Steele, Lea and Flood; the seeder of xoshiro): a Weyl sequence
+ * passed through a strong 64-bit finalizer.  Every output is fully mixed, so
+ * neighbouring seeds give unrelated streams from the first draw on; a bare
+ * xorshift started from a small seed stays small for its first outputs.
+ */
+static uint64_t splitmix64(uint64_t *s)
 {
-	uint64_t x = *s;
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
 
-	x ^= x << 13;
-	x ^= x >> 7;
-	x ^= x << 17;
-	*s = x;
-	return x;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
 }
 
 static bool rule_fires(struct fault_rule *r, int *err)
@@ -68,7 +71,7 @@ static bool rule_fires(struct fault_rule *r, int *err)
 		*err = r->err;
 		return true;
 	}
-	if (r->p > 0 && (double)(xorshift(&r->rng) >> 11) / 9007199254740992.0 < r->p) {
+	if (r->p > 0 && (double)(splitmix64(&r->rng) >> 11) / 9007199254740992.0 < r->p) {
 		*err = r->err;
 		return true;
 	}
@@ -96,7 +99,7 @@ static int inject(struct kvs_drv *d, enum kvs_drv_op op)
 		fb->injected++;
 	pthread_mutex_unlock(&fb->lock);
 	if (fire) {
-		kvs_drv_set_detail(d, "fault: injected failure (op %d, errno %d)", op, err);
+		kvsi_drv_set_detail(d, "fault: injected failure (op %d, errno %d)", op, err);
 		errno = err;
 		return -1;
 	}
@@ -108,7 +111,7 @@ static int inner_fail(struct kvs_drv *d, const char *what)
 {
 	int e = errno;
 
-	kvs_drv_set_detail(d, "fault: inner %s: %s", what, kvs_drv_strerror(fb_of(d)->inner));
+	kvsi_drv_set_detail(d, "fault: inner %s: %s", what, kvs_drv_strerror(fb_of(d)->inner));
 	errno = e;
 	return -1;
 }
@@ -254,6 +257,14 @@ static int fault_event_record(struct kvs_drv *d, void *bev)
 	return 0;
 }
 
+/* The inner driver's engine streams are not ours to see: like a copy's
+ * event, complete once the inner queue drains (never early for copies). */
+static int fault_event_record_stream(struct kvs_drv *d, void *bev, uint64_t stream)
+{
+	(void)stream;
+	return fault_event_record(d, bev);
+}
+
 static int fault_event_wait(struct kvs_drv *d, void *bev)
 {
 	(void)bev;
@@ -284,7 +295,7 @@ static int fault_host_free(struct kvs_drv *d, void *ptr)
 	return kvs_drv_host_free(fb_of(d)->inner, ptr);
 }
 
-const struct kvs_drv_backend kvs_backend_fault = {
+const struct kvs_drv_backend kvsi_backend_fault = {
 	.name = "fault",
 	.open = fault_open,
 	.begin_close = fault_begin_close,
@@ -302,6 +313,7 @@ const struct kvs_drv_backend kvs_backend_fault = {
 	.event_create = fault_event_create,
 	.event_destroy = fault_event_destroy,
 	.event_record = fault_event_record,
+	.event_record_stream = fault_event_record_stream,
 	.event_query = fault_event_query,
 	.event_wait = fault_event_wait,
 	.synchronize = fault_synchronize,
@@ -330,7 +342,7 @@ KVS_EXPORT kvs_drv_t *kvs_fault_open(kvs_drv_t *inner)
 	}
 	kvs_drv_attr_init(&attr);
 	fb = calloc(1, sizeof(*fb));
-	d = kvs_drv_new(&kvs_backend_fault, &attr);
+	d = kvsi_drv_new(&kvsi_backend_fault, &attr);
 	if (!fb || !d) {
 		free(fb);
 		free(d);
@@ -346,7 +358,7 @@ KVS_EXPORT kvs_drv_t *kvs_fault_open(kvs_drv_t *inner)
 
 static struct fault_be *fault_of(const kvs_drv_t *d)
 {
-	return d && d->be == &kvs_backend_fault ? d->priv : NULL;
+	return d && d->be == &kvsi_backend_fault ? d->priv : NULL;
 }
 
 /**
@@ -397,7 +409,9 @@ KVS_EXPORT int kvs_fault_fail_random(kvs_drv_t *fault, enum kvs_drv_op op, doubl
 	}
 	pthread_mutex_lock(&fb->lock);
 	fb->rule[op].p = p;
-	fb->rule[op].rng = seed ? seed : 0x9e3779b97f4a7c15ULL;
+	/* Every seed, 0 included, is a valid start of the Weyl sequence; the
+	 * finalizer mixes it, so the seed itself needs no scrambling. */
+	fb->rule[op].rng = seed;
 	fb->rule[op].err = err;
 	pthread_mutex_unlock(&fb->lock);
 	return 0;

@@ -2,31 +2,60 @@
 /*
  * drv/host.c - the host backend: GPU virtual-memory semantics on CPU memory.
  *
- * A reservation is an mmap(PROT_NONE, MAP_NORESERVE) of address space, over-
- * allocated and trimmed so that its base is aligned to the granularity.  A
- * physical chunk is a memfd whose pages are allocated at creation with
- * fallocate(), so that creation commits memory as cuMemCreate does and fails
- * with ENOMEM when there is none.  Mapping puts the memfd at a fixed address
- * with MAP_SHARED and PROT_NONE (a new mapping has no access); granting access
- * is mprotect() followed by MADV_POPULATE_* so the pages really are resident
- * (and show in RSS) once access is set, as device memory is.  Unmapping puts
- * an anonymous PROT_NONE mapping back, which both returns the range to the
- * reservation and drops the pages from the process; releasing closes the fd,
- * and the kernel frees the pages when the last mapping of them goes, which is
- * the deferred-release rule of cuMemRelease for free.  KVS_DRV_F_LAZY
- * skips both the fallocate() and the populate, so a simulation can account
- * for far more "device" memory than the machine has as long as it never
- * touches it.
+ * Reservations.  A reservation is an mmap(PROT_NONE, MAP_NORESERVE) of
+ * address space, over-allocated by a granule and trimmed so that its base is
+ * aligned to the granularity.
+ *
+ * Chunks are ranges of a few arenas.  An arena is a memfd ("kvslab-arena")
+ * made sparse with ftruncate() to HOST_ARENA_BYTES (64 GiB; more for a
+ * chunk larger than that, which gets an arena of its own), so it costs no
+ * memory until pages are allocated in it.  A chunk is (arena, first granule,
+ * granules), found first fit in the arena's bitmap of used granules (a new
+ * arena is made when no arena has room); the backend handle is the chunk's
+ * index in hb->chunks, whose free slots are chained.  An arena whose last
+ * chunk goes is closed, so a driver holding no chunk holds no descriptor.  So a pool of tens of
+ * thousands of one-granule chunks needs a handful of descriptors, and the
+ * process's RLIMIT_NOFILE is left alone (raising it would break select()).
+ *
+ * Creation commits memory as cuMemCreate does: fallocate() of the chunk's
+ * range, after checking the size against what the machine can commit
+ * (MemAvailable of /proc/meminfo, else sysinfo) and against the driver's
+ * total memory, so that a chunk larger than memory fails with ENOMEM at
+ * creation instead of waking the OOM killer later.  KVS_DRV_F_LAZY skips the
+ * check, the fallocate() and the populate, so a simulation can account for
+ * far more "device" memory than the machine has as long as it never touches
+ * it.
+ *
+ * Mapping puts the arena's range at a fixed address with MAP_SHARED and
+ * PROT_NONE (a new mapping has no access); granting access is mprotect()
+ * followed by MADV_POPULATE_* so the pages really are resident (and show in
+ * RSS) once access is set, as device memory is.  Unmapping puts an anonymous
+ * PROT_NONE mapping back, which returns the range to the reservation and
+ * drops the pages from the process.
+ *
+ * Release keeps the cuMemRelease rule: a chunk released while mapped keeps
+ * its memory and contents until its last unmap.  The generic layer knows
+ * when that is and then calls chunk_free() (host_release() itself does
+ * nothing); only there is the range hole-punched (FALLOC_FL_PUNCH_HOLE |
+ * KEEP_SIZE), which gives the pages back and makes the range read as zeros
+ * for its next owner, and returned to the arena's bitmap.  Close truncates
+ * and closes every arena.
  *
  * Copies run on one worker thread, started on the first large copy, in
- * submission order (a small copy with nothing queued is done at once): a FIFO of requests numbered by a sequence.  An event records the
- * sequence number of the last copy submitted before it and is complete when
- * the worker has finished that many.  Unmap drains the queue first, because a
+ * submission order (a small copy with nothing queued is done at once): a
+ * FIFO of requests numbered by a sequence.  An event records the sequence
+ * number of the last copy submitted before it and is complete when the
+ * worker has finished that many.  Before an unmap the generic layer calls
+ * host_quiesce(), which drains the queue with no driver lock held, because a
  * queued copy may still read or write the range.
  *
- * Locking: hb->qlock protects the queue and sequence numbers; the worker
- * signals hb->qdone after each copy.  Everything else is called by drv/drv.c
- * with drv->lock held, or touches nothing shared.
+ * Locking.  hb->alock protects the arenas, their bitmaps and the chunk
+ * table; create runs without drv->lock (it is the slow call), so map and
+ * chunk_free, which run under drv->lock, take hb->alock too (drv->lock
+ * before hb->alock, never the other way).  fallocate() of a new chunk runs
+ * with no lock: its range is already marked used.  hb->qlock protects the
+ * copy queue and sequence numbers; the worker signals hb->qdone after each
+ * copy.  Everything else touches nothing shared.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +63,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -47,7 +77,31 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
+#ifndef FALLOC_FL_KEEP_SIZE
+#define FALLOC_FL_KEEP_SIZE 0x01
+#endif
+#ifndef FALLOC_FL_PUNCH_HOLE
+#define FALLOC_FL_PUNCH_HOLE 0x02
+#endif
+
 #define HOST_DEFAULT_GRANULARITY (2u << 20)
+/* File size of an arena: sparse, so only address space in the file. */
+#define HOST_ARENA_BYTES (64ULL << 30)
+#define NO_SLOT SIZE_MAX
+
+struct host_arena {
+	int fd;
+	size_t ngran;		/* granules in the file */
+	size_t nfree;		/* granules not used by a chunk */
+	size_t hint;		/* no free granule below this one */
+	uint64_t *used;		/* one bit per granule */
+};
+
+struct host_chunk {
+	size_t arena;		/* index in hb->arenas */
+	size_t first, ngran;	/* granules [first, first + ngran) of the arena */
+	size_t next_free;	/* chain of free slots; NO_SLOT ends it */
+};
 
 struct copy_req {
 	void *dst;
@@ -58,7 +112,15 @@ struct copy_req {
 
 struct host_be {
 	size_t total;
+	size_t gran;
 	bool populate, lazy;
+
+	pthread_mutex_t alock;		/* arenas and chunk table */
+	struct host_arena *arenas;
+	size_t narenas, cap_arenas;
+	struct host_chunk *chunks;
+	size_t nchunks, cap_chunks;	/* slots in use or chained free */
+	size_t free_slot;		/* first free slot, NO_SLOT: none */
 
 	pthread_mutex_t qlock;
 	pthread_cond_t qwork, qdone;
@@ -77,18 +139,6 @@ static struct host_be *hb_of(struct kvs_drv *d)
 	return d->priv;
 }
 
-/* Each chunk is a memfd: allow as many descriptors as the hard limit does,
- * since a large pool maps tens of thousands of chunks. */
-static void raise_fd_limit(void)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		(void)setrlimit(RLIMIT_NOFILE, &rl);
-	}
-}
-
 static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 {
 	long pg = sysconf(_SC_PAGESIZE);
@@ -96,7 +146,7 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 	size_t gran = attr && attr->granularity ? attr->granularity : HOST_DEFAULT_GRANULARITY;
 
 	if (pg <= 0 || gran % (size_t)pg) {
-		kvs_drv_set_detail(d, "host: granularity %zu is not a multiple of the page size",
+		kvsi_drv_set_detail(d, "host: granularity %zu is not a multiple of the page size",
 				   gran);
 		errno = EINVAL;
 		return -1;
@@ -115,7 +165,9 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 	}
 	hb->lazy = attr && (attr->flags & KVS_DRV_F_LAZY);
 	hb->populate = !hb->lazy && !(attr && (attr->flags & KVS_DRV_F_NO_POPULATE));
-	raise_fd_limit();
+	hb->gran = gran;
+	hb->free_slot = NO_SLOT;
+	pthread_mutex_init(&hb->alock, NULL);
 	pthread_mutex_init(&hb->qlock, NULL);
 	pthread_cond_init(&hb->qwork, NULL);
 	pthread_cond_init(&hb->qdone, NULL);
@@ -127,6 +179,7 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 static void host_close(struct kvs_drv *d)
 {
 	struct host_be *hb = hb_of(d);
+	size_t i;
 
 	if (hb->worker_started) {
 		pthread_mutex_lock(&hb->qlock);
@@ -135,16 +188,30 @@ static void host_close(struct kvs_drv *d)
 		pthread_mutex_unlock(&hb->qlock);
 		pthread_join(hb->worker, NULL);
 	}
+	/* Every chunk was freed and unmapped by the generic layer: the
+	 * arenas hold nothing; truncating first frees any page a leak kept. */
+	for (i = 0; i < hb->narenas; i++) {
+		if (hb->arenas[i].fd < 0)
+			continue;
+		if (ftruncate(hb->arenas[i].fd, 0) < 0) {
+			/* nothing to report to: close() frees it all the same */
+		}
+		close(hb->arenas[i].fd);
+		free(hb->arenas[i].used);
+	}
+	free(hb->arenas);
+	free(hb->chunks);
 	pthread_cond_destroy(&hb->qwork);
 	pthread_cond_destroy(&hb->qdone);
 	pthread_mutex_destroy(&hb->qlock);
+	pthread_mutex_destroy(&hb->alock);
 	free(hb);
 }
 
 static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_bytes)
 {
 	struct host_be *hb = hb_of(d);
-	uint64_t used = kvs_drv_stat(d, KVS_DRV_STAT_bytes_created);
+	uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
 	struct sysinfo si;
 	size_t f = hb->total > used ? hb->total - used : 0;
 
@@ -161,13 +228,19 @@ static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_by
 
 static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 {
-	size_t gran = d->granularity, over = size + gran;
+	size_t gran = d->granularity, over;
 	uintptr_t p, a;
 	void *m;
 
+	if (!kvs_size_add(size, gran, &over)) {
+		kvsi_drv_set_detail(d, "host: reserve of %zu bytes: too large", size);
+		errno = ENOMEM;
+		return -1;
+	}
+
 	m = mmap(NULL, over, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
-		kvs_drv_set_detail(d, "host: mmap reserve of %zu bytes: %s", size, strerror(errno));
+		kvsi_drv_set_detail(d, "host: mmap reserve of %zu bytes: %s", size, strerror(errno));
 		errno = ENOMEM;
 		return -1;
 	}
@@ -184,52 +257,285 @@ static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 static int host_unreserve(struct kvs_drv *d, kvs_devptr_t base, size_t size)
 {
 	if (munmap((void *)(uintptr_t)base, size) < 0) {
-		kvs_drv_set_detail(d, "host: munmap: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: munmap: %s", strerror(errno));
 		return -1;
+	}
+	return 0;
+}
+
+static bool gran_used(const struct host_arena *a, size_t i)
+{
+	return (a->used[i >> 6] >> (i & 63)) & 1;
+}
+
+static void gran_mark(struct host_arena *a, size_t first, size_t n, bool used)
+{
+	size_t i;
+
+	for (i = first; i < first + n; i++) {
+		if (used)
+			a->used[i >> 6] |= 1ULL << (i & 63);
+		else
+			a->used[i >> 6] &= ~(1ULL << (i & 63));
+	}
+	if (used) {
+		a->nfree -= n;
+		if (first == a->hint)
+			a->hint = first + n;
+	} else {
+		a->nfree += n;
+		if (first < a->hint)
+			a->hint = first;
+	}
+}
+
+/* First fit of @n free granules in @a; alock held. */
+static bool arena_fit(const struct host_arena *a, size_t n, size_t *first)
+{
+	size_t i, run = 0;
+
+	if (a->nfree < n)
+		return false;
+	for (i = a->hint; i < a->ngran; i++) {
+		if (!(i & 63) && a->used[i >> 6] == ~0ULL && i + 64 <= a->ngran) {
+			run = 0;
+			i += 63;
+			continue;
+		}
+		if (gran_used(a, i)) {
+			run = 0;
+		} else if (++run == n) {
+			*first = i + 1 - n;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Add an arena of at least @n granules; alock held.  -1/errno. */
+static int arena_add(struct kvs_drv *d, struct host_be *hb, size_t n, size_t *idx)
+{
+	size_t ngran = HOST_ARENA_BYTES / hb->gran, i;
+	struct host_arena *a;
+	int fd, err;
+
+	if (ngran < n)
+		ngran = n;
+	for (i = 0; i < hb->narenas; i++)	/* a closed one's slot */
+		if (hb->arenas[i].fd < 0)
+			break;
+	if (i == hb->narenas && hb->narenas == hb->cap_arenas) {
+		size_t cap = hb->cap_arenas ? 2 * hb->cap_arenas : 4;
+
+		a = realloc(hb->arenas, cap * sizeof(*a));
+		if (!a)
+			return kvs_fail(ENOMEM);
+		hb->arenas = a;
+		hb->cap_arenas = cap;
+	}
+	a = &hb->arenas[i];
+	memset(a, 0, sizeof(*a));
+	a->fd = -1;
+	a->used = calloc((ngran + 63) / 64, sizeof(*a->used));
+	if (!a->used)
+		return kvs_fail(ENOMEM);
+	fd = memfd_create("kvslab-arena", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)(ngran * hb->gran)) < 0) {
+		err = errno;
+		kvsi_drv_set_detail(d, "host: making an arena of %zu bytes: %s",
+				    ngran * hb->gran, strerror(err));
+		if (fd >= 0)
+			close(fd);
+		free(a->used);
+		/* Out of descriptors or file size: out of device memory. */
+		return kvs_fail(err == EMFILE || err == ENFILE || err == EFBIG ||
+				err == ENOSPC || err == EINVAL ? ENOMEM : err);
+	}
+	a->fd = fd;
+	a->ngran = ngran;
+	a->nfree = ngran;
+	if (i == hb->narenas)
+		hb->narenas++;
+	*idx = i;
+	return 0;
+}
+
+/* A free slot of the chunk table; alock held.  NO_SLOT when out of memory. */
+static size_t slot_get(struct host_be *hb)
+{
+	size_t i = hb->free_slot;
+
+	if (i != NO_SLOT) {
+		hb->free_slot = hb->chunks[i].next_free;
+		return i;
+	}
+	if (hb->nchunks == hb->cap_chunks) {
+		size_t cap = hb->cap_chunks ? 2 * hb->cap_chunks : 64;
+		struct host_chunk *c = realloc(hb->chunks, cap * sizeof(*c));
+
+		if (!c)
+			return NO_SLOT;
+		hb->chunks = c;
+		hb->cap_chunks = cap;
+	}
+	return hb->nchunks++;
+}
+
+/* Give a chunk's granules and slot back; alock held.  An arena left empty
+ * is closed (its slot reused by the next arena_add()), so a driver with no
+ * live chunk holds no descriptor and no file. */
+static void chunk_put(struct host_be *hb, size_t slot)
+{
+	struct host_chunk *c = &hb->chunks[slot];
+	struct host_arena *a = &hb->arenas[c->arena];
+
+	gran_mark(a, c->first, c->ngran, false);
+	if (a->nfree == a->ngran) {
+		close(a->fd);
+		free(a->used);
+		memset(a, 0, sizeof(*a));
+		a->fd = -1;
+	}
+	c->next_free = hb->free_slot;
+	hb->free_slot = slot;
+}
+
+/* Bytes the machine can still commit: MemAvailable, else free RAM. */
+static size_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb = 0;
+	char line[128];
+	struct sysinfo si;
+	bool found = false;
+
+	if (f) {
+		while (!found && fgets(line, sizeof(line), f))
+			found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+		fclose(f);
+	}
+	if (found)
+		return kb > SIZE_MAX / 1024 ? SIZE_MAX : (size_t)kb * 1024;
+	if (sysinfo(&si) == 0)
+		return (size_t)(si.freeram + si.bufferram) * si.mem_unit;
+	return SIZE_MAX;	/* unknown: let fallocate() decide */
+}
+
+/* Can @size bytes be committed now?  0, or -1/ENOMEM with a detail. */
+static int commit_check(struct kvs_drv *d, struct host_be *hb, size_t size)
+{
+	uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
+	size_t avail;
+
+	if (hb->total && (size > hb->total || used > hb->total - size)) {
+		kvsi_drv_set_detail(d, "host: %zu bytes more than the driver's %zu of memory "
+				    "(%llu held)", size, hb->total, (unsigned long long)used);
+		return kvs_fail(ENOMEM);
+	}
+	avail = mem_available();
+	if (size > avail) {
+		kvsi_drv_set_detail(d, "host: %zu bytes more than the %zu the machine can commit",
+				    size, avail);
+		return kvs_fail(ENOMEM);
 	}
 	return 0;
 }
 
 static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 {
+	struct host_be *hb = hb_of(d);
+	size_t n = size / hb->gran, slot, i, first = 0;
+	struct host_chunk *c;
+	off_t off;
 	int fd, err;
 
-	fd = memfd_create("kvslab-chunk", MFD_CLOEXEC);
-	if (fd < 0) {
-		err = errno == EMFILE || errno == ENFILE ? ENOMEM : errno;
-		kvs_drv_set_detail(d, "host: memfd_create: %s", strerror(errno));
-		errno = err;
-		return -1;
+	if (size > (size_t)INT64_MAX) {	/* no file is that large */
+		kvsi_drv_set_detail(d, "host: chunk of %zu bytes: too large", size);
+		return kvs_fail(ENOMEM);
 	}
-	if (ftruncate(fd, (off_t)size) < 0 ||
-	    (!hb_of(d)->lazy && fallocate(fd, 0, 0, (off_t)size) < 0)) {
+	if (!hb->lazy && commit_check(d, hb, size) < 0)
+		return -1;
+	pthread_mutex_lock(&hb->alock);
+	slot = slot_get(hb);
+	if (slot == NO_SLOT) {
+		pthread_mutex_unlock(&hb->alock);
+		return kvs_fail(ENOMEM);
+	}
+	for (i = 0; i < hb->narenas; i++)
+		if (hb->arenas[i].fd >= 0 && arena_fit(&hb->arenas[i], n, &first))
+			break;
+	if (i == hb->narenas) {
+		if (arena_add(d, hb, n, &i) < 0) {
+			err = errno;
+			hb->chunks[slot].next_free = hb->free_slot;
+			hb->free_slot = slot;
+			pthread_mutex_unlock(&hb->alock);
+			return kvs_fail(err);
+		}
+		first = 0;
+	}
+	c = &hb->chunks[slot];
+	c->arena = i;
+	c->first = first;
+	c->ngran = n;
+	gran_mark(&hb->arenas[i], first, n, true);
+	fd = hb->arenas[i].fd;
+	pthread_mutex_unlock(&hb->alock);
+
+	off = (off_t)(first * hb->gran);
+	if (!hb->lazy && fallocate(fd, 0, off, (off_t)size) < 0) {
 		err = errno;
-		kvs_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
-		close(fd);
-		errno = err == ENOSPC || err == EFBIG ? ENOMEM : err;
-		return -1;
+		kvsi_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
+		/* Give back whatever part was allocated. */
+		(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)size);
+		pthread_mutex_lock(&hb->alock);
+		chunk_put(hb, slot);
+		pthread_mutex_unlock(&hb->alock);
+		return kvs_fail(err == ENOSPC || err == EFBIG ? ENOMEM : err);
 	}
-	*handle = (uint64_t)fd;
+	*handle = slot;
 	return 0;
 }
 
 static int host_release(struct kvs_drv *d, uint64_t handle)
 {
+	/* The memory stays until chunk_free(), at the last unmap. */
 	(void)d;
-	/* Mappings keep the file alive: the kernel frees the pages at the last unmap. */
-	close((int)handle);
+	(void)handle;
 	return 0;
+}
+
+/* Released and no longer mapped: punch the range out, give it back. */
+static void host_chunk_free(struct kvs_drv *d, uint64_t handle)
+{
+	struct host_be *hb = hb_of(d);
+	struct host_chunk *c;
+
+	pthread_mutex_lock(&hb->alock);
+	c = &hb->chunks[handle];
+	(void)fallocate(hb->arenas[c->arena].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			(off_t)(c->first * hb->gran), (off_t)(c->ngran * hb->gran));
+	chunk_put(hb, (size_t)handle);
+	pthread_mutex_unlock(&hb->alock);
 }
 
 static int host_map(struct kvs_drv *d, kvs_devptr_t addr, size_t size, uint64_t handle)
 {
-	void *m = mmap((void *)(uintptr_t)addr, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
-		       (int)handle, 0);
+	struct host_be *hb = hb_of(d);
+	off_t off;
+	void *m;
+	int fd;
+
+	pthread_mutex_lock(&hb->alock);
+	fd = hb->arenas[hb->chunks[handle].arena].fd;
+	off = (off_t)(hb->chunks[handle].first * hb->gran);
+	pthread_mutex_unlock(&hb->alock);
+	m = mmap((void *)(uintptr_t)addr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, off);
 
 	if (m == MAP_FAILED) {
 		int err = errno;
 
-		kvs_drv_set_detail(d, "host: mmap map: %s", strerror(err));
+		kvsi_drv_set_detail(d, "host: mmap map: %s", strerror(err));
 		errno = err == ENOMEM ? ENOMEM : EIO;
 		return -1;
 	}
@@ -249,11 +555,10 @@ static int host_unmap(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
 {
 	void *m;
 
-	host_drain(hb_of(d));
 	m = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED) {
-		kvs_drv_set_detail(d, "host: mmap unmap: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: mmap unmap: %s", strerror(errno));
 		errno = EIO;
 		return -1;
 	}
@@ -268,7 +573,7 @@ static int host_set_access(struct kvs_drv *d, kvs_devptr_t addr, size_t size, in
 	void *p = (void *)(uintptr_t)addr;
 
 	if (mprotect(p, size, prot) < 0) {
-		kvs_drv_set_detail(d, "host: mprotect: %s", strerror(errno));
+		kvsi_drv_set_detail(d, "host: mprotect: %s", strerror(errno));
 		errno = EIO;
 		return -1;
 	}
@@ -342,7 +647,7 @@ static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
 		if (pthread_create(&hb->worker, NULL, host_worker, hb) != 0) {
 			pthread_mutex_unlock(&hb->qlock);
 			free(r);
-			kvs_drv_set_detail(d, "host: cannot start the copy worker");
+			kvsi_drv_set_detail(d, "host: cannot start the copy worker");
 			errno = EAGAIN;
 			return -1;
 		}
@@ -399,6 +704,13 @@ static int host_event_record(struct kvs_drv *d, void *bev)
 	return 0;
 }
 
+/* No streams on the host: the point reached by the copy queue. */
+static int host_event_record_stream(struct kvs_drv *d, void *bev, uint64_t stream)
+{
+	(void)stream;
+	return host_event_record(d, bev);
+}
+
 static int host_event_query(struct kvs_drv *d, void *bev)
 {
 	struct host_be *hb = hb_of(d);
@@ -428,15 +740,24 @@ static int host_synchronize(struct kvs_drv *d)
 	return host_drain(hb_of(d));
 }
 
+/* Before an unmap, without drv->lock: a queued copy may use the range. */
+static int host_quiesce(struct kvs_drv *d)
+{
+	return host_drain(hb_of(d));
+}
+
 static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	size_t align = pg > 0 ? (size_t)pg : 4096;
-	size_t rounded = (size + align - 1) / align * align;
-	void *p = aligned_alloc(align, rounded);
+	size_t rounded;
+	void *p = NULL;
+
+	if (kvs_size_roundup(size, align, &rounded))
+		p = aligned_alloc(align, rounded);
 
 	if (!p) {
-		kvs_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);
+		kvsi_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);
 		errno = ENOMEM;
 		return -1;
 	}
@@ -451,7 +772,7 @@ static int host_host_free(struct kvs_drv *d, void *ptr)
 	return 0;
 }
 
-const struct kvs_drv_backend kvs_backend_host = {
+const struct kvs_drv_backend kvsi_backend_host = {
 	.name = "host",
 	.open = host_open,
 	.close = host_close,
@@ -460,7 +781,9 @@ const struct kvs_drv_backend kvs_backend_host = {
 	.unreserve = host_unreserve,
 	.create = host_create,
 	.release = host_release,
+	.chunk_free = host_chunk_free,
 	.map = host_map,
+	.quiesce = host_quiesce,
 	.unmap = host_unmap,
 	.set_access = host_set_access,
 	.copy_htod = host_copy_htod,
@@ -468,6 +791,7 @@ const struct kvs_drv_backend kvs_backend_host = {
 	.event_create = host_event_create,
 	.event_destroy = host_event_destroy,
 	.event_record = host_event_record,
+	.event_record_stream = host_event_record_stream,
 	.event_query = host_event_query,
 	.event_wait = host_event_wait,
 	.synchronize = host_synchronize,

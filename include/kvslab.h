@@ -8,6 +8,7 @@
 
 #include <kvslab/version.h>
 #include <kvslab/drv.h>
+#include <kvslab/fault.h>
 #include <kvslab/slab.h>
 #include <kvslab/pool.h>
 #include <kvslab/reqtab.h>

@@ -1,34 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/internal.h - what the core files share: export and branch hints,
- * timing, bit operations on page bitmaps, and the counter helpers.
+ * lib/internal.h - what only the core files share: bit operations on page
+ * bitmaps and gcd.  What the driver shim needs too (export macro, branch
+ * hints, timing, kvs_fail, lists, checked size arithmetic) is in
+ * common/common.h, included here.
  */
 #ifndef KVSLAB_INTERNAL_H
 #define KVSLAB_INTERNAL_H
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
-#define KVS_EXPORT __attribute__((visibility("default")))
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-
-static inline uint64_t kvs_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* Set errno and return -1: the one failure convention of the library. */
-static inline int kvs_fail(int err)
-{
-	errno = err;
-	return -1;
-}
+#include "common.h"
 
 static inline bool bit_test(const uint64_t *map, uint64_t i)
 {

@@ -5,7 +5,8 @@
  * KV memory is reserved as virtual address ranges and backed by physical chunks
  * that are mapped and unmapped on demand.  Backends: "cuda" (the CUDA driver's
  * VMM API, loaded with dlopen), "host" (the same semantics on CPU memory:
- * mmap reservations, memfd chunks) and a fault-injecting wrapper around either.
+ * mmap reservations, memfd chunks) and a fault-injecting wrapper around either
+ * (declared in <kvslab/fault.h>).
  *
  * Every function returns 0 (or a count) on success and -1 with errno set on
  * failure, unless its man page says otherwise.  See kvs_drv_open(3).
@@ -26,6 +27,9 @@ typedef uint64_t kvs_devptr_t;
 typedef struct kvs_drv kvs_drv_t;
 typedef struct kvs_chunk kvs_chunk_t;
 typedef struct kvs_event kvs_event_t;
+/** An engine's stream (cuda: a CUstream cast to an integer; 0 is the legacy
+ *  default stream).  The host backend has no streams and accepts any value. */
+typedef uint64_t kvs_stream_t;
 
 /** Attributes of kvs_drv_open(); always start from kvs_drv_attr_init(). */
 typedef struct kvs_drv_attr {
@@ -80,6 +84,7 @@ int kvs_drv_set_access(kvs_drv_t *drv, kvs_devptr_t addr, size_t size, int acces
 
 int kvs_event_create(kvs_drv_t *drv, kvs_event_t **ev);
 int kvs_event_destroy(kvs_event_t *ev);
+int kvs_event_record(kvs_event_t *ev, kvs_stream_t stream);
 int kvs_event_query(kvs_event_t *ev);
 int kvs_event_wait(kvs_event_t *ev);
 
@@ -129,29 +134,6 @@ int kvs_drv_stat_get(const kvs_drv_t *drv, const char *name, uint64_t *value);
 const char *kvs_drv_stat_name(enum kvs_drv_stat item);
 int kvs_drv_stats_print(const kvs_drv_t *drv,
 			void (*write_cb)(void *arg, const char *line), void *arg);
-
-/* Fault injection: operations that can be made to fail. */
-enum kvs_drv_op {
-	KVS_OP_ANY = 0,
-	KVS_OP_RESERVE,
-	KVS_OP_UNRESERVE,
-	KVS_OP_CREATE,
-	KVS_OP_RELEASE,
-	KVS_OP_MAP,
-	KVS_OP_UNMAP,
-	KVS_OP_SET_ACCESS,
-	KVS_OP_COPY,
-	KVS_OP_HOST_ALLOC,
-	KVS_OP__COUNT
-};
-
-kvs_drv_t *kvs_fault_open(kvs_drv_t *inner);
-int kvs_fault_fail_nth(kvs_drv_t *fault, enum kvs_drv_op op, uint64_t nth, int err);
-int kvs_fault_fail_random(kvs_drv_t *fault, enum kvs_drv_op op, double p,
-			  uint64_t seed, int err);
-int kvs_fault_clear(kvs_drv_t *fault);
-uint64_t kvs_fault_calls(const kvs_drv_t *fault, enum kvs_drv_op op);
-uint64_t kvs_fault_injected(const kvs_drv_t *fault);
 
 #ifdef __cplusplus
 }

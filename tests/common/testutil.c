@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,9 @@ long tu_rss_shmem(void)
 	return kb < 0 ? -1 : kb * 1024;
 }
 
+/* The host backend's chunks live in memfds named "kvslab-arena". */
+#define HOST_ARENA_NAME "memfd:kvslab-arena"
+
 int tu_host_chunk_maps(void)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -73,13 +77,14 @@ int tu_host_chunk_maps(void)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "memfd:kvslab-chunk"))
+		if (strstr(line, HOST_ARENA_NAME))
 			n++;
 	fclose(f);
 	return n;
 }
 
-int tu_host_chunk_fds(void)
+/* Call @fn on every descriptor of an arena; the count. */
+static int for_arena_fds(void (*fn)(int fd, void *arg), void *arg)
 {
 	DIR *dir = opendir("/proc/self/fd");
 	struct dirent *de;
@@ -96,11 +101,59 @@ int tu_host_chunk_fds(void)
 		if (len <= 0)
 			continue;
 		target[len] = 0;
-		if (strstr(target, "memfd:kvslab-chunk"))
+		if (strstr(target, HOST_ARENA_NAME)) {
 			n++;
+			if (fn)
+				fn(atoi(de->d_name), arg);
+		}
 	}
 	closedir(dir);
 	return n;
+}
+
+int tu_host_chunk_fds(void)
+{
+	return for_arena_fds(NULL, NULL);
+}
+
+static void add_blocks(int fd, void *arg)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) == 0)
+		*(long *)arg += (long)st.st_blocks * 512;
+}
+
+long tu_host_chunk_bytes(void)
+{
+	long bytes = 0;
+
+	if (for_arena_fds(add_blocks, &bytes) < 0)
+		return -1;
+	return bytes;
+}
+
+long tu_host_map_offset(uint64_t addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	long off = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, pgoff;
+
+		if (!strstr(line, HOST_ARENA_NAME) ||
+		    sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &pgoff) != 3)
+			continue;
+		if (addr >= lo && addr < hi) {
+			off = (long)(pgoff + (addr - lo));
+			break;
+		}
+	}
+	fclose(f);
+	return off;
 }
 
 size_t tu_double_query(const char *fn)

@@ -22,9 +22,15 @@ kvs_drv_t *tu_open_gran(int i, size_t gran, size_t mem_limit, unsigned int flags
 
 /* Resident shared-memory pages of this process (RssShmem), in bytes. */
 long tu_rss_shmem(void);
-/* Mappings and open descriptors of host-backend chunks still in this process. */
+/* Host backend: mappings (VMAs; adjacent ranges of one arena mapped side by
+ * side may merge into one) and open descriptors of its chunk arenas still in
+ * this process; both 0 after every host driver is closed. */
 int tu_host_chunk_maps(void);
 int tu_host_chunk_fds(void);
+/* Bytes allocated in the host backend's arenas (their st_blocks). */
+long tu_host_chunk_bytes(void);
+/* Offset in its arena of the host chunk mapped at @addr; -1 if none. */
+long tu_host_map_offset(uint64_t addr);
 
 /* Introspection of the libcuda double (0 when it is not loaded). */
 size_t tu_double_query(const char *fn);

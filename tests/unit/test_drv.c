@@ -3,9 +3,13 @@
  * tests/unit/test_drv.c - the driver shim, on every backend: host, and cuda
  * over the libcuda test double.  Each loop test runs once per backend.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -399,6 +403,160 @@ START_TEST(test_host_alloc)
 }
 END_TEST
 
+/*
+ * Sizes near SIZE_MAX: every place a caller's number is rounded, added to
+ * or multiplied must fail cleanly instead of wrapping into a small request
+ * that succeeds.  Before the checks, host_alloc(SIZE_MAX - 10) rounded to 0
+ * and succeeded, a create past a limit wrapped the limit test, and a copy to
+ * a host buffer that wraps was carried out.
+ */
+START_TEST(test_size_overflow)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0), *lim = NULL;
+	size_t g = kvs_drv_granularity(d), top = SIZE_MAX / g * g;
+	kvs_devptr_t base;
+	kvs_chunk_t *c, *c2;
+	void *p;
+	char buf[64];
+
+	/* host_alloc: the page rounding would wrap; ENOMEM, nothing held. */
+	p = buf;
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_host_alloc(d, SIZE_MAX - 10, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_ptr_eq(p, buf);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, SIZE_MAX, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_host), 0);
+
+	/* reserve: aligned sizes whose alignment slack would wrap. */
+	ck_assert_int_eq(kvs_drv_reserve(d, top, &base), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_drv_reserve(d, top - g, &base), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+
+	/* create: larger than any memory. */
+	ck_assert_int_eq(kvs_drv_chunk_create(d, top, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	assert_drv_empty(d);
+
+	/* create under a limit: bytes held + size wraps the limit test. */
+	lim = tu_open(_i, 4 * g, 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(lim, g, &c), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(lim, top, &c2), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_created), g);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_chunks), 1);
+
+	/* copies: a host buffer or a device range that wraps. */
+	ck_assert_int_eq(kvs_drv_reserve(lim, 2 * g, &base), 0);
+	ck_assert_int_eq(kvs_drv_map(lim, base, c), 0);
+	ck_assert_int_eq(kvs_drv_set_access(lim, base, g, KVS_ACCESS_RW), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, (void *)(UINTPTR_MAX - 100), base, g, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_htod(lim, base, (void *)(UINTPTR_MAX - 100), g, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_htod(lim, UINT64_MAX - 63, buf, 128, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, buf, UINT64_MAX - 63, 128, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	/* A size past the end of the range, with a buffer that does not wrap. */
+	ck_assert_int_eq(kvs_drv_copy_dtoh(lim, buf, base, 3 * g, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_copied), 0);
+	/* set_access and unmap of a size that runs past the range. */
+	ck_assert_int_eq(kvs_drv_set_access(lim, base, top, KVS_ACCESS_RW), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_unmap(lim, base, top), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(lim, KVS_DRV_STAT_bytes_mapped), g);
+
+	ck_assert_int_eq(kvs_drv_close(lim), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+}
+END_TEST
+
+/* cuda: a stream made by the double, as an engine would make one. */
+static kvs_stream_t double_stream(void **lib)
+{
+	int (*create)(void **, unsigned int);
+	void *s = NULL;
+
+	*lib = dlopen(getenv("KVSLAB_CUDA_DOUBLE"), RTLD_NOW | RTLD_NOLOAD);
+	ck_assert_ptr_nonnull(*lib);
+	*(void **)&create = dlsym(*lib, "cuStreamCreate");
+	ck_assert_ptr_nonnull(create);
+	ck_assert_int_eq(create(&s, 1), 0);
+	return (kvs_stream_t)(uintptr_t)s;
+}
+
+/*
+ * kvs_event_record(): a fence on an engine's stream.  Host: any stream
+ * value; the event completes when the copy queue reaches the record (at once
+ * with nothing queued; after a queued copy, only once that copy is done).
+ * cuda: stream 0 and streams the application made are accepted, a stream
+ * the driver does not know is EINVAL.
+ */
+START_TEST(test_event_record_stream)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d), n = 4 * g;
+	unsigned char *in = malloc(n), *out = malloc(n);
+	kvs_event_t *ev;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	kvs_stream_t s = 0;
+	void *lib = NULL;
+
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_event_record(ev, 0), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_event_query(ev), 1);
+	ck_assert_int_eq(kvs_event_record(NULL, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+
+	/* Behind a queued copy: complete means the copy is done. */
+	ck_assert_int_eq(kvs_drv_reserve(d, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, n, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(in, n, 21);
+	memset(out, 0, n);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, NULL), 0);
+	if (is_cuda(_i)) {
+		s = double_stream(&lib);
+		ck_assert_int_eq(kvs_event_record(ev, s), 0);
+		ck_assert_int_eq(kvs_event_wait(ev), 0);
+		errno = 0;
+		ck_assert_int_eq(kvs_event_record(ev, (kvs_stream_t)0xdead0), -1);
+		ck_assert_int_eq(errno, EINVAL);
+		/* The engine's stream says nothing of our copy queue. */
+		ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	} else {
+		ck_assert_int_eq(kvs_event_record(ev, 12345), 0);
+		ck_assert_int_eq(kvs_event_wait(ev), 0);
+	}
+	ck_assert_int_eq(kvs_event_query(ev), 1);
+	ck_assert(tu_check(out, n, 21));
+	ck_assert_int_eq(kvs_event_destroy(ev), 0);
+	if (lib) {
+		int (*destroy)(void *);
+
+		*(void **)&destroy = dlsym(lib, "cuStreamDestroy_v2");
+		ck_assert_int_eq(destroy((void *)(uintptr_t)s), 0);
+	}
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	if (lib)
+		dlclose(lib);
+	assert_nothing_left(_i);
+	free(in);
+	free(out);
+}
+END_TEST
+
 struct sink {
 	char text[4096];
 	int lines;
@@ -459,11 +617,190 @@ START_TEST(test_host_rss)
 	ck_assert_int_eq(kvs_drv_unmap(d, a, sz), 0);
 	after = tu_rss_shmem();
 	ck_assert_int_le(after - base, (long)sz / 10);
+	/* One arena holds the chunk, whose memory stays committed unmapped;
+	 * the arena goes with its last chunk. */
 	ck_assert_int_eq(tu_host_chunk_fds(), 1);
+	ck_assert_int_ge(tu_host_chunk_bytes(), (long)sz);
 	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(tu_host_chunk_bytes(), 0);
 	ck_assert_int_eq(tu_host_chunk_fds(), 0);
 	ck_assert_int_eq(tu_host_chunk_maps(), 0);
 	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(tu_host_chunk_fds(), 0);
+}
+END_TEST
+
+/* Run @fn in a child process (for tests that change process limits); its
+ * exit status: 0 when it passed, else the line of the failed check. */
+#define CHILD_CHECK(cond)                                                     \
+	do {                                                                  \
+		if (!(cond))                                                  \
+			return __LINE__;                                      \
+	} while (0)
+
+static int in_child(int (*fn)(void))
+{
+	int status;
+	pid_t pid = fork();
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0)
+		_exit(fn());
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+static int rlimit_unchanged(void)
+{
+	struct rlimit before, after;
+	kvs_drv_t *d;
+
+	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &before) == 0);
+	/* Leave room to raise, or a raise could not be seen. */
+	if (before.rlim_cur == before.rlim_max && before.rlim_cur > 64) {
+		before.rlim_cur = 64;
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &before) == 0);
+	}
+	d = kvs_drv_open("host", NULL);
+	CHILD_CHECK(d);
+	CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &after) == 0);
+	CHILD_CHECK(after.rlim_cur == before.rlim_cur && after.rlim_max == before.rlim_max);
+	CHILD_CHECK(kvs_drv_close(d) == 0);
+	return 0;
+}
+
+/* Host only: opening a driver leaves RLIMIT_NOFILE alone (select() users). */
+START_TEST(test_host_rlimit_unchanged)
+{
+	ck_assert_int_eq(in_child(rlimit_unchanged), 0);
+}
+END_TEST
+
+#define MANY 2000
+
+static int many_chunks(void)
+{
+	struct rlimit rl = {64, 64};	/* hard limit too: nothing can raise it */
+	size_t g = 64 << 10;
+	kvs_drv_attr_t attr;
+	kvs_chunk_t **c = calloc(MANY, sizeof(*c));
+	kvs_devptr_t base;
+	kvs_drv_t *d;
+	int k;
+
+	CHILD_CHECK(c);
+	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	kvs_drv_attr_init(&attr);
+	attr.granularity = g;
+	attr.flags = KVS_DRV_F_LAZY;
+	d = kvs_drv_open("host", &attr);
+	CHILD_CHECK(d);
+	CHILD_CHECK(kvs_drv_reserve(d, MANY * g, &base) == 0);
+	for (k = 0; k < MANY; k++) {
+		CHILD_CHECK(kvs_drv_chunk_create(d, g, &c[k]) == 0);
+		CHILD_CHECK(kvs_drv_map(d, base + (size_t)k * g, c[k]) == 0);
+	}
+	CHILD_CHECK(kvs_drv_set_access(d, base, MANY * g, KVS_ACCESS_RW) == 0);
+	for (k = 0; k < MANY; k++) {
+		unsigned char *p = (unsigned char *)(uintptr_t)(base + (size_t)k * g);
+
+		tu_fill(p, 64, (unsigned)k);
+		tu_fill(p + g - 64, 64, (unsigned)k + MANY);
+	}
+	for (k = 0; k < MANY; k++) {
+		unsigned char *p = (unsigned char *)(uintptr_t)(base + (size_t)k * g);
+
+		CHILD_CHECK(tu_check(p, 64, (unsigned)k));
+		CHILD_CHECK(tu_check(p + g - 64, 64, (unsigned)k + MANY));
+	}
+	CHILD_CHECK(tu_host_chunk_fds() >= 1 && tu_host_chunk_fds() <= 2);
+	for (k = 0; k < MANY; k += 2)
+		CHILD_CHECK(kvs_drv_chunk_release(d, c[k]) == 0);
+	CHILD_CHECK(kvs_drv_close(d) == 0);
+	CHILD_CHECK(tu_host_chunk_fds() == 0 && tu_host_chunk_maps() == 0);
+	free(c);
+	return 0;
+}
+
+/* Host only: 2000 one-granule chunks, mapped and used, under a limit of 64
+ * descriptors (one memfd per chunk needed 2000). */
+START_TEST(test_host_many_chunks_few_fds)
+{
+	ck_assert_int_eq(in_child(many_chunks), 0);
+}
+END_TEST
+
+/* Host only: a chunk larger than the machine's memory fails at creation,
+ * having committed nothing, instead of waking the OOM killer later. */
+START_TEST(test_host_too_large)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d), total;
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	long rss0 = tu_rss_shmem();
+	kvs_chunk_t *c;
+
+	ck_assert_int_gt(pages, 0);
+	total = ((size_t)pages * (size_t)pg + g) / g * g;
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(d, total, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_le(tu_rss_shmem() - rss0, 64 * 1024);
+	ck_assert_int_eq(tu_host_chunk_bytes(), 0);
+	assert_drv_empty(d);
+	/* The driver's own total_mem bounds it too. */
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	{
+		kvs_drv_attr_t attr;
+
+		kvs_drv_attr_init(&attr);
+		attr.total_mem = 4 * g;
+		d = kvs_drv_open("host", &attr);
+		ck_assert_ptr_nonnull(d);
+		ck_assert_int_eq(kvs_drv_chunk_create(d, 4 * g, &c), 0);
+		ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), -1);
+		ck_assert_int_eq(errno, ENOMEM);
+		ck_assert_int_eq(kvs_drv_close(d), 0);
+	}
+}
+END_TEST
+
+/* Host only: a released range goes back to its arena, and the next chunk
+ * that gets it reads zeros, not its previous owner's bytes. */
+START_TEST(test_host_range_reuse)
+{
+	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	size_t g = kvs_drv_granularity(d);
+	kvs_devptr_t a;
+	kvs_chunk_t *c0, *c1, *c2;
+	unsigned char *p;
+	long off;
+	size_t i;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, g, &a), 0);
+	p = (unsigned char *)(uintptr_t)a;
+	/* c0 stays, and with it the arena. */
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c0), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c1), 0);
+	map_rw(d, a, c1);
+	off = tu_host_map_offset(a);
+	ck_assert_int_ge(off, 0);
+	memset(p, 0x5a, g);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c1), 0);
+	ck_assert_int_eq(tu_host_chunk_bytes(), (long)g);	/* c0's only */
+	ck_assert_int_eq(tu_host_chunk_fds(), 1);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c2), 0);
+	map_rw(d, a, c2);
+	ck_assert_int_eq(tu_host_map_offset(a), off);
+	for (i = 0; i < g; i++)
+		if (p[i])
+			break;
+	ck_assert_uint_eq(i, g);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(tu_host_chunk_fds(), 0);
+	ck_assert_int_eq(tu_host_chunk_maps(), 0);
 }
 END_TEST
 
@@ -502,6 +839,8 @@ static Suite *drv_suite(void)
 	BACKEND_LOOP(tc, test_release_while_mapped);
 	BACKEND_LOOP(tc, test_copy_needs_access);
 	BACKEND_LOOP(tc, test_host_alloc);
+	BACKEND_LOOP(tc, test_size_overflow);
+	BACKEND_LOOP(tc, test_event_record_stream);
 	BACKEND_LOOP(tc, test_stats);
 	suite_add_tcase(s, tc);
 
@@ -514,6 +853,10 @@ static Suite *drv_suite(void)
 	tc = tcase_create("host");
 	tcase_add_test(tc, test_host_rss);
 	tcase_add_test(tc, test_host_populate);
+	tcase_add_test(tc, test_host_rlimit_unchanged);
+	tcase_add_test(tc, test_host_many_chunks_few_fds);
+	tcase_add_test(tc, test_host_too_large);
+	tcase_add_test(tc, test_host_range_reuse);
 	suite_add_tcase(s, tc);
 	return s;
 }
