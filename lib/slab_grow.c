@@ -432,7 +432,12 @@ static int fence_record(struct kvs_slab *s, uint64_t *token)
 	if (s->fence.record)
 		return s->fence.record(s->fence.arg, token);
 	for (j = 0; j < s->nstreams; j++) {
-		/* MERGE: kvs_event_record(s->fence_ev[j], s->streams[j]) */
+		if (!s->fence_ev[j] && DRV(s, kvs_event_create(s->drv, &s->fence_ev[j])) < 0) {
+			s->fence_ev[j] = NULL;
+			return -1;
+		}
+		if (DRV(s, kvs_event_record(s->fence_ev[j], s->streams[j])) < 0)
+			return -1;
 	}
 	*token = 0;
 	return 0;

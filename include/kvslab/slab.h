@@ -22,10 +22,6 @@ extern "C" {
 
 typedef struct kvs_slab kvs_slab_t;
 
-/* A stream of the engine's device work (cuda: a CUstream; 0: the legacy
- * default stream).  Also declared by <kvslab/drv.h>. */
-typedef uint64_t kvs_stream_t;
-
 /**
  * A fence of the engine's own: a point in its device work.  record() marks
  * the point after everything submitted so far and names it by a token;
