@@ -47,8 +47,10 @@ static kvs_slab_t *mk(kvs_drv_t *d, uint32_t page_size, uint64_t cap, uint32_t m
 
 static void finish(int i, kvs_drv_t *d, kvs_slab_t *s)
 {
-	ck_assert_int_eq(kvs_slab_validate(s), 0);
-	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+	if (s) {
+		ck_assert_int_eq(kvs_slab_validate(s), 0);
+		ck_assert_int_eq(kvs_slab_destroy(s), 0);
+	}
 	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
 	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), 0);
 	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
@@ -1019,6 +1021,182 @@ START_TEST(test_free_bulk_all_or_nothing)
 }
 END_TEST
 
+
+/* ------------------------------------------------------ the fence rule */
+
+/* Kernels reading each run of consecutive pages of @pages in both
+ * buffers, for @ns nanoseconds, on @stream of the cuda double. */
+static void read_pages(kvs_slab_t *s, uint64_t stream, uint32_t *pages, int n,
+		       unsigned long long ns)
+{
+	int k = 0, b;
+
+	while (k < n) {
+		int j = k + 1;
+
+		while (j < n && pages[j] == pages[j - 1] + 1)
+			j++;
+		for (b = 0; b < 2; b++)
+			ck_assert_int_eq(tu_dbl_kernel(stream, kvs_slab_buffer(s, (uint32_t)b) +
+								 (uint64_t)pages[k] * tb2[b],
+						       (size_t)(j - k) * tb2[b], ns),
+					 0);
+		k = j;
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int lie_record(void *arg, uint64_t *token)
+{
+	(void)arg;
+	*token = 7;
+	return 0;
+}
+
+static int lie_query(void *arg, uint64_t token)
+{
+	(void)arg;
+	(void)token;
+	return 1; /* "the device is done": a fence that waits for nothing */
+}
+
+/* On the cuda double, whose simulated kernels run on a stream for a time
+ * and whose unmap of memory a running kernel reads poisons the context:
+ * a slab freed under a running kernel is unmapped only once a fence on the
+ * engine's stream says the kernel is done.  A fence that lies is caught,
+ * which shows the test can fail. */
+START_TEST(test_fence_rule)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	uint64_t stream = tu_dbl_stream_create();
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[64];
+	double t0;
+	int rc;
+
+	ck_assert_uint_ne(stream, 0);
+	tu_dbl_clear_sticky();
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 256;
+	a.max_empty = 0;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	a.decay_ms = 0;
+	a.streams = &stream;
+	a.nstreams = 1;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+	t0 = tu_seconds();
+	read_pages(s, stream, pages, 64, 300000000ULL); /* 300 ms */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
+	rc = kvs_slab_reclaim(s);
+	if (tu_seconds() - t0 < 0.2) /* the kernel surely still runs */
+		ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(tu_dbl_faults(), 0);
+	/* shrink waits for the fence, then unmaps. */
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_double_ge(tu_seconds() - t0, 0.25);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0);
+	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_fences), 1);
+	ck_assert_uint_eq(tu_dbl_faults(), 0);
+	ck_assert_int_eq(tu_dbl_sticky(), 0);
+	ck_assert_int_eq(kvs_slab_destroy(s), 0);
+
+	/* The same with a fence that waits for nothing: the device faults. */
+	a.streams = NULL;
+	a.nstreams = 0;
+	a.fence.record = lie_record;
+	a.fence.query = lie_query;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
+	read_pages(s, stream, pages, 64, 300000000ULL);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
+	(void)kvs_slab_reclaim(s);
+	ck_assert_uint_ge(tu_dbl_faults(), 1);
+	ck_assert_int_eq(tu_dbl_sticky(), 700);
+	tu_dbl_clear_sticky();
+	(void)kvs_slab_destroy(s);
+	tu_dbl_stream_destroy(stream);
+	finish(_i, d, NULL);
+}
+END_TEST
+
+/* The fence rule under churn with the worker on: batches of pages read by
+ * kernels of random length, freed while the kernels run, slabs emptied and
+ * given back by the worker all along.  The device never faults. */
+START_TEST(test_fence_churn)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	uint64_t stream = tu_dbl_stream_create(), x = 0x9e3779b97f4a7c15ULL;
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	static uint32_t pages[2][256];
+	int n[2] = {0, 0}, it, iters = (int)tu_scaled(400, 40);
+	double t_end = tu_seconds() + 20;
+
+	ck_assert_uint_ne(stream, 0);
+	tu_dbl_clear_sticky();
+	kvs_slab_attr_init(&a);
+	a.nbuffers = 2;
+	a.token_bytes = tb2;
+	a.capacity_pages = 64 * 16;
+	a.min_empty = 1;
+	a.max_empty = 1;
+	a.chunk_pool = 1;
+	a.magazine = 8;
+	a.decay_ms = 1;
+	a.streams = &stream;
+	a.nstreams = 1;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	for (it = 0; it < iters && tu_seconds() < t_end; it++) {
+		int cur = it & 1, k;
+
+		/* Free the batch before last: its kernels may still run. */
+		ck_assert_int_eq(kvs_slab_free_bulk(s, (size_t)n[cur], pages[cur]), 0);
+		n[cur] = 1 + (int)(tu_rng(&x) % 256);
+		ck_assert_int_eq(kvs_slab_alloc_bulk(s, (size_t)n[cur], pages[cur]), n[cur]);
+		qsort(pages[cur], (size_t)n[cur], sizeof(uint32_t), cmp_u32);
+		read_pages(s, stream, pages[cur], n[cur], 100000 + tu_rng(&x) % 2000000);
+		if (it % 3 == 0) {
+			/* And one page through the per-thread cache. */
+			int64_t p = kvs_slab_alloc(s);
+
+			ck_assert_int_ge(p, 0);
+			k = (int)p;
+			read_pages(s, stream, (uint32_t *)&k, 1, 500000);
+			ck_assert_int_eq(kvs_slab_free(s, (uint32_t)p), 0);
+		}
+		if (it % 50 == 0)
+			usleep(3000); /* let the worker catch up: slabs empty and go */
+		ck_assert_uint_eq(tu_dbl_faults(), 0);
+	}
+	ck_assert_int_eq(kvs_slab_free_bulk(s, (size_t)n[0], pages[0]), 0);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, (size_t)n[1], pages[1]), 0);
+	ck_assert_int_eq(kvs_slab_flush(s), 0);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_slab_unmaps), 0);
+	ck_assert_uint_gt(kvs_slab_stat(s, KVS_SLAB_STAT_fences), 0);
+	ck_assert_uint_eq(tu_dbl_faults(), 0);
+	ck_assert_int_eq(tu_dbl_sticky(), 0);
+	/* The streams outlive the allocator: destroy fences on them too. */
+	finish(_i, d, s);
+	tu_dbl_stream_destroy(stream);
+}
+END_TEST
+
 static Suite *slab_suite(void)
 {
 	Suite *s = suite_create("slab");
@@ -1048,6 +1226,15 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_unmap_failure_parks, 0, nb);
 	tcase_add_loop_test(tc, test_free_bulk_all_or_nothing, 0, nb);
 	suite_add_tcase(s, tc);
+
+	if (nb > 1) {
+		/* The fence rule needs the double's simulated kernels. */
+		tc = tcase_create("fence");
+		tcase_set_timeout(tc, 120);
+		tcase_add_loop_test(tc, test_fence_rule, 1, 2);
+		tcase_add_loop_test(tc, test_fence_churn, 1, 2);
+		suite_add_tcase(s, tc);
+	}
 
 	tc = tcase_create("random");
 	tcase_set_timeout(tc, 300);
