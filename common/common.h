@@ -6,6 +6,36 @@
  * lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
  * holds what only the core shares.  Everything is static inline or a macro,
  * so the header adds no symbol to the library.
+ *
+ * THE LOCK ORDER of the whole library, written once, here (each file's
+ * essay says how it keeps to it; each function's Context: line names what
+ * it takes).  A thread may take a lock only while holding locks above it:
+ *
+ *  1. flow->lock (lib/flow.c): serializes one flow object's calls.
+ *  2. radix->wlock (lib/radix.c): the prefix cache's single writer.  Held
+ *     across frees of evicted pages (so it comes before slab->lock) and
+ *     across KV-event callbacks, which may only read (kvs_radix_match_ro).
+ *     RCU readers take no lock and may be inside any of these.
+ *  3. slab->lock (lib/slab*.c): pages, lists, the chunk pool, the
+ *     magazine registry.  Never held across a driver call, a fence
+ *     callback, or a wait for the device: whoever maps, unmaps, records
+ *     or queries a fence marks the slab or the fence BUSY and drops it.
+ *     An allocation waiting for a slab in flight sleeps on slab->mapped,
+ *     which releases it.  So slab->lock and the driver's locks are never
+ *     held together.
+ *  4. drv->lock (drv/drv.c): the driver's books.  Backend calls that
+ *     validate-and-act run under it; chunk creation and every device
+ *     synchronization (copy-queue drains, cuCtxSynchronize, event waits)
+ *     run without it.
+ *  5. backend locks, innermost: the fault wrapper's fb->lock (never held
+ *     across a call into the inner driver, which takes the inner
+ *     drv->lock), the host backend's hb->alock (arenas; under drv->lock)
+ *     and hb->qlock (copy queue; under drv->lock or alone, never across a
+ *     wait).
+ *
+ * Engine callbacks (kvs_fence_t, radix event callbacks) run with at most
+ * the locks above that their caller's page names, never slab->lock or
+ * drv->lock.
  */
 #ifndef KVSLAB_COMMON_H
 #define KVSLAB_COMMON_H

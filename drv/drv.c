@@ -20,7 +20,7 @@
  * unmap, which is when its physical bytes are really given back (the driver's
  * own rule for cuMemRelease).
  *
- * Locking.  drv->lock (a mutex) protects the books.  map, unmap, set_access,
+ * Locking (the library's lock order is in common/common.h).  drv->lock (a mutex) protects the books.  map, unmap, set_access,
  * reserve, unreserve and copy submission call the backend with the lock held,
  * so validation and action are one step; chunk creation, the slow call
  * (~190 us on an A100), runs unlocked with its bytes counted as pending so

@@ -17,7 +17,7 @@
  * KVS_OP_ANY counts every call of every kind.
  * Calls made while the wrapper is being closed never fail.
  *
- * Locking: fb->lock protects the rules and counters; it is never held across
+ * Locking (the order is in common/common.h): fb->lock protects the rules and counters; it is never held across
  * a call into the inner driver.
  */
 #include <errno.h>

@@ -49,7 +49,7 @@
  * host_quiesce(), which drains the queue with no driver lock held, because a
  * queued copy may still read or write the range.
  *
- * Locking.  hb->alock protects the arenas, their bitmaps and the chunk
+ * Locking (the order is in common/common.h).  hb->alock protects the arenas, their bitmaps and the chunk
  * table; create runs without drv->lock (it is the slow call), so map and
  * chunk_free, which run under drv->lock, take hb->alock too (drv->lock
  * before hb->alock, never the other way).  fallocate() of a new chunk runs

@@ -21,7 +21,7 @@
  * eviction never walks the tree.  Time is a logical clock, one tick per
  * match or insert.
  *
- * Concurrency.  Writers (match, insert, lock, unlock, evict) are serialized
+ * Concurrency (the library's lock order is in common/common.h).  Writers (match, insert, lock, unlock, evict) are serialized
  * by r->wlock.  kvs_radix_match_ro() takes no lock: it runs inside an RCU
  * read-side critical section (liburcu, bulletproof flavour: no thread
  * registration), so nothing it can reach is freed under it, and validates

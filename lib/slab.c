@@ -26,7 +26,7 @@
  *    newest (its head), release gives back the oldest (its tail).  Unmapped
  *    slabs are a bitmap; the lowest is mapped first.
  *
- * Locking (the library's lock order is in lib/internal.h).  slab->lock (a
+ * Locking (the library's lock order is in common/common.h).  slab->lock (a
  * mutex) protects the bitmaps, lists, counts, the chunk pool and the
  * magazine registry.  It is never held across a driver call or a fence: a
  * slab being mapped or unmapped is BUSY and on no list, so nobody else

@@ -10,7 +10,7 @@
  * to the allocator's pthread key; the key's destructor gives the pages back
  * when the thread exits.
  *
- * Locking (the order is in lib/internal.h).  A magazine's pages and count
+ * Locking (the order is in common/common.h).  A magazine's pages and count
  * are written by its owner thread only: on the fast path with no lock, and
  * under slab->lock in refills and flushes.  Other threads only read counts
  * (statistics, validation) under slab->lock.  kvs_slab_shrink() cannot take

@@ -40,7 +40,7 @@
  * kvs_slab_destroy(), which reports what it could not give back.
  * kvs_slab_validate() accounts for all of it.
  *
- * Locking (the order is in lib/internal.h).  Everything here is called
+ * Locking (the order is in common/common.h).  Everything here is called
  * with slab->lock held and drops it around every driver call and fence; a
  * slab being mapped or unmapped is BUSY meanwhile, and the fence's state
  * (F_BUSY) keeps a second thread from recording or querying it at once.

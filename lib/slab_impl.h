@@ -9,7 +9,7 @@
  *                      worker thread; driver calls, made with no lock held;
  *  - lib/slab_cpu.c    the per-thread caches (magazines), owner thread only;
  *  - lib/slab_stat.c   statistics and validation, readers of everything.
- * The lock order they follow is written once, in lib/internal.h.
+ * The lock order they follow is written once, in common/common.h.
  */
 #ifndef KVSLAB_SLAB_IMPL_H
 #define KVSLAB_SLAB_IMPL_H

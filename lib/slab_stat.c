@@ -8,7 +8,7 @@
  * through a write callback, and kvs_slab_validate(), which recounts every
  * page and every chunk from scratch against the books.
  *
- * Locking (the order is in lib/internal.h).  Everything here takes
+ * Locking (the order is in common/common.h).  Everything here takes
  * slab->lock to read a consistent snapshot; driver-call counters are
  * atomics read without it.
  */
