@@ -20,8 +20,9 @@
  * unmap, which is when its physical bytes are really given back (the driver's
  * own rule for cuMemRelease).
  *
- * Locking (the library's lock order is in common/common.h).  drv->lock (a mutex) protects the books.  map, unmap, set_access,
- * reserve, unreserve and copy submission call the backend with the lock held,
+ * Locking (the library's lock order is in common/common.h).
+ * drv->lock (a mutex) protects the books.  map, unmap, set_access, reserve,
+ * unreserve and copy submission call the backend with the lock held,
  * so validation and action are one step; chunk creation, the slow call
  * (~190 us on an A100), runs unlocked with its bytes counted as pending so
  * the limit still holds.  Counters are atomics, readable without the lock.

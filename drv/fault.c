@@ -17,8 +17,9 @@
  * KVS_OP_ANY counts every call of every kind.
  * Calls made while the wrapper is being closed never fail.
  *
- * Locking (the order is in common/common.h): fb->lock protects the rules and counters; it is never held across
- * a call into the inner driver.
+ * Locking (the order is in common/common.h):
+ * fb->lock protects the rules and counters; it is never held across a call
+ * into the inner driver.
  */
 #include <errno.h>
 #include <stdbool.h>

@@ -13,7 +13,8 @@
  * granules), found first fit in the arena's bitmap of used granules (a new
  * arena is made when no arena has room); the backend handle is the chunk's
  * index in hb->chunks, whose free slots are chained.  An arena whose last
- * chunk goes is closed, so a driver holding no chunk holds no descriptor.  So a pool of tens of
+ * chunk goes is closed, so a driver holding no chunk holds no descriptor.  So
+ * a pool of tens of
  * thousands of one-granule chunks needs a handful of descriptors, and the
  * process's RLIMIT_NOFILE is left alone (raising it would break select()).
  *
@@ -49,8 +50,9 @@
  * host_quiesce(), which drains the queue with no driver lock held, because a
  * queued copy may still read or write the range.
  *
- * Locking (the order is in common/common.h).  hb->alock protects the arenas, their bitmaps and the chunk
- * table; create runs without drv->lock (it is the slow call), so map and
+ * Locking (the order is in common/common.h).
+ * hb->alock protects the arenas, their bitmaps and the chunk table; create
+ * runs without drv->lock (it is the slow call), so map and
  * chunk_free, which run under drv->lock, take hb->alock too (drv->lock
  * before hb->alock, never the other way).  fallocate() of a new chunk runs
  * with no lock: its range is already marked used.  hb->qlock protects the

@@ -15,8 +15,9 @@
  * the pool is short; if memory is still short, every lock and slot taken
  * for the batch is given back and the call fails with ENOMEM.
  *
- * Locking (the order is in common/common.h): flow->lock serializes the flows' calls, so one flow object may be
- * shared by threads; the tree, the table and the pool have their own.
+ * Locking (the order is in common/common.h):
+ * flow->lock serializes the flows' calls, so one flow object may be shared by
+ * threads; the tree, the table and the pool have their own.
  */
 #include <pthread.h>
 #include <stdlib.h>

@@ -21,15 +21,17 @@
  * eviction never walks the tree.  Time is a logical clock, one tick per
  * match or insert.
  *
- * Concurrency (the library's lock order is in common/common.h).  Writers (match, insert, lock, unlock, evict) are serialized
- * by r->wlock.  kvs_radix_match_ro() takes no lock: it runs inside an RCU
+ * Concurrency (the library's lock order is in common/common.h).
+ * Writers (match, insert, lock, unlock, evict) are serialized by r->wlock.
+ * kvs_radix_match_ro() takes no lock: it runs inside an RCU
  * read-side critical section (liburcu, bulletproof flavour: no thread
  * registration), so nothing it can reach is freed under it, and validates
  * its whole walk against a sequence count that the writer makes odd while
  * it changes the tree.  RCU alone would not do: a split gives an existing
  * node a shorter segment before its new parent is published, and a reader
  * that came through the old edge would match the shorter segment at the
- * wrong depth (whatever the order of the stores).  As the SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
+ * wrong depth (whatever the order of the stores).  As the
+ * SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
  * memory valid, not the meaning: the reader re-checks with the sequence
  * count and starts over if the tree changed during its walk, so it never
  * returns a torn result.  A reader that has started over RO_TRIES times
