@@ -13,7 +13,11 @@
  *
  * Data structures.  None that live: a const table of presets, and the
  * caller's kvs_model_t, kvs_plan_attr_t and kvs_plan_t, which are plain
- * values.
+ * values.  A plan is written only once every number in it is known to
+ * fit, so a failed call leaves the caller's plan as it was.  Every product
+ * of a caller's number is checked (__builtin_mul_overflow): EOVERFLOW when
+ * one does not fit its type, EINVAL for a shape or an attribute that makes
+ * no sense.
  *
  * Locking: none.  Every function reads its arguments and const data only
  * (kvs_plan() may ask the driver for its memory, a call that is MT-Safe on
@@ -90,7 +94,7 @@ static bool model_valid(const kvs_model_t *m)
 	if (!m || m->layers == 0 || m->dtype_size == 0 || m->tp_size == 0)
 		return false;
 	if (m->attn == KVS_ATTN_MLA)
-		return m->kv_lora_rank + m->qk_rope_head_dim > 0;
+		return (uint64_t)m->kv_lora_rank + m->qk_rope_head_dim > 0;
 	return m->attn == KVS_ATTN_MHA && m->kv_heads > 0 && m->head_dim > 0;
 }
 
@@ -116,12 +120,32 @@ KVS_EXPORT uint32_t kvs_model_kv_heads_per_rank(const kvs_model_t *m)
 	return h ? h : 1;
 }
 
-/* Bytes one token takes in one buffer. */
-static size_t token_bytes_of(const kvs_model_t *m)
+/*
+ * Bytes one token takes in all buffers (the cell).  Every
+ * field is the caller's uint32_t, so each product is checked: three such
+ * fields multiplied together already pass 2^64.
+ */
+static int model_cell(const kvs_model_t *m, size_t *cell)
 {
-	if (m->attn == KVS_ATTN_MLA)
-		return (size_t)(m->kv_lora_rank + m->qk_rope_head_dim) * m->dtype_size;
-	return (size_t)kvs_model_kv_heads_per_rank(m) * m->head_dim * m->dtype_size;
+	size_t tb, c;
+
+	if (!model_valid(m))
+		return kvs_fail(EINVAL);
+	if (m->attn == KVS_ATTN_MLA) {
+		if (__builtin_mul_overflow((uint64_t)m->kv_lora_rank + m->qk_rope_head_dim,
+					   (uint64_t)m->dtype_size, &tb) ||
+		    __builtin_mul_overflow(tb, (size_t)m->layers, &c))
+			return kvs_fail(EOVERFLOW);
+	} else {
+		if (__builtin_mul_overflow((size_t)kvs_model_kv_heads_per_rank(m),
+					   (size_t)m->head_dim, &tb) ||
+		    __builtin_mul_overflow(tb, (size_t)m->dtype_size, &tb) ||
+		    __builtin_mul_overflow(tb, (size_t)m->layers, &c) ||
+		    __builtin_mul_overflow(c, (size_t)2, &c))
+			return kvs_fail(EOVERFLOW);
+	}
+	*cell = c;
+	return 0;
 }
 
 /**
@@ -132,15 +156,14 @@ static size_t token_bytes_of(const kvs_model_t *m)
  * (kv_lora_rank + qk_rope_head_dim) * layers * dtype_size.
  *
  * Context: MT-Safe.
- * Return: the size, or 0 with errno EINVAL for an invalid shape.
+ * Return: the size, or 0 with errno EINVAL for an invalid shape or EOVERFLOW
+ * when the size does not fit a size_t.
  */
 KVS_EXPORT size_t kvs_model_cell_size(const kvs_model_t *m)
 {
-	if (!model_valid(m)) {
-		errno = EINVAL;
-		return 0;
-	}
-	return token_bytes_of(m) * m->layers * (m->attn == KVS_ATTN_MLA ? 1 : 2);
+	size_t cell;
+
+	return model_cell(m, &cell) < 0 ? 0 : cell;
 }
 
 /* --------------------------------------------------------------- planner */
@@ -177,23 +200,28 @@ KVS_EXPORT int kvs_plan_attr_init(kvs_plan_attr_t *attr)
  * down to the page size; the request table
  * has max requests + 1 rows of context_len + 4 entries.
  *
+ * Nothing is written to @plan unless the call succeeds.
+ *
  * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (bad attributes) or ENOMEM (no memory
- * left for KV once the non-static share is set aside).
+ * Return: 0, or -1 with errno EINVAL (bad attributes), EOVERFLOW (the cell
+ * size, the request table's rows or columns, or its bytes do not fit their
+ * types), ENOMEM (no memory left for KV once the non-static share is set
+ * aside) or the driver's errno.
  */
 KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *plan)
 {
-	size_t total, freeb, cell;
-	double rest;
+	size_t total, freeb, cell, rest_bytes, kv_bytes, table;
+	kvs_plan_t out;
 	uint64_t tokens;
 	uint32_t ctx;
+	double rest;
 
 	if (!a || !plan || a->page_size == 0 || !(a->mem_fraction_static > 0) ||
 	    a->mem_fraction_static > 1)
 		return kvs_fail(EINVAL);
 	cell = kvs_model_cell_size(&a->model);
 	if (!cell)
-		return kvs_fail(EINVAL);
+		return -1;
 	ctx = a->context_len ? a->context_len : a->model.context_len;
 	if (ctx == 0)
 		return kvs_fail(EINVAL);
@@ -214,11 +242,14 @@ KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *pl
 	rest = (double)freeb - (double)total * (1.0 - a->mem_fraction_static);
 	if (rest < (double)cell * a->page_size)
 		return kvs_fail(ENOMEM);
-	tokens = (uint64_t)(rest / (double)cell);
-	memset(plan, 0, sizeof(*plan));
+	/* rest <= free_bytes, but a double of SIZE_MAX is 2^64: converting it
+	 * back would be undefined, so the top of the range is clamped. */
+	rest_bytes = rest >= (double)SIZE_MAX ? SIZE_MAX : (size_t)rest;
+	tokens = rest_bytes / cell;
+	memset(&out, 0, sizeof(out));
 	/* As SGLang: requests from the profiled tokens, before any cap. */
 	if (a->max_running_requests) {
-		plan->max_requests = a->max_running_requests;
+		out.max_requests = a->max_running_requests;
 	} else {
 		double r = (double)tokens / (double)ctx * 512.0;
 
@@ -226,18 +257,25 @@ KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *pl
 			r = 2048;
 		if (r > 4096)
 			r = 4096;
-		plan->max_requests = (uint32_t)r;
+		out.max_requests = (uint32_t)r;
 	}
+	/* The request table: rows * cols int32 entries, each count a uint32_t. */
+	if (__builtin_add_overflow(out.max_requests, 1u, &out.req_rows) ||
+	    __builtin_add_overflow(ctx, 4u, &out.req_cols) ||
+	    __builtin_mul_overflow((size_t)out.req_rows, (size_t)out.req_cols, &table) ||
+	    __builtin_mul_overflow(table, sizeof(int32_t), &table))
+		return kvs_fail(EOVERFLOW);
 	if (a->max_total_tokens && a->max_total_tokens < tokens)
 		tokens = a->max_total_tokens;
 	tokens = tokens / a->page_size * a->page_size;
 	if (tokens == 0)
 		return kvs_fail(ENOMEM);
-	plan->cell_size = cell;
-	plan->max_total_tokens = tokens;
-	plan->req_rows = plan->max_requests + 1;
-	plan->req_cols = ctx + 4;
-	plan->kv_bytes = (size_t)tokens * cell;
-	plan->rest_bytes = (size_t)rest;
+	if (tokens > SIZE_MAX || __builtin_mul_overflow((size_t)tokens, cell, &kv_bytes))
+		return kvs_fail(EOVERFLOW); /* cannot happen: tokens * cell <= rest */
+	out.cell_size = cell;
+	out.max_total_tokens = tokens;
+	out.kv_bytes = kv_bytes;
+	out.rest_bytes = rest_bytes;
+	*plan = out;
 	return 0;
 }

@@ -70,7 +70,8 @@ KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
  *
  * Context: MT-Safe.
  * Return: the pool, or NULL with errno EINVAL (bad shape, capacity beyond
- * INT32_MAX tokens), ENOMEM, or the driver's errno.
+ * INT32_MAX tokens), EOVERFLOW (the cell size, the buffer count or a
+ * buffer's bytes do not fit their types), ENOMEM, or the driver's errno.
  */
 KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 {
@@ -85,13 +86,16 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 		return NULL;
 	}
 	cell = kvs_model_cell_size(&a->model);
-	if (!cell) {
-		errno = EINVAL;
+	if (!cell)
+		return NULL; /* EINVAL or EOVERFLOW from kvs_model_cell_size() */
+	if (a->model.attn == KVS_ATTN_MHA && a->model.layers > UINT32_MAX / 2) {
+		errno = EOVERFLOW; /* 2 * layers buffers do not fit a uint32_t */
 		return NULL;
 	}
-	pages = (a->max_tokens + a->page_size - 1) / a->page_size;
-	if (pages * a->page_size > INT32_MAX) {
-		errno = EINVAL;
+	/* Rounded up without adding first: max_tokens may be near 2^64. */
+	pages = a->max_tokens / a->page_size + (a->max_tokens % a->page_size != 0);
+	if (pages > INT32_MAX / a->page_size) {
+		errno = EINVAL; /* pages * page_size locations would not fit an int32_t */
 		return NULL;
 	}
 	p = calloc(1, sizeof(*p));
@@ -234,7 +238,9 @@ static int pool_pages_call(struct kvs_pool *p, size_t n, const int32_t *locs, in
 	size_t k, i;
 	int rc = 0;
 
-	if (!p || (!locs && n))
+	/* No array of more than SIZE_MAX / 4 entries exists, and n * 4 bytes
+	 * of page numbers must fit a size_t. */
+	if (!p || (!locs && n) || n > SIZE_MAX / sizeof(*pages))
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
@@ -394,7 +400,9 @@ static int kv_copy(struct kvs_pool *p, uint32_t layer, int32_t loc, size_t n, vo
 	void *host[2] = {k, v};
 	int nb = p && p->model.attn == KVS_ATTN_MLA ? 1 : 2, i;
 
-	if (!p || loc < 0 || n == 0 || (uint64_t)loc + n > p->capacity || !k || (nb == 2 && !v))
+	/* n is compared with what is left past loc, so that loc + n cannot wrap. */
+	if (!p || loc < 0 || n == 0 || (uint64_t)loc >= p->capacity ||
+	    n > p->capacity - (uint64_t)loc || !k || (nb == 2 && !v))
 		return kvs_fail(EINVAL);
 	for (i = 0; i < nb; i++) {
 		kvs_devptr_t base;

@@ -3,6 +3,7 @@
  * tests/unit/test_pool.c - the KV pool and the planner, on every backend.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,6 +292,191 @@ START_TEST(test_mla_pool)
 }
 END_TEST
 
+/* Every product of the caller's numbers in a cell size is checked. */
+START_TEST(test_cell_size_overflow)
+{
+	kvs_model_t m;
+
+	memset(&m, 0, sizeof(m));
+	m.layers = 1;
+	m.tp_size = 1;
+	m.kv_heads = UINT32_MAX;
+	m.head_dim = UINT32_MAX;
+	m.dtype_size = UINT32_MAX; /* heads * head_dim * dtype: about 2^96 */
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* A token fits (2^63 bytes a buffer) but K and V together do not. */
+	m.kv_heads = 1u << 31;
+	m.head_dim = 1u << 31;
+	m.dtype_size = 2;
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	m.kv_heads = 1;
+	m.head_dim = 1;
+	m.dtype_size = 1;
+	m.layers = UINT32_MAX; /* 2 * layers passes 2^32 in size_t, no wrap */
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 2 * (size_t)UINT32_MAX);
+	/* MLA: the latent width is added in 64 bits, not wrapped to 0. */
+	memset(&m, 0, sizeof(m));
+	m.attn = KVS_ATTN_MLA;
+	m.layers = 1;
+	m.tp_size = 1;
+	m.dtype_size = 1;
+	m.kv_lora_rank = UINT32_MAX;
+	m.qk_rope_head_dim = 1;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 1ull << 32);
+	ck_assert_uint_eq(kvs_model_kv_heads_per_rank(&m), 1);
+	m.dtype_size = UINT32_MAX;
+	m.layers = UINT32_MAX;
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+}
+END_TEST
+
+/* Overflowing plans fail with EOVERFLOW, impossible ones with EINVAL or
+ * ENOMEM, and none of them writes to the caller's plan. */
+START_TEST(test_planner_overflow)
+{
+	kvs_plan_attr_t a;
+	kvs_plan_t p, before;
+
+	memset(&p, 0x5a, sizeof(p));
+	before = p;
+	kvs_plan_attr_init(&a);
+	kvs_model_preset("llama-3-8b", &a.model);
+	a.page_size = 16;
+	a.total_bytes = 80ull << 30;
+	a.free_bytes = 64ull << 30;
+
+	a.model.kv_heads = UINT32_MAX;
+	a.model.head_dim = UINT32_MAX;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	kvs_model_preset("llama-3-8b", &a.model);
+
+	/* Request table: rows = requests + 1, cols = context + 4, and the
+	 * table's bytes, rows * cols * 4. */
+	a.max_running_requests = UINT32_MAX;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	a.max_running_requests = 0;
+	a.context_len = UINT32_MAX - 3;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	a.max_running_requests = UINT32_MAX - 1;
+	a.context_len = UINT32_MAX - 4; /* rows, cols fit; about 2^66 bytes do not */
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	a.max_running_requests = 0;
+	a.context_len = 0;
+
+	/* Nonsense, and a cap that leaves no whole page. */
+	a.mem_fraction_static = 0.0 / 0.0;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	a.mem_fraction_static = 0.88;
+	a.max_total_tokens = 15;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	a.max_total_tokens = 0;
+
+	/* All of a size_t's memory: rest is 2^64 as a double and must not be
+	 * converted back as such; 2 bytes a token. */
+	kvs_model_preset("tiny", &a.model);
+	a.page_size = 1;
+	a.mem_fraction_static = 1.0;
+	a.total_bytes = SIZE_MAX;
+	a.free_bytes = SIZE_MAX;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.rest_bytes, SIZE_MAX);
+	ck_assert_uint_eq(p.max_total_tokens, SIZE_MAX / 2);
+	ck_assert_uint_eq(p.kv_bytes, SIZE_MAX - 1);
+	ck_assert_uint_eq(p.max_requests, 4096);
+}
+END_TEST
+
+/* The pool's own sizes: buffers, pages, locations, page lists. */
+START_TEST(test_pool_overflow)
+{
+	kvs_drv_t *d = tu_open_gran(0, GRAN, 0, 0);
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+	int32_t locs[16];
+	unsigned char buf[64];
+
+	kvs_pool_attr_init(&a);
+	a.model.layers = 1;
+	a.model.tp_size = 1;
+	a.model.kv_heads = UINT32_MAX;
+	a.model.head_dim = UINT32_MAX;
+	a.model.dtype_size = UINT32_MAX;
+	a.max_tokens = 1024;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* 2^32 buffers: the cell fits, the buffer count does not. */
+	a.model.kv_heads = a.model.head_dim = a.model.dtype_size = 1;
+	a.model.layers = 1u << 31;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* A buffer of 2^24 tokens of 2^40 bytes is 2^64 bytes. */
+	a.model.layers = 1;
+	a.model.head_dim = 1u << 20;
+	a.model.dtype_size = 1u << 20;
+	a.max_tokens = 1u << 24;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* Locations are int32_t; max_tokens near 2^64 must not wrap when
+	 * rounded up to pages. */
+	kvs_model_preset("tiny", &a.model);
+	a.page_size = 16;
+	a.max_tokens = UINT64_MAX;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	a.page_size = 1;
+	a.max_tokens = 1ull << 31;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+
+	p = mk(d, "tiny", 16, 1 << 16);
+	ck_assert_int_eq(kvs_pool_alloc(p, 16, locs), 0);
+	/* loc + n would wrap past 2^64 to a small number. */
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_get_kv(p, 0, locs[0], SIZE_MAX - 10, buf, buf), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_set_kv(p, 0, locs[0], SIZE_MAX - 10, buf, buf), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* n * 4 bytes of page numbers would wrap: refused before a read. */
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_free(p, SIZE_MAX / 4 + 1, locs), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_ref(p, SIZE_MAX / 4 + 1, locs), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_refcount(kvs_pool_slab(p), (uint32_t)locs[0] / 16), 1);
+	ck_assert_uint_eq(kvs_pool_available(p), (1 << 16) - 16);
+	ck_assert_int_eq(kvs_pool_free(p, 16, locs), 0);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -299,6 +485,8 @@ static Suite *pool_suite(void)
 
 	tcase_add_test(tc, test_cell_size);
 	tcase_add_test(tc, test_planner);
+	tcase_add_test(tc, test_cell_size_overflow);
+	tcase_add_test(tc, test_planner_overflow);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_set_timeout(tc, 60);
@@ -307,6 +495,7 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_token_slots, 0, nb);
 	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
 	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
+	tcase_add_test(tc, test_pool_overflow);
 	suite_add_tcase(s, tc);
 	return s;
 }
