@@ -17,6 +17,14 @@
  * drops one reference per page (the tokens of a page given together count
  * once).  Pages carry reference counts so the prefix cache can share them.
  *
+ * Budget.  A pool never maps more than its budget: the kv_bytes of the plan
+ * it is built from (kvs_pool_attr_t.plan), or the caller's max_mapped when
+ * that is smaller.  The budget goes to the slab allocator as its
+ * max_mapped, and the slab allocator holds only the slabs that fit within
+ * it; capacity and availability are the slab allocator's, in tokens, so
+ * neither counts a page that could not be mapped (rounding a plan's tokens
+ * up to whole slabs would promise up to a slab that is not there).
+ *
  * Locking: none of its own.  The pool's fields are set at creation and only
  * read afterwards; every mutable state lives in the slab allocator, whose
  * calls are MT-Safe.
@@ -63,37 +71,79 @@ KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
 	return 0;
 }
 
+/*
+ * The pool's capacity in tokens and its budget of mapped bytes.  A plan's
+ * kv_bytes are a budget: its tokens are whole pages but not whole slabs, and
+ * rounding them up to slabs would map up to a slab more than planned (104
+ * MiB over an 80 GiB plan of Llama 3 8B) and count pages that an engine
+ * admitting requests by kvs_pool_available() can never get.  The smaller of
+ * the plan's bytes and the caller's max_mapped wins; the slab allocator then
+ * holds only the slabs that fit within it.  A plan that disagrees with the
+ * model, or with itself, is refused rather than trusted.
+ */
+static int pool_budget(const kvs_pool_attr_t *a, size_t cell, uint64_t *max_tokens,
+		       size_t *budget)
+{
+	const kvs_plan_t *plan = a->plan;
+	uint64_t kv;
+
+	*max_tokens = a->max_tokens;
+	*budget = a->max_mapped;
+	if (plan) {
+		if (plan->cell_size != cell || plan->max_total_tokens == 0 ||
+		    __builtin_mul_overflow(plan->max_total_tokens, (uint64_t)cell, &kv) ||
+		    kv != plan->kv_bytes)
+			return kvs_fail(EINVAL);
+		if (!*max_tokens)
+			*max_tokens = plan->max_total_tokens;
+		if (!*budget || plan->kv_bytes < *budget)
+			*budget = plan->kv_bytes;
+	}
+	return *max_tokens ? 0 : kvs_fail(EINVAL);
+}
+
 /**
  * kvs_pool_create() - create a KV pool on @drv.
  * @drv: driver; must outlive the pool.
- * @attr: model shape, page size, capacity in tokens, slab knobs.
+ * @attr: model shape, page size, capacity in tokens, slab knobs, and the
+ *        plan it is built from, if any.
+ *
+ * The pool never maps more than its budget: the plan's kv_bytes, or
+ * max_mapped when that is given and smaller.  Its capacity is max_tokens
+ * (default: the plan's max_total_tokens) rounded up to whole pages and then
+ * to whole slabs, but only as many slabs as fit within the budget, so that
+ * kvs_pool_capacity() and kvs_pool_available() never count a page that
+ * could not be mapped.
  *
  * Context: MT-Safe.
- * Return: the pool, or NULL with errno EINVAL (bad shape, capacity beyond
- * INT32_MAX tokens), EOVERFLOW (the cell size, the buffer count or a
+ * Return: the pool, or NULL with errno EINVAL (bad shape, no max_tokens and
+ * no plan, a plan of another shape, a budget of less than one slab, capacity
+ * beyond INT32_MAX tokens), EOVERFLOW (the cell size, the buffer count or a
  * buffer's bytes do not fit their types), ENOMEM, or the driver's errno.
  */
 KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 {
+	uint64_t pages, max_tokens;
 	struct kvs_pool *p;
 	kvs_slab_attr_t sa;
-	uint64_t pages;
-	size_t cell;
+	size_t cell, budget;
 	uint32_t b;
 
-	if (!drv || !a || a->page_size == 0 || a->max_tokens == 0) {
+	if (!drv || !a || a->page_size == 0) {
 		errno = EINVAL;
 		return NULL;
 	}
 	cell = kvs_model_cell_size(&a->model);
 	if (!cell)
 		return NULL; /* EINVAL or EOVERFLOW from kvs_model_cell_size() */
+	if (pool_budget(a, cell, &max_tokens, &budget) < 0)
+		return NULL;
 	if (a->model.attn == KVS_ATTN_MHA && a->model.layers > UINT32_MAX / 2) {
 		errno = EOVERFLOW; /* 2 * layers buffers do not fit a uint32_t */
 		return NULL;
 	}
 	/* Rounded up without adding first: max_tokens may be near 2^64. */
-	pages = a->max_tokens / a->page_size + (a->max_tokens % a->page_size != 0);
+	pages = max_tokens / a->page_size + (max_tokens % a->page_size != 0);
 	if (pages > INT32_MAX / a->page_size) {
 		errno = EINVAL; /* pages * page_size locations would not fit an int32_t */
 		return NULL;
@@ -120,7 +170,7 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 	sa.nbuffers = p->nbuf;
 	sa.token_bytes = p->token_bytes;
 	sa.capacity_pages = pages;
-	sa.max_mapped = a->max_mapped;
+	sa.max_mapped = budget; /* the slab counts only the slabs that fit */
 	sa.min_empty = a->min_empty;
 	sa.max_empty = a->max_empty;
 	sa.chunk_pool = a->chunk_pool;
@@ -309,6 +359,9 @@ KVS_EXPORT int kvs_pool_ref(kvs_pool_t *p, size_t n, const int32_t *locs)
  * kvs_pool_available() - tokens that can still be allocated.
  * @pool: pool.
  *
+ * The slab allocator's free pages in tokens; pages of slabs beyond the
+ * budget are not in the count, since they could never be mapped.
+ *
  * Context: MT-Safe.
  * Return: the count; 0 for NULL.
  */
@@ -322,7 +375,8 @@ KVS_EXPORT uint64_t kvs_pool_available(kvs_pool_t *p)
  * @pool: pool.
  *
  * Context: MT-Safe.
- * Return: max_tokens rounded up to whole slabs; 0 for NULL.
+ * Return: max_tokens rounded up to whole slabs, but no more slabs than fit
+ * within the pool's budget of mapped bytes; 0 for NULL.
  */
 KVS_EXPORT uint64_t kvs_pool_capacity(const kvs_pool_t *p)
 {

@@ -477,6 +477,199 @@ START_TEST(test_pool_overflow)
 }
 END_TEST
 
+/*
+ * Budgets.  A pool is filled until ENOMEM, in bulk and then page by page:
+ * the driver never maps more than the budget, and the tokens it gave out
+ * are exactly what kvs_pool_available() promised at the start and what
+ * kvs_pool_capacity() says.  Host driver, lazy: nothing is committed, so
+ * a plan of 80 GiB costs address space only.
+ */
+#define MIB (1ull << 20)
+
+static void fill_to_budget(kvs_drv_t *d, kvs_pool_t *p, size_t budget, size_t bulk)
+{
+	uint32_t ps = kvs_pool_page_size(p);
+	uint64_t cap = kvs_pool_capacity(p), avail = kvs_pool_available(p), got = 0;
+	int32_t *locs = malloc(bulk * sizeof(*locs));
+	size_t n = bulk;
+
+	ck_assert_ptr_nonnull(locs);
+	ck_assert_uint_eq(avail, cap);
+	ck_assert_uint_gt(cap, 0);
+	for (;;) {
+		if (kvs_pool_alloc(p, n, locs) == 0) {
+			got += n;
+			ck_assert_uint_le(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), budget);
+			continue;
+		}
+		ck_assert_int_eq(errno, ENOMEM);
+		if (n == ps)
+			break;
+		n = ps; /* the rest page by page */
+	}
+	ck_assert_uint_eq(got, avail);
+	ck_assert_uint_eq(got, cap);
+	ck_assert_uint_eq(kvs_pool_available(p), 0);
+	ck_assert_uint_le(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped_peak), budget);
+	ck_assert_int_eq(kvs_slab_validate(kvs_pool_slab(p)), 0);
+	free(locs);
+}
+
+/* A plan of @kv bytes exactly (fraction 1, all memory free). */
+static void plan_of(const kvs_model_t *m, uint32_t ps, size_t kv, kvs_plan_t *plan)
+{
+	kvs_plan_attr_t a;
+
+	kvs_plan_attr_init(&a);
+	a.model = *m;
+	a.page_size = ps;
+	a.mem_fraction_static = 1.0;
+	a.total_bytes = kv;
+	a.free_bytes = kv;
+	ck_assert_int_eq(kvs_plan(NULL, &a, plan), 0);
+	ck_assert_uint_eq(plan->kv_bytes, kv);
+}
+
+static kvs_pool_t *mk_budget(kvs_drv_t *d, const kvs_model_t *m, uint32_t ps,
+			     const kvs_plan_t *plan, uint64_t max_tokens, size_t max_mapped,
+			     uint32_t granules)
+{
+	kvs_pool_attr_t a;
+
+	kvs_pool_attr_init(&a);
+	a.model = *m;
+	a.page_size = ps;
+	a.plan = plan;
+	a.max_tokens = max_tokens;
+	a.max_mapped = max_mapped;
+	a.slab_granules = granules;
+	return kvs_pool_create(d, &a);
+}
+
+/* 4 buffers (2 layers, K and V) of 1 KiB a token: 2 MiB slabs hold 2048
+ * tokens, 8 pages of 256, 8 MiB in all. */
+static void small_model(kvs_model_t *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->layers = 2;
+	m->kv_heads = 1;
+	m->head_dim = 512;
+	m->dtype_size = 2;
+	m->tp_size = 1;
+	m->context_len = 4096;
+}
+
+START_TEST(test_budget_plan_80g)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	size_t kv = (80ull << 30) + 40 * MIB;
+	kvs_model_t m;
+	kvs_plan_t plan;
+	kvs_pool_t *p;
+
+	/* One latent buffer of 2 KiB a token; pages of 1024 tokens are 2 MiB,
+	 * slabs of 32 granules 64 MiB.  80 GiB + 40 MiB is 1280 slabs and 20
+	 * pages: rounded up, the pool would map 80 GiB + 64 MiB. */
+	memset(&m, 0, sizeof(m));
+	m.attn = KVS_ATTN_MLA;
+	m.layers = 1;
+	m.kv_lora_rank = 1024;
+	m.dtype_size = 2;
+	m.tp_size = 1;
+	m.context_len = 1 << 20;
+	plan_of(&m, 1024, kv, &plan);
+	ck_assert_uint_eq(plan.max_total_tokens, 40980ull * 1024);
+	/* max_tokens as callers set it from a plan; the plan is the budget. */
+	p = mk_budget(d, &m, 1024, &plan, plan.max_total_tokens, 0, 32);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 1280ull * 32 * 1024);
+	fill_to_budget(d, p, plan.kv_bytes, 32 * 1024);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 80ull << 30);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+START_TEST(test_budget_plan_small)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	kvs_model_t m;
+	kvs_plan_t plan, bad;
+	kvs_pool_t *p;
+
+	small_model(&m);
+	/* 101 MiB: 101 pages, 12 slabs and 5 pages. */
+	plan_of(&m, 256, 101 * MIB, &plan);
+	ck_assert_uint_eq(plan.max_total_tokens, 101 * 256);
+	p = mk_budget(d, &m, 256, &plan, plan.max_total_tokens, 0, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 12 * 8 * 256);
+	fill_to_budget(d, p, plan.kv_bytes, 8 * 256);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 96 * MIB);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+
+	/* The caller's smaller max_mapped wins (a new driver: a new peak); a
+	 * larger one does not. */
+	d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	p = mk_budget(d, &m, 256, &plan, 0, 50 * MIB + 1, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 6 * 8 * 256);
+	fill_to_budget(d, p, 50 * MIB + 1, 8 * 256);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	p = mk_budget(d, &m, 256, &plan, 0, 1ull << 40, 1); /* max_tokens: the plan's */
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 12 * 8 * 256);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	/* max_tokens below the plan's caps the capacity (address space). */
+	p = mk_budget(d, &m, 256, &plan, 3000, 0, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 2048 * 2);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+
+	/* Refused, nothing reserved: a plan of another shape, a plan that
+	 * disagrees with itself, a budget of less than a slab. */
+	bad = plan;
+	bad.cell_size *= 2;
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &bad, 0, 0, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	bad = plan;
+	bad.kv_bytes += 1;
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &bad, 0, 0, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &plan, 0, 8 * MIB - 1, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, NULL, 0, 0, 1)); /* no tokens, no plan */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* No plan, an odd max_mapped: 5 slabs and 12345 bytes. */
+START_TEST(test_budget_odd_max_mapped)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	size_t budget = 5 * 8 * MIB + 12345;
+	kvs_model_t m;
+	kvs_pool_t *p;
+
+	small_model(&m);
+	p = mk_budget(d, &m, 256, NULL, 1 << 16, budget, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 5 * 2048);
+	fill_to_budget(d, p, budget, 8 * 256);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 40 * MIB);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -496,6 +689,9 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
 	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
 	tcase_add_test(tc, test_pool_overflow);
+	tcase_add_test(tc, test_budget_plan_80g);
+	tcase_add_test(tc, test_budget_plan_small);
+	tcase_add_test(tc, test_budget_odd_max_mapped);
 	suite_add_tcase(s, tc);
 	return s;
 }
