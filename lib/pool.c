@@ -49,7 +49,7 @@ struct kvs_pool {
 /**
  * kvs_pool_attr_init() - pool defaults: page_size 1 and the slab
  * allocator's defaults (see kvs_slab_attr_init(3)).
- * @attr: attributes; model and max_tokens must then be set.
+ * @attr: attributes; model, and max_tokens or plan, must then be set.
  *
  * Context: any thread.
  * Return: 0, or -1 with errno EINVAL.
