@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/pool.c - the KV pool: SGLang's token_to_kv_pool and its allocator over
- * the slab allocator, the model shapes, and the memory planner.
+ * the slab allocator.  The model shapes and the planner that sizes a pool
+ * are lib/plan.c's.
  *
  * Layout.  MHA: buffer 2l holds layer l's keys and buffer 2l + 1 its values,
  * each its own virtual range, so that every layer's pages stay dense in that
@@ -15,6 +16,14 @@
  * alloc n tokens returns n locations, page by page; free takes locations and
  * drops one reference per page (the tokens of a page given together count
  * once).  Pages carry reference counts so the prefix cache can share them.
+ *
+ * Budget.  A pool never maps more than its budget: the kv_bytes of the plan
+ * it is built from (kvs_pool_attr_t.plan), or the caller's max_mapped when
+ * that is smaller.  The budget goes to the slab allocator as its
+ * max_mapped, and the slab allocator holds only the slabs that fit within
+ * it; capacity and availability are the slab allocator's, in tokens, so
+ * neither counts a page that could not be mapped (rounding a plan's tokens
+ * up to whole slabs would promise up to a slab that is not there).
  *
  * Locking: none of its own.  The pool's fields are set at creation and only
  * read afterwards; every mutable state lives in the slab allocator, whose
@@ -35,230 +44,12 @@ struct kvs_pool {
 	size_t *token_bytes;
 };
 
-/* ---------------------------------------------------------------- models */
-
-struct preset {
-	const char *name;
-	kvs_model_t m;
-};
-
-/* Public model configurations (config.json of each model). */
-static const struct preset presets[] = {
-	{"llama-3-8b", {.layers = 32, .kv_heads = 8, .head_dim = 128, .dtype_size = 2,
-			.tp_size = 1, .context_len = 8192}},
-	{"llama-3-70b-tp8", {.layers = 80, .kv_heads = 8, .head_dim = 128, .dtype_size = 2,
-			     .tp_size = 8, .context_len = 8192}},
-	{"qwen2.5-7b", {.layers = 28, .kv_heads = 4, .head_dim = 128, .dtype_size = 2,
-			.tp_size = 1, .context_len = 32768}},
-	{"deepseek-v3-tp8", {.layers = 61, .kv_heads = 1, .head_dim = 576, .dtype_size = 2,
-			     .tp_size = 8, .attn = KVS_ATTN_MLA, .kv_lora_rank = 512,
-			     .qk_rope_head_dim = 64, .context_len = 163840}},
-	/* Two bytes a token: lets tests and replays hold 10^8 tokens in memory. */
-	{"tiny", {.layers = 1, .kv_heads = 1, .head_dim = 1, .dtype_size = 1, .tp_size = 1,
-		  .context_len = 1 << 20}},
-};
-
-#define NPRESETS (sizeof(presets) / sizeof(presets[0]))
-
-/**
- * kvs_model_preset() - fill @model with a named shape.
- * @name: "llama-3-8b", "llama-3-70b-tp8", "qwen2.5-7b", "deepseek-v3-tp8" or
- *        "tiny" (see kvs_model_preset_name()).
- * @model: receives the shape.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (NULL) or ENOENT (unknown name).
- */
-KVS_EXPORT int kvs_model_preset(const char *name, kvs_model_t *model)
-{
-	size_t i;
-
-	if (!name || !model)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < NPRESETS; i++) {
-		if (strcmp(name, presets[i].name) == 0) {
-			*model = presets[i].m;
-			return 0;
-		}
-	}
-	return kvs_fail(ENOENT);
-}
-
-/**
- * kvs_model_preset_name() - the name of preset @index.
- * @index: 0, 1, ...
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL past the last preset.
- */
-KVS_EXPORT const char *kvs_model_preset_name(unsigned int index)
-{
-	return index < NPRESETS ? presets[index].name : NULL;
-}
-
-static bool model_valid(const kvs_model_t *m)
-{
-	if (!m || m->layers == 0 || m->dtype_size == 0 || m->tp_size == 0)
-		return false;
-	if (m->attn == KVS_ATTN_MLA)
-		return m->kv_lora_rank + m->qk_rope_head_dim > 0;
-	return m->attn == KVS_ATTN_MHA && m->kv_heads > 0 && m->head_dim > 0;
-}
-
-/**
- * kvs_model_kv_heads_per_rank() - KV heads one TP rank holds.
- * @model: shape.
- *
- * As SGLang does: kv_heads / tp_size, at least 1 (heads are replicated when
- * there are more ranks than heads).
- *
- * Context: MT-Safe.
- * Return: the count; 0 for an invalid shape.
- */
-KVS_EXPORT uint32_t kvs_model_kv_heads_per_rank(const kvs_model_t *m)
-{
-	uint32_t h;
-
-	if (!model_valid(m))
-		return 0;
-	if (m->attn == KVS_ATTN_MLA)
-		return 1;
-	h = m->kv_heads / m->tp_size;
-	return h ? h : 1;
-}
-
-/* Bytes one token takes in one buffer. */
-static size_t token_bytes_of(const kvs_model_t *m)
-{
-	if (m->attn == KVS_ATTN_MLA)
-		return (size_t)(m->kv_lora_rank + m->qk_rope_head_dim) * m->dtype_size;
-	return (size_t)kvs_model_kv_heads_per_rank(m) * m->head_dim * m->dtype_size;
-}
-
-/**
- * kvs_model_cell_size() - KV bytes of one token on one rank, all layers.
- * @model: shape.
- *
- * MHA: kv_heads/tp * head_dim * layers * 2 * dtype_size; MLA:
- * (kv_lora_rank + qk_rope_head_dim) * layers * dtype_size.
- *
- * Context: MT-Safe.
- * Return: the size, or 0 with errno EINVAL for an invalid shape.
- */
-KVS_EXPORT size_t kvs_model_cell_size(const kvs_model_t *m)
-{
-	if (!model_valid(m)) {
-		errno = EINVAL;
-		return 0;
-	}
-	return token_bytes_of(m) * m->layers * (m->attn == KVS_ATTN_MLA ? 1 : 2);
-}
-
-/* --------------------------------------------------------------- planner */
-
-/**
- * kvs_plan_attr_init() - planner defaults: page_size 1,
- * mem_fraction_static 0.88, memory from the driver, no caps.
- * @attr: attributes.
- *
- * Context: any thread.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_plan_attr_init(kvs_plan_attr_t *attr)
-{
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
-	attr->page_size = 1;
-	attr->mem_fraction_static = 0.88;
-	return 0;
-}
-
-/**
- * kvs_plan() - size the KV pool and the request table as SGLang does.
- * @drv: driver to ask for free and total memory when @attr leaves them 0
- *       (may be NULL when both are given).
- * @attr: model, page size, mem_fraction_static and optional caps.
- * @plan: receives the plan.
- *
- * rest = free - total * (1 - mem_fraction_static); tokens = rest / cell
- * size; max requests = max_running_requests, else
- * min(max(tokens / context_len * 512, 2048), 4096) from those profiled
- * tokens; then max tokens = tokens capped by max_total_tokens and aligned
- * down to the page size; the request table
- * has max requests + 1 rows of context_len + 4 entries.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (bad attributes) or ENOMEM (no memory
- * left for KV once the non-static share is set aside).
- */
-KVS_EXPORT int kvs_plan(kvs_drv_t *drv, const kvs_plan_attr_t *a, kvs_plan_t *plan)
-{
-	size_t total, freeb, cell;
-	double rest;
-	uint64_t tokens;
-	uint32_t ctx;
-
-	if (!a || !plan || a->page_size == 0 || !(a->mem_fraction_static > 0) ||
-	    a->mem_fraction_static > 1)
-		return kvs_fail(EINVAL);
-	cell = kvs_model_cell_size(&a->model);
-	if (!cell)
-		return kvs_fail(EINVAL);
-	ctx = a->context_len ? a->context_len : a->model.context_len;
-	if (ctx == 0)
-		return kvs_fail(EINVAL);
-	total = a->total_bytes;
-	freeb = a->free_bytes;
-	if (!total || !freeb) {
-		size_t f, t;
-
-		if (!drv)
-			return kvs_fail(EINVAL);
-		if (kvs_drv_mem_info(drv, &f, &t) < 0)
-			return -1;
-		if (!total)
-			total = t;
-		if (!freeb)
-			freeb = f;
-	}
-	rest = (double)freeb - (double)total * (1.0 - a->mem_fraction_static);
-	if (rest < (double)cell * a->page_size)
-		return kvs_fail(ENOMEM);
-	tokens = (uint64_t)(rest / (double)cell);
-	memset(plan, 0, sizeof(*plan));
-	/* As SGLang: requests from the profiled tokens, before any cap. */
-	if (a->max_running_requests) {
-		plan->max_requests = a->max_running_requests;
-	} else {
-		double r = (double)tokens / (double)ctx * 512.0;
-
-		if (r < 2048)
-			r = 2048;
-		if (r > 4096)
-			r = 4096;
-		plan->max_requests = (uint32_t)r;
-	}
-	if (a->max_total_tokens && a->max_total_tokens < tokens)
-		tokens = a->max_total_tokens;
-	tokens = tokens / a->page_size * a->page_size;
-	if (tokens == 0)
-		return kvs_fail(ENOMEM);
-	plan->cell_size = cell;
-	plan->max_total_tokens = tokens;
-	plan->req_rows = plan->max_requests + 1;
-	plan->req_cols = ctx + 4;
-	plan->kv_bytes = (size_t)tokens * cell;
-	plan->rest_bytes = (size_t)rest;
-	return 0;
-}
-
 /* ------------------------------------------------------------------ pool */
 
 /**
  * kvs_pool_attr_init() - pool defaults: page_size 1 and the slab
  * allocator's defaults (see kvs_slab_attr_init(3)).
- * @attr: attributes; model and max_tokens must then be set.
+ * @attr: attributes; model, and max_tokens or plan, must then be set.
  *
  * Context: any thread.
  * Return: 0, or -1 with errno EINVAL.
@@ -280,29 +71,81 @@ KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
 	return 0;
 }
 
+/*
+ * The pool's capacity in tokens and its budget of mapped bytes.  A plan's
+ * kv_bytes are a budget: its tokens are whole pages but not whole slabs, and
+ * rounding them up to slabs would map up to a slab more than planned (104
+ * MiB over an 80 GiB plan of Llama 3 8B) and count pages that an engine
+ * admitting requests by kvs_pool_available() can never get.  The smaller of
+ * the plan's bytes and the caller's max_mapped wins; the slab allocator then
+ * holds only the slabs that fit within it.  A plan that disagrees with the
+ * model, or with itself, is refused rather than trusted.
+ */
+static int pool_budget(const kvs_pool_attr_t *a, size_t cell, uint64_t *max_tokens,
+		       size_t *budget)
+{
+	const kvs_plan_t *plan = a->plan;
+	uint64_t kv;
+
+	*max_tokens = a->max_tokens;
+	*budget = a->max_mapped;
+	if (plan) {
+		if (plan->cell_size != cell || plan->max_total_tokens == 0 ||
+		    __builtin_mul_overflow(plan->max_total_tokens, (uint64_t)cell, &kv) ||
+		    kv != plan->kv_bytes)
+			return kvs_fail(EINVAL);
+		if (!*max_tokens)
+			*max_tokens = plan->max_total_tokens;
+		if (!*budget || plan->kv_bytes < *budget)
+			*budget = plan->kv_bytes;
+	}
+	return *max_tokens ? 0 : kvs_fail(EINVAL);
+}
+
 /**
  * kvs_pool_create() - create a KV pool on @drv.
  * @drv: driver; must outlive the pool.
- * @attr: model shape, page size, capacity in tokens, slab knobs.
+ * @attr: model shape, page size, capacity in tokens, slab knobs, and the
+ *        plan it is built from, if any.
+ *
+ * The pool never maps more than its budget: the plan's kv_bytes, or
+ * max_mapped when that is given and smaller.  Its capacity is max_tokens
+ * (default: the plan's max_total_tokens) rounded up to whole pages and then
+ * to whole slabs, but only as many slabs as fit within the budget, so that
+ * kvs_pool_capacity() and kvs_pool_available() never count a page that
+ * could not be mapped.
  *
  * Context: MT-Safe.
- * Return: the pool, or NULL with errno EINVAL (bad shape, capacity beyond
- * INT32_MAX tokens), ENOMEM, or the driver's errno.
+ * Return: the pool, or NULL with errno EINVAL (bad shape, no max_tokens and
+ * no plan, a plan of another shape, a budget of less than one slab, capacity
+ * beyond INT32_MAX tokens), EOVERFLOW (the cell size, the buffer count or a
+ * buffer's bytes do not fit their types), ENOMEM, or the driver's errno.
  */
 KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 {
+	uint64_t pages, max_tokens;
 	struct kvs_pool *p;
 	kvs_slab_attr_t sa;
-	uint64_t pages;
+	size_t cell, budget;
 	uint32_t b;
 
-	if (!drv || !a || !model_valid(&a->model) || a->page_size == 0 || a->max_tokens == 0) {
+	if (!drv || !a || a->page_size == 0) {
 		errno = EINVAL;
 		return NULL;
 	}
-	pages = (a->max_tokens + a->page_size - 1) / a->page_size;
-	if (pages * a->page_size > INT32_MAX) {
-		errno = EINVAL;
+	cell = kvs_model_cell_size(&a->model);
+	if (!cell)
+		return NULL; /* EINVAL or EOVERFLOW from kvs_model_cell_size() */
+	if (pool_budget(a, cell, &max_tokens, &budget) < 0)
+		return NULL;
+	if (a->model.attn == KVS_ATTN_MHA && a->model.layers > UINT32_MAX / 2) {
+		errno = EOVERFLOW; /* 2 * layers buffers do not fit a uint32_t */
+		return NULL;
+	}
+	/* Rounded up without adding first: max_tokens may be near 2^64. */
+	pages = max_tokens / a->page_size + (max_tokens % a->page_size != 0);
+	if (pages > INT32_MAX / a->page_size) {
+		errno = EINVAL; /* pages * page_size locations would not fit an int32_t */
 		return NULL;
 	}
 	p = calloc(1, sizeof(*p));
@@ -321,13 +164,13 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 		return NULL;
 	}
 	for (b = 0; b < p->nbuf; b++)
-		p->token_bytes[b] = token_bytes_of(&a->model);
+		p->token_bytes[b] = cell / p->nbuf; /* every buffer takes the same share */
 	kvs_slab_attr_init(&sa);
 	sa.page_size = a->page_size;
 	sa.nbuffers = p->nbuf;
 	sa.token_bytes = p->token_bytes;
 	sa.capacity_pages = pages;
-	sa.max_mapped = a->max_mapped;
+	sa.max_mapped = budget; /* the slab counts only the slabs that fit */
 	sa.min_empty = a->min_empty;
 	sa.max_empty = a->max_empty;
 	sa.chunk_pool = a->chunk_pool;
@@ -445,7 +288,9 @@ static int pool_pages_call(struct kvs_pool *p, size_t n, const int32_t *locs, in
 	size_t k, i;
 	int rc = 0;
 
-	if (!p || (!locs && n))
+	/* No array of more than SIZE_MAX / 4 entries exists, and n * 4 bytes
+	 * of page numbers must fit a size_t. */
+	if (!p || (!locs && n) || n > SIZE_MAX / sizeof(*pages))
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
@@ -514,6 +359,9 @@ KVS_EXPORT int kvs_pool_ref(kvs_pool_t *p, size_t n, const int32_t *locs)
  * kvs_pool_available() - tokens that can still be allocated.
  * @pool: pool.
  *
+ * The slab allocator's free pages in tokens; pages of slabs beyond the
+ * budget are not in the count, since they could never be mapped.
+ *
  * Context: MT-Safe.
  * Return: the count; 0 for NULL.
  */
@@ -527,7 +375,8 @@ KVS_EXPORT uint64_t kvs_pool_available(kvs_pool_t *p)
  * @pool: pool.
  *
  * Context: MT-Safe.
- * Return: max_tokens rounded up to whole slabs; 0 for NULL.
+ * Return: max_tokens rounded up to whole slabs, but no more slabs than fit
+ * within the pool's budget of mapped bytes; 0 for NULL.
  */
 KVS_EXPORT uint64_t kvs_pool_capacity(const kvs_pool_t *p)
 {
@@ -605,7 +454,9 @@ static int kv_copy(struct kvs_pool *p, uint32_t layer, int32_t loc, size_t n, vo
 	void *host[2] = {k, v};
 	int nb = p && p->model.attn == KVS_ATTN_MLA ? 1 : 2, i;
 
-	if (!p || loc < 0 || n == 0 || (uint64_t)loc + n > p->capacity || !k || (nb == 2 && !v))
+	/* n is compared with what is left past loc, so that loc + n cannot wrap. */
+	if (!p || loc < 0 || n == 0 || (uint64_t)loc >= p->capacity ||
+	    n > p->capacity - (uint64_t)loc || !k || (nb == 2 && !v))
 		return kvs_fail(EINVAL);
 	for (i = 0; i < nb; i++) {
 		kvs_devptr_t base;

@@ -77,7 +77,11 @@ typedef struct kvs_pool_attr {
 	uint32_t min_empty, max_empty, chunk_pool, magazine, slab_granules;
 	unsigned int slab_flags;
 	uint64_t shrink_quiet;
-	uint64_t _reserved[7];
+	/* The plan the pool is built from, or NULL: its kv_bytes bound the
+	 * bytes the pool maps, and its max_total_tokens is the default of
+	 * max_tokens.  Read only during kvs_pool_create(). */
+	const kvs_plan_t *plan;
+	uint64_t _reserved[6];
 } kvs_pool_attr_t;
 
 /* Which buffer of a layer. */

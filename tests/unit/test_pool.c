@@ -3,6 +3,7 @@
  * tests/unit/test_pool.c - the KV pool and the planner, on every backend.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,6 +292,386 @@ START_TEST(test_mla_pool)
 }
 END_TEST
 
+/* Every product of the caller's numbers in a cell size is checked. */
+START_TEST(test_cell_size_overflow)
+{
+	kvs_model_t m;
+
+	memset(&m, 0, sizeof(m));
+	m.layers = 1;
+	m.tp_size = 1;
+	m.kv_heads = UINT32_MAX;
+	m.head_dim = UINT32_MAX;
+	m.dtype_size = UINT32_MAX; /* heads * head_dim * dtype: about 2^96 */
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* A token fits (2^63 bytes a buffer) but K and V together do not. */
+	m.kv_heads = 1u << 31;
+	m.head_dim = 1u << 31;
+	m.dtype_size = 2;
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	m.kv_heads = 1;
+	m.head_dim = 1;
+	m.dtype_size = 1;
+	m.layers = UINT32_MAX; /* 2 * layers passes 2^32 in size_t, no wrap */
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 2 * (size_t)UINT32_MAX);
+	/* MLA: the latent width is added in 64 bits, not wrapped to 0. */
+	memset(&m, 0, sizeof(m));
+	m.attn = KVS_ATTN_MLA;
+	m.layers = 1;
+	m.tp_size = 1;
+	m.dtype_size = 1;
+	m.kv_lora_rank = UINT32_MAX;
+	m.qk_rope_head_dim = 1;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 1ull << 32);
+	ck_assert_uint_eq(kvs_model_kv_heads_per_rank(&m), 1);
+	m.dtype_size = UINT32_MAX;
+	m.layers = UINT32_MAX;
+	errno = 0;
+	ck_assert_uint_eq(kvs_model_cell_size(&m), 0);
+	ck_assert_int_eq(errno, EOVERFLOW);
+}
+END_TEST
+
+/* Overflowing plans fail with EOVERFLOW, impossible ones with EINVAL or
+ * ENOMEM, and none of them writes to the caller's plan. */
+START_TEST(test_planner_overflow)
+{
+	kvs_plan_attr_t a;
+	kvs_plan_t p, before;
+
+	memset(&p, 0x5a, sizeof(p));
+	before = p;
+	kvs_plan_attr_init(&a);
+	kvs_model_preset("llama-3-8b", &a.model);
+	a.page_size = 16;
+	a.total_bytes = 80ull << 30;
+	a.free_bytes = 64ull << 30;
+
+	a.model.kv_heads = UINT32_MAX;
+	a.model.head_dim = UINT32_MAX;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	kvs_model_preset("llama-3-8b", &a.model);
+
+	/* Request table: rows = requests + 1, cols = context + 4, and the
+	 * table's bytes, rows * cols * 4. */
+	a.max_running_requests = UINT32_MAX;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	a.max_running_requests = 0;
+	a.context_len = UINT32_MAX - 3;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	a.max_running_requests = UINT32_MAX - 1;
+	a.context_len = UINT32_MAX - 4; /* rows, cols fit; about 2^66 bytes do not */
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EOVERFLOW);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	a.max_running_requests = 0;
+	a.context_len = 0;
+
+	/* Nonsense, and a cap that leaves no whole page. */
+	a.mem_fraction_static = 0.0 / 0.0;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	a.mem_fraction_static = 0.88;
+	a.max_total_tokens = 15;
+	errno = 0;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_mem_eq(&p, &before, sizeof(p));
+	a.max_total_tokens = 0;
+
+	/* All of a size_t's memory: rest is 2^64 as a double and must not be
+	 * converted back as such; 2 bytes a token. */
+	kvs_model_preset("tiny", &a.model);
+	a.page_size = 1;
+	a.mem_fraction_static = 1.0;
+	a.total_bytes = SIZE_MAX;
+	a.free_bytes = SIZE_MAX;
+	ck_assert_int_eq(kvs_plan(NULL, &a, &p), 0);
+	ck_assert_uint_eq(p.rest_bytes, SIZE_MAX);
+	ck_assert_uint_eq(p.max_total_tokens, SIZE_MAX / 2);
+	ck_assert_uint_eq(p.kv_bytes, SIZE_MAX - 1);
+	ck_assert_uint_eq(p.max_requests, 4096);
+}
+END_TEST
+
+/* The pool's own sizes: buffers, pages, locations, page lists. */
+START_TEST(test_pool_overflow)
+{
+	kvs_drv_t *d = tu_open_gran(0, GRAN, 0, 0);
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+	int32_t locs[16];
+	unsigned char buf[64];
+
+	kvs_pool_attr_init(&a);
+	a.model.layers = 1;
+	a.model.tp_size = 1;
+	a.model.kv_heads = UINT32_MAX;
+	a.model.head_dim = UINT32_MAX;
+	a.model.dtype_size = UINT32_MAX;
+	a.max_tokens = 1024;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* 2^32 buffers: the cell fits, the buffer count does not. */
+	a.model.kv_heads = a.model.head_dim = a.model.dtype_size = 1;
+	a.model.layers = 1u << 31;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* A buffer of 2^24 tokens of 2^40 bytes is 2^64 bytes. */
+	a.model.layers = 1;
+	a.model.head_dim = 1u << 20;
+	a.model.dtype_size = 1u << 20;
+	a.max_tokens = 1u << 24;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EOVERFLOW);
+	/* Locations are int32_t; max_tokens near 2^64 must not wrap when
+	 * rounded up to pages. */
+	kvs_model_preset("tiny", &a.model);
+	a.page_size = 16;
+	a.max_tokens = UINT64_MAX;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	a.page_size = 1;
+	a.max_tokens = 1ull << 31;
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(d, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+
+	p = mk(d, "tiny", 16, 1 << 16);
+	ck_assert_int_eq(kvs_pool_alloc(p, 16, locs), 0);
+	/* loc + n would wrap past 2^64 to a small number. */
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_get_kv(p, 0, locs[0], SIZE_MAX - 10, buf, buf), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_set_kv(p, 0, locs[0], SIZE_MAX - 10, buf, buf), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* n * 4 bytes of page numbers would wrap: refused before a read. */
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_free(p, SIZE_MAX / 4 + 1, locs), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_ref(p, SIZE_MAX / 4 + 1, locs), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_slab_refcount(kvs_pool_slab(p), (uint32_t)locs[0] / 16), 1);
+	ck_assert_uint_eq(kvs_pool_available(p), (1 << 16) - 16);
+	ck_assert_int_eq(kvs_pool_free(p, 16, locs), 0);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/*
+ * Budgets.  A pool is filled until ENOMEM, in bulk and then page by page:
+ * the driver never maps more than the budget, and the tokens it gave out
+ * are exactly what kvs_pool_available() promised at the start and what
+ * kvs_pool_capacity() says.  Host driver, lazy: nothing is committed, so
+ * a plan of 80 GiB costs address space only.
+ */
+#define MIB (1ull << 20)
+
+static void fill_to_budget(kvs_drv_t *d, kvs_pool_t *p, size_t budget, size_t bulk)
+{
+	uint32_t ps = kvs_pool_page_size(p);
+	uint64_t cap = kvs_pool_capacity(p), avail = kvs_pool_available(p), got = 0;
+	int32_t *locs = malloc(bulk * sizeof(*locs));
+	size_t n = bulk;
+
+	ck_assert_ptr_nonnull(locs);
+	ck_assert_uint_eq(avail, cap);
+	ck_assert_uint_gt(cap, 0);
+	for (;;) {
+		if (kvs_pool_alloc(p, n, locs) == 0) {
+			got += n;
+			ck_assert_uint_le(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), budget);
+			continue;
+		}
+		ck_assert_int_eq(errno, ENOMEM);
+		if (n == ps)
+			break;
+		n = ps; /* the rest page by page */
+	}
+	ck_assert_uint_eq(got, avail);
+	ck_assert_uint_eq(got, cap);
+	ck_assert_uint_eq(kvs_pool_available(p), 0);
+	ck_assert_uint_le(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped_peak), budget);
+	ck_assert_int_eq(kvs_slab_validate(kvs_pool_slab(p)), 0);
+	free(locs);
+}
+
+/* A plan of @kv bytes exactly (fraction 1, all memory free). */
+static void plan_of(const kvs_model_t *m, uint32_t ps, size_t kv, kvs_plan_t *plan)
+{
+	kvs_plan_attr_t a;
+
+	kvs_plan_attr_init(&a);
+	a.model = *m;
+	a.page_size = ps;
+	a.mem_fraction_static = 1.0;
+	a.total_bytes = kv;
+	a.free_bytes = kv;
+	ck_assert_int_eq(kvs_plan(NULL, &a, plan), 0);
+	ck_assert_uint_eq(plan->kv_bytes, kv);
+}
+
+static kvs_pool_t *mk_budget(kvs_drv_t *d, const kvs_model_t *m, uint32_t ps,
+			     const kvs_plan_t *plan, uint64_t max_tokens, size_t max_mapped,
+			     uint32_t granules)
+{
+	kvs_pool_attr_t a;
+
+	kvs_pool_attr_init(&a);
+	a.model = *m;
+	a.page_size = ps;
+	a.plan = plan;
+	a.max_tokens = max_tokens;
+	a.max_mapped = max_mapped;
+	a.slab_granules = granules;
+	return kvs_pool_create(d, &a);
+}
+
+/* 4 buffers (2 layers, K and V) of 1 KiB a token: 2 MiB slabs hold 2048
+ * tokens, 8 pages of 256, 8 MiB in all. */
+static void small_model(kvs_model_t *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->layers = 2;
+	m->kv_heads = 1;
+	m->head_dim = 512;
+	m->dtype_size = 2;
+	m->tp_size = 1;
+	m->context_len = 4096;
+}
+
+START_TEST(test_budget_plan_80g)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	/* 80 GiB; valgrind's address space holds less (the scale is 1/4). */
+	uint64_t gib = (uint64_t)tu_scaled(80, 1);
+	size_t kv = (gib << 30) + 40 * MIB;
+	kvs_model_t m;
+	kvs_plan_t plan;
+	kvs_pool_t *p;
+
+	/* One latent buffer of 2 KiB a token; pages of 1024 tokens are 2 MiB,
+	 * slabs of 32 granules 64 MiB.  80 GiB + 40 MiB is 1280 slabs and 20
+	 * pages: rounded up, the pool would map 80 GiB + 64 MiB. */
+	memset(&m, 0, sizeof(m));
+	m.attn = KVS_ATTN_MLA;
+	m.layers = 1;
+	m.kv_lora_rank = 1024;
+	m.dtype_size = 2;
+	m.tp_size = 1;
+	m.context_len = 1 << 20;
+	plan_of(&m, 1024, kv, &plan);
+	ck_assert_uint_eq(plan.max_total_tokens, (gib * 512 + 20) * 1024);
+	/* max_tokens as callers set it from a plan; the plan is the budget. */
+	p = mk_budget(d, &m, 1024, &plan, plan.max_total_tokens, 0, 32);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), gib * 16 * 32 * 1024);
+	fill_to_budget(d, p, plan.kv_bytes, 32 * 1024);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), gib << 30);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+START_TEST(test_budget_plan_small)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	kvs_model_t m;
+	kvs_plan_t plan, bad;
+	kvs_pool_t *p;
+
+	small_model(&m);
+	/* 101 MiB: 101 pages, 12 slabs and 5 pages. */
+	plan_of(&m, 256, 101 * MIB, &plan);
+	ck_assert_uint_eq(plan.max_total_tokens, 101 * 256);
+	p = mk_budget(d, &m, 256, &plan, plan.max_total_tokens, 0, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 12 * 8 * 256);
+	fill_to_budget(d, p, plan.kv_bytes, 8 * 256);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 96 * MIB);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+
+	/* The caller's smaller max_mapped wins (a new driver: a new peak); a
+	 * larger one does not. */
+	d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	p = mk_budget(d, &m, 256, &plan, 0, 50 * MIB + 1, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 6 * 8 * 256);
+	fill_to_budget(d, p, 50 * MIB + 1, 8 * 256);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	p = mk_budget(d, &m, 256, &plan, 0, 1ull << 40, 1); /* max_tokens: the plan's */
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 12 * 8 * 256);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	/* max_tokens below the plan's caps the capacity (address space). */
+	p = mk_budget(d, &m, 256, &plan, 3000, 0, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 2048 * 2);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+
+	/* Refused, nothing reserved: a plan of another shape, a plan that
+	 * disagrees with itself, a budget of less than a slab. */
+	bad = plan;
+	bad.cell_size *= 2;
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &bad, 0, 0, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	bad = plan;
+	bad.kv_bytes += 1;
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &bad, 0, 0, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, &plan, 0, 8 * MIB - 1, 1));
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(mk_budget(d, &m, 256, NULL, 0, 0, 1)); /* no tokens, no plan */
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* No plan, an odd max_mapped: 5 slabs and 12345 bytes. */
+START_TEST(test_budget_odd_max_mapped)
+{
+	kvs_drv_t *d = tu_open_gran(0, 2 * MIB, 0, KVS_DRV_F_LAZY);
+	size_t budget = 5 * 8 * MIB + 12345;
+	kvs_model_t m;
+	kvs_pool_t *p;
+
+	small_model(&m);
+	p = mk_budget(d, &m, 256, NULL, 1 << 16, budget, 1);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(kvs_pool_capacity(p), 5 * 2048);
+	fill_to_budget(d, p, budget, 8 * 256);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 40 * MIB);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -299,6 +680,8 @@ static Suite *pool_suite(void)
 
 	tcase_add_test(tc, test_cell_size);
 	tcase_add_test(tc, test_planner);
+	tcase_add_test(tc, test_cell_size_overflow);
+	tcase_add_test(tc, test_planner_overflow);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("pool");
 	tcase_set_timeout(tc, 60);
@@ -307,6 +690,10 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_token_slots, 0, nb);
 	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
 	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
+	tcase_add_test(tc, test_pool_overflow);
+	tcase_add_test(tc, test_budget_plan_80g);
+	tcase_add_test(tc, test_budget_plan_small);
+	tcase_add_test(tc, test_budget_odd_max_mapped);
 	suite_add_tcase(s, tc);
 	return s;
 }
