@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Every exported function has a section-3 page named after it (its family
 # page or a .so link to it) whose NAME section lists it; kvslab(7) names it;
+# kvs_slab_create(3) and kvs_pool_create(3) show their attribute structs as
+# the headers declare them;
 # every real page lints clean with mandoc.
 set -eu
 src=${KVSLAB_TOP_SRCDIR:-.}
@@ -21,6 +23,82 @@ for f in $declared; do
 		echo "$f is not in the NAME section of $page"; fail=1
 	fi
 	grep -q "\b$f\b" "$src"/man/man7/kvslab.7 || { echo "kvslab(7) does not list $f"; fail=1; }
+done
+
+# The attribute structs as the pages show them (their first .EX block that
+# defines one) and as the headers declare them: member by member, type and
+# name in order, comments stripped and whitespace normalised.
+struct_members() { # FILE NAME: one "type|name" line per member
+	awk -v name="$2" '
+	/^\.EX/ { ex = 1; next }
+	/^\.EE/ { ex = 0; if (done) exit; next }
+	FILENAME ~ /\.[1-8]$/ && !ex { next }
+	{ sub(/\/\/.*/, ""); text = text " " $0 }
+	index(text, "} " name "_t;") || index(text, "}" name "_t;") { done = 1 }
+	done && !(FILENAME ~ /\.[1-8]$/) { exit }
+	END {
+		gsub(/\\-/, "-", text); gsub(/\\e/, "\\", text)
+		s = index(text, "typedef struct " name " {")
+		if (!s) exit 1
+		text = substr(text, s + length("typedef struct " name " {"))
+		e = index(text, "} " name "_t;")
+		if (!e) exit 1
+		body = substr(text, 1, e - 1)
+		while ((i = index(body, "/*")) > 0) {
+			j = index(substr(body, i + 2), "*/")
+			if (!j) exit 1
+			body = substr(body, 1, i - 1) " " substr(body, i + j + 3)
+		}
+		gsub(/\*/, " * ", body); gsub(/\[/, "[", body); gsub(/[ \t]+/, " ", body)
+		gsub(/ *\[ */, "[", body); gsub(/ *\] */, "]", body)
+		n = split(body, decl, ";")
+		for (k = 1; k <= n; k++) {
+			d = decl[k]; gsub(/^ +| +$/, "", d)
+			if (d == "") continue
+			m = split(d, parts, ",")
+			# the type is all but the first declarator, stars excluded
+			first = parts[1]; gsub(/ +$/, "", first)
+			t = first; sub(/[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])*$/, "", t)
+			dn = substr(first, length(t) + 1)
+			base = t; gsub(/^ +| +$/, "", base)
+			stars = base; sub(/^[^*]*/, "", stars); gsub(/ /, "", stars)
+			sub(/[ *]+$/, "", base)
+			print base (stars == "" ? "" : " " stars) "|" dn
+			for (q = 2; q <= m; q++) {
+				dq = parts[q]; gsub(/^ +| +$/, "", dq)
+				st = dq; sub(/[^*]*$/, "", st); gsub(/ /, "", st)
+				sub(/^[* ]+/, "", dq)
+				print base (st == "" ? "" : " " st) "|" dq
+			}
+		}
+	}' "$1"
+}
+for pair in slab:kvs_slab_create pool:kvs_pool_create; do
+	hdr="$src/include/kvslab/${pair%%:*}.h"
+	page="$src/man/man3/${pair#*:}.3"
+	name="kvs_${pair%%:*}_attr"
+	if ! want=$(struct_members "$hdr" "$name") || [ -z "$want" ]; then
+		echo "cannot read $name from $hdr"; fail=1; continue
+	fi
+	if ! got=$(struct_members "$page" "$name") || [ -z "$got" ]; then
+		echo "${pair#*:}(3) shows no $name struct"; fail=1; continue
+	fi
+	if [ "$want" != "$got" ]; then
+		diff=$(printf '%s\n' "$want" | awk -v got="$got" '
+		BEGIN { ng = split(got, g, "\n") }
+		{ w[NR] = $0 }
+		END {
+			n = NR > ng ? NR : ng
+			for (k = 1; k <= n; k++)
+				if (w[k] != g[k]) {
+					printf "member %d: header has \"%s\", page has \"%s\"\n", k,
+					    k <= NR ? w[k] : "(end)", k <= ng ? g[k] : "(end)"
+					exit
+				}
+		}')
+		echo "${pair#*:}(3) shows $name unlike $hdr: $diff" | sed 's/|/ /g'
+		fail=1
+	fi
 done
 if [ -n "${MANDOC:-}" ]; then
 	for p in "$src"/man/man*/*.[1-8]; do
