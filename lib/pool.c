@@ -68,6 +68,7 @@ KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
 	attr->chunk_pool = s.chunk_pool;
 	attr->magazine = s.magazine;
 	attr->slab_granules = s.slab_granules;
+	attr->decay_ms = (uint32_t)s.decay_ms;
 	return 0;
 }
 
@@ -178,6 +179,10 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 	sa.slab_granules = a->slab_granules ? a->slab_granules : 1;
 	sa.flags = a->slab_flags;
 	sa.shrink_quiet = a->shrink_quiet;
+	sa.decay_ms = a->decay_ms;
+	sa.streams = a->streams;
+	sa.nstreams = a->nstreams;
+	sa.fence = a->fence;
 	p->slab = kvs_slab_create(drv, &sa);
 	if (!p->slab) {
 		int e = errno;

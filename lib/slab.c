@@ -464,6 +464,7 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->mapped, NULL);
+	pthread_cond_init(&s->fenced, NULL);
 	if (pthread_key_create(&s->key, slab_mag_destructor) != 0)
 		goto err_sync;
 
@@ -504,6 +505,7 @@ err_unreserve:
 	pthread_key_delete(s->key);
 err_sync:
 	pthread_cond_destroy(&s->mapped);
+	pthread_cond_destroy(&s->fenced);
 	pthread_cond_destroy(&s->work);
 	pthread_mutex_destroy(&s->lock);
 err_free:
@@ -544,6 +546,7 @@ KVS_EXPORT int kvs_slab_destroy(kvs_slab_t *s)
 	}
 	err = slab_teardown(s);
 	pthread_cond_destroy(&s->mapped);
+	pthread_cond_destroy(&s->fenced);
 	pthread_cond_destroy(&s->work);
 	pthread_mutex_destroy(&s->lock);
 	slab_free_mem(s);

@@ -492,6 +492,7 @@ static int fence_advance_locked(struct kvs_slab *s, bool wait)
 		pthread_mutex_unlock(&s->lock);
 		q = fence_record(s, &token);
 		pthread_mutex_lock(&s->lock);
+		pthread_cond_broadcast(&s->fenced);
 		if (q < 0) {
 			s->fence_state = F_IDLE;
 			ST(s, fence_fail)++;
@@ -502,13 +503,19 @@ static int fence_advance_locked(struct kvs_slab *s, bool wait)
 		s->fence_token = token;
 		s->fence_state = F_PENDING;
 	}
-	if (s->fence_state != F_PENDING)
+	if (s->fence_state == F_BUSY) {
+		/* Another thread records or queries it with the lock dropped:
+		 * a waiter sleeps until it is done, a poller comes back later. */
+		if (wait)
+			pthread_cond_wait(&s->fenced, &s->lock);
 		return 0;
+	}
 	s->fence_state = F_BUSY;
 	token = s->fence_token;
 	pthread_mutex_unlock(&s->lock);
 	q = fence_query(s, token, wait);
 	pthread_mutex_lock(&s->lock);
+	pthread_cond_broadcast(&s->fenced);
 	if (q < 0) {
 		s->fence_state = F_IDLE; /* record a new one next time */
 		ST(s, fence_fail)++;

@@ -121,6 +121,7 @@ struct kvs_slab {
 	pthread_t worker;
 	pthread_cond_t work;		/* wakes the worker */
 	pthread_cond_t mapped;		/* a map in flight ended */
+	pthread_cond_t fenced;		/* the fence left F_BUSY */
 	bool worker_on, stop, worker_asleep, worker_timer;
 	uint32_t filling;		/* pool fills in flight */
 };

@@ -81,7 +81,15 @@ typedef struct kvs_pool_attr {
 	 * bytes the pool maps, and its max_total_tokens is the default of
 	 * max_tokens.  Read only during kvs_pool_create(). */
 	const kvs_plan_t *plan;
-	uint64_t _reserved[6];
+	/* Passed to the slab allocator: how long an empty slab stays mapped
+	 * (default 10000 ms; 0: no time-based give-back), and what orders an
+	 * unmap after the device's last read: the engine's streams (NULL:
+	 * stream 0) or its own fence.  See kvs_slab_create(3). */
+	const kvs_stream_t *streams;
+	uint32_t nstreams;
+	uint32_t decay_ms;
+	kvs_fence_t fence;
+	uint64_t _reserved[1];
 } kvs_pool_attr_t;
 
 /* Which buffer of a layer. */

@@ -504,6 +504,9 @@ static int setup(struct sim *s)
 		 * is the costly call on a GPU. */
 		pa.chunk_pool = o->max_empty;
 		pa.shrink_quiet = o->shrink_quiet;
+		/* Simulated time runs faster than the clock: release by the
+		 * page-count hysteresis only, so a replay is reproducible. */
+		pa.decay_ms = 0;
 		pa.slab_flags = o->worker ? KVS_SLAB_F_WORKER : 0;
 	} else {
 		pa.slab_flags = KVS_SLAB_F_STATIC;
