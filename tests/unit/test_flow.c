@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -333,6 +334,79 @@ START_TEST(test_disabled_cache)
 }
 END_TEST
 
+/* The "Found" of issue 9: with the worker, a slab being mapped counted as
+ * no memory, so the flows evicted cached prefixes to admit a small request
+ * that the slab in flight would have served.  Slabs of 128 MiB (prefaulted:
+ * the worker's map takes tens of milliseconds); a cached request fills the
+ * first slab but 36 tokens, the worker starts on the second; a request of
+ * 100 tokens then waits for it, and the cache keeps every token. */
+START_TEST(test_worker_keeps_cache)
+{
+	static int32_t a[65500], b[100];
+	kvs_pool_attr_t pa;
+	kvs_drv_attr_t da;
+	kvs_req_t ra, rb, *batch[1];
+	struct env e;
+	int i;
+
+	kvs_drv_attr_init(&da);
+	e.d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(e.d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 512;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 65536;
+	pa.page_size = 1;
+	pa.max_tokens = 2 * 65536;
+	pa.slab_granules = 32;		/* 64 MiB a buffer: 65536 tokens */
+	pa.min_empty = 1;
+	pa.max_empty = 2;
+	pa.chunk_pool = 0;
+	pa.magazine = 0;
+	pa.slab_flags = KVS_SLAB_F_WORKER;
+	e.pool = kvs_pool_create(e.d, &pa);
+	ck_assert_ptr_nonnull(e.pool);
+	ck_assert_uint_eq(kvs_slab_pages_per_slab(kvs_pool_slab(e.pool)), 65536);
+	e.tab = kvs_reqtab_create(e.d, 8, 65600);
+	ck_assert_ptr_nonnull(e.tab);
+	e.r = kvs_radix_create(e.pool, NULL);
+	ck_assert_ptr_nonnull(e.r);
+	e.f = kvs_flow_create(e.pool, e.tab, e.r);
+	ck_assert_ptr_nonnull(e.f);
+	for (i = 0; i < 2000 && kvs_slab_stat(kvs_pool_slab(e.pool), KVS_SLAB_STAT_slabs_empty) < 1;
+	     i++)
+		usleep(1000);
+
+	for (i = 0; i < 65500; i++)
+		a[i] = i + 1;
+	for (i = 0; i < 100; i++)
+		b[i] = 1000000 + i;
+	ck_assert_int_eq(kvs_req_init(&ra, a, 65500, 0, 0), 0);
+	batch[0] = &ra;
+	ck_assert_int_eq(kvs_flow_match(e.f, &ra), 0);
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, NULL), 65500);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &ra), 0);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 65500);
+	usleep(2000); /* the worker is mapping the second slab now */
+
+	ck_assert_uint_ge(kvs_pool_available(e.pool), 100);
+	ck_assert_int_eq(kvs_req_init(&rb, b, 100, 0, 0), 0);
+	batch[0] = &rb;
+	ck_assert_int_eq(kvs_flow_match(e.f, &rb), 0);
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, NULL), 100);
+	/* Nothing was evicted for it, and nothing failed. */
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 65500);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e.pool), KVS_SLAB_STAT_alloc_fail), 0);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &rb), 0);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 65600);
+	ck_assert_int_eq(kvs_slab_validate(kvs_pool_slab(e.pool)), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *flow_suite(void)
 {
 	Suite *s = suite_create("flow");
@@ -345,6 +419,7 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_release_and_errors);
 	tcase_add_test(tc, test_row_write_failure);
 	tcase_add_test(tc, test_disabled_cache);
+	tcase_add_test(tc, test_worker_keeps_cache);
 	suite_add_tcase(s, tc);
 	return s;
 }
