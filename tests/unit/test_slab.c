@@ -27,6 +27,15 @@ static kvs_drv_t *drv_open(int i, size_t limit)
 	return d;
 }
 
+/* Two buffers of one layer's K and V, @cap pages. */
+static void base_attr(kvs_slab_attr_t *a, uint64_t cap)
+{
+	kvs_slab_attr_init(a);
+	a->nbuffers = 2;
+	a->token_bytes = tb2;
+	a->capacity_pages = cap;
+}
+
 static kvs_slab_t *mk(kvs_drv_t *d, uint32_t page_size, uint64_t cap, uint32_t mag,
 		      unsigned flags)
 {
@@ -344,10 +353,7 @@ START_TEST(test_shrinker_hysteresis)
 	uint64_t calls;
 	int k;
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 512;
+	base_attr(&a, 512);
 	a.min_empty = 1;
 	a.max_empty = 3;
 	a.magazine = 0;
@@ -475,10 +481,7 @@ START_TEST(test_worker_premaps)
 	uint32_t pages[64];
 	int round;
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 64 * 16;
+	base_attr(&a, 64 * 16);
 	a.min_empty = 2;
 	a.max_empty = 4;
 	a.chunk_pool = 2;
@@ -709,10 +712,7 @@ START_TEST(test_threads)
 	struct thr t[3];
 	int k;
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 64 * 8;
+	base_attr(&a, 64 * 8);
 	a.min_empty = 1;
 	a.max_empty = 2;
 	a.magazine = 16;
@@ -809,10 +809,7 @@ START_TEST(test_decay)
 	uint64_t calls;
 	int k;
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 256;
+	base_attr(&a, 256);
 	a.max_empty = 8; /* the hysteresis never fires */
 	a.magazine = 0;
 	a.decay_ms = 60000;
@@ -864,10 +861,7 @@ START_TEST(test_release_failure_parks)
 	kvs_slab_t *s;
 	uint32_t pages[64];
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 256;
+	base_attr(&a, 256);
 	a.max_empty = 0;
 	a.chunk_pool = 0;
 	a.magazine = 0;
@@ -910,10 +904,7 @@ START_TEST(test_map_undo_failure)
 	kvs_slab_t *s;
 	uint32_t pages[128];
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 128;
+	base_attr(&a, 128);
 	a.chunk_pool = 0;
 	a.magazine = 0;
 	s = kvs_slab_create(f, &a);
@@ -947,10 +938,7 @@ START_TEST(test_unmap_failure_parks)
 	kvs_slab_t *s;
 	uint32_t pages[128];
 
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 128;
+	base_attr(&a, 128);
 	a.chunk_pool = 0;
 	a.magazine = 0;
 	s = kvs_slab_create(f, &a);
@@ -1086,10 +1074,7 @@ START_TEST(test_fence_rule)
 
 	ck_assert_uint_ne(stream, 0);
 	tu_dbl_clear_sticky();
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 256;
+	base_attr(&a, 256);
 	a.max_empty = 0;
 	a.chunk_pool = 0;
 	a.magazine = 0;
@@ -1150,10 +1135,7 @@ START_TEST(test_fence_churn)
 
 	ck_assert_uint_ne(stream, 0);
 	tu_dbl_clear_sticky();
-	kvs_slab_attr_init(&a);
-	a.nbuffers = 2;
-	a.token_bytes = tb2;
-	a.capacity_pages = 64 * 16;
+	base_attr(&a, 64 * 16);
 	a.min_empty = 1;
 	a.max_empty = 1;
 	a.chunk_pool = 1;
