@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/slab.c - the slab allocator for KV pages (Linux SLUB in spirit):
- * pages, lists and the allocation API.
+ * its API, creation, and the allocation and free paths.
  *
  * What it owns.  A set of buffers (one virtual reservation each: a layer's K
  * range, its V range, an MLA latent range) carved into slabs.  Slab s covers
  * pages [s * pps, (s + 1) * pps) and, in buffer b, the bytes
  * [s * slab_bytes[b], (s + 1) * slab_bytes[b]), a whole number of driver
  * granules, so one chunk per buffer backs it.  A slab is mapped in every
- * buffer or in none.  Mapping and unmapping live in lib/slab_grow.c, the
- * per-thread caches in lib/slab_cpu.c, statistics and validation in
- * lib/slab_stat.c; lib/slab_impl.h has the shared structures.
+ * buffer or in none.  The lists and page moves live in lib/slab_page.c,
+ * mapping and unmapping in lib/slab_grow.c, the per-thread caches in
+ * lib/slab_cpu.c, statistics and validation in lib/slab_stat.c;
+ * lib/slab_defs.h has the shared structures.
  *
  * Data structures.
  *  - freebits: one bit per page, set when the page is free *in its slab*
@@ -44,213 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "slab_impl.h"
+#include "slab_cpu.h"
 
 static _Atomic uint64_t next_slab_id = 1;
-
-/* ------------------------------------------------------------------ lists */
-
-int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
-{
-	if (inuse == 0)
-		return L_EMPTY;
-	if (inuse >= s->pps)
-		return L_FULL;
-	/* floor(inuse * NBUCKET / pps) without a division on the hot path */
-	return (int32_t)(((uint64_t)inuse * s->bucket_mul) >> 32);
-}
-
-static int64_t *list_head(struct kvs_slab *s, int32_t list)
-{
-	return list == L_EMPTY ? &s->empty_head : &s->bucket_head[list];
-}
-
-void slab_list_del(struct kvs_slab *s, uint64_t i)
-{
-	struct slab_info *x = &s->si[i];
-
-	if (x->list == L_FULL) {
-		s->n_full--;
-	} else if (x->list != L_NONE) {
-		int64_t *head = list_head(s, x->list);
-
-		if (x->prev >= 0)
-			s->si[x->prev].next = x->next;
-		else
-			*head = x->next;
-		if (x->next >= 0)
-			s->si[x->next].prev = x->prev;
-		if (x->list == L_EMPTY) {
-			if (s->empty_tail == (int64_t)i)
-				s->empty_tail = x->prev;
-			s->n_empty--;
-		} else {
-			s->n_partial--;
-			if (*head < 0)
-				s->bucket_mask &= ~(1ULL << x->list);
-		}
-	}
-	x->list = L_NONE;
-	x->prev = x->next = -1;
-}
-
-void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
-{
-	struct slab_info *x = &s->si[i];
-	int64_t *head;
-
-	x->list = list;
-	x->prev = x->next = -1;
-	if (list == L_FULL) {
-		s->n_full++;
-		return;
-	}
-	head = list_head(s, list);
-	x->next = *head;
-	if (*head >= 0)
-		s->si[*head].prev = (int64_t)i;
-	*head = (int64_t)i;
-	if (list == L_EMPTY) {
-		if (s->empty_tail < 0)
-			s->empty_tail = (int64_t)i;
-		s->n_empty++;
-	} else {
-		s->n_partial++;
-		s->bucket_mask |= 1ULL << list;
-	}
-}
-
-static void relist(struct kvs_slab *s, uint64_t i)
-{
-	struct slab_info *x = &s->si[i];
-	int32_t want = slab_want_list(s, x->inuse);
-
-	if (x->list != want) {
-		slab_list_del(s, i);
-		if (want == L_EMPTY) {
-			/* Pages of it may still be read by the device: it
-			 * is unmapped only behind a fence recorded after now. */
-			x->empty_seq = ++s->empty_gen;
-			x->empty_ns = kvs_now_ns();
-		}
-		slab_list_add(s, i, want);
-	}
-}
-
-/* ------------------------------------------------------------ page moves */
-
-/* Take up to @n free pages of mapped slab @i, lowest first.  Lock held. */
-static uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
-{
-	struct slab_info *x = &s->si[i];
-	uint64_t first = i * s->pps, end = first + s->pps;
-	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
-	uint32_t got = 0;
-
-	for (; w < wend && got < n; w++) {
-		uint64_t bits = s->freebits[w];
-
-		/* A word may be shared with the neighbour slabs: mask them off. */
-		if (w * 64 < first)
-			bits &= ~0ULL << (first - w * 64);
-		if (w * 64 + 64 > end)
-			bits &= ~0ULL >> (w * 64 + 64 - end);
-		if (bits) {
-			uint64_t taken = 0;
-
-			while (bits && got < n) {
-				uint64_t b = bits & -bits;
-
-				bits ^= b;
-				taken |= b;
-				out[got++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(b));
-			}
-			s->freebits[w] &= ~taken;
-		}
-		if (got == n)
-			break;
-	}
-	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
-	if (x->hint * 64ULL >= s->pps)
-		x->hint = 0;
-	x->inuse += got;
-	s->inuse_total += got;
-	s->free_in_slabs -= got;
-	relist(s, i);
-	return got;
-}
-
-/* Give free page @p back to its slab.  Lock held. */
-static void slab_put(struct kvs_slab *s, uint32_t p)
-{
-	uint64_t i = p / s->pps;
-	struct slab_info *x = &s->si[i];
-	uint32_t w = (uint32_t)((p - i * s->pps) / 64);
-
-	bit_set(s->freebits, p);
-	if (w < x->hint)
-		x->hint = w;
-	s->freed_since_grow++;
-	x->inuse--;
-	s->inuse_total--;
-	s->free_in_slabs++;
-	relist(s, i);
-}
-
-/* Give back @pages, a run of pages of one slab at a time, so each slab is
- * relisted once per run.  With @dead_only, only the entries whose count is
- * REF_DYING (kvs_slab_free_bulk() dropped their last reference), which it
- * sets to 0, so a page listed twice goes back once.  Lock held. */
-void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only)
-{
-	size_t k = 0;
-
-#define SKIP(p) (dead_only && atomic_load_explicit(&s->ref[p], memory_order_relaxed) != REF_DYING)
-	while (k < n) {
-		uint64_t i, first;
-		uint32_t cnt = 0, minw;
-		struct slab_info *x;
-
-		if (SKIP(pages[k])) {
-			k++;
-			continue;
-		}
-		i = pages[k] / s->pps;
-		first = i * s->pps;
-		x = &s->si[i];
-		minw = x->hint;
-		/* Pages of the same slab: one unsigned compare, no division. */
-		for (; k < n && pages[k] - first < s->pps; k++) {
-			uint32_t w;
-
-			if (SKIP(pages[k]))
-				continue;
-			if (dead_only)
-				atomic_store_explicit(&s->ref[pages[k]], 0, memory_order_relaxed);
-			bit_set(s->freebits, pages[k]);
-			w = (uint32_t)((pages[k] - first) >> 6);
-			if (w < minw)
-				minw = w;
-			cnt++;
-		}
-		x->hint = minw;
-		s->freed_since_grow += cnt;
-		x->inuse -= cnt;
-		s->inuse_total -= cnt;
-		s->free_in_slabs += cnt;
-		relist(s, i);
-	}
-#undef SKIP
-}
-
-/* The mapped slab to allocate from: fullest partial, else the newest empty
- * one (the oldest are the next to be given back). */
-static int64_t pick_slab(struct kvs_slab *s)
-{
-	if (s->bucket_mask)
-		return s->bucket_head[63 - __builtin_clzll(s->bucket_mask)];
-	return s->empty_head;
-}
 
 /* ------------------------------------------------------------- creation */
 
@@ -580,7 +377,7 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 		return kvs_fail(ENOMEM);
 
 	while (got < n) {
-		int64_t i = pick_slab(s);
+		int64_t i = slab_pick(s);
 
 		if (i >= 0) {
 			got += slab_take_many(s, (uint64_t)i,
@@ -601,7 +398,7 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 			int e = errno;
 
 			/* The lock was dropped: others may have freed or grown. */
-			if (pick_slab(s) >= 0 || s->n_mapping > 0)
+			if (slab_pick(s) >= 0 || s->n_mapping > 0)
 				continue;
 			while (got > 0)
 				slab_put(s, out[--got]);
@@ -643,7 +440,7 @@ static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct m
 		uint32_t want = m->cap / 2;
 
 		while (n < want && s->free_in_slabs > 0) {
-			int64_t i = pick_slab(s);
+			int64_t i = slab_pick(s);
 
 			if (i < 0)
 				break;
@@ -962,7 +759,7 @@ KVS_EXPORT int kvs_slab_alloc_contig(kvs_slab_t *s, size_t n, uint32_t *first)
 		s->inuse_total++;
 		s->free_in_slabs--;
 		if (p + 1 == start + n || (p + 1) % s->pps == 0)
-			relist(s, i);
+			slab_relist(s, i);
 	}
 	ST(s, alloc_slow) += n;
 	slab_after_alloc_locked(s);
@@ -1039,6 +836,79 @@ KVS_EXPORT int kvs_slab_flush(kvs_slab_t *s)
 	slab_after_free_locked(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+/* -------------------------------------------------------------- release */
+
+/**
+ * kvs_slab_shrink() - give back every empty slab above min_empty and the
+ * chunk pool, now.
+ * @slab: allocator.
+ *
+ * The calling thread's cache is given back first; every other thread gives
+ * its cache back on its next call into @slab (their pages cannot be moved
+ * from here without a lock on the fast path).  Slabs are unmapped only
+ * after a fence recorded after they emptied has completed: this call waits
+ * for the device.  Parked chunks and broken slabs are retried.
+ *
+ * Context: MT-Safe; makes driver calls on the calling thread and blocks
+ * until the fence completes; takes no lock across the wait.
+ * Return: 0, or -1 with errno from the driver or the fence (the allocator
+ * stays consistent; what failed is parked and retried later).
+ */
+KVS_EXPORT int kvs_slab_shrink(kvs_slab_t *s)
+{
+	struct mag *m;
+	uint64_t wake;
+	int rc, err = 0;
+
+	if (!s)
+		return kvs_fail(EINVAL);
+	m = slab_mag_get(s);
+	pthread_mutex_lock(&s->lock);
+	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
+	if (m)
+		slab_mag_flush_locked(s, m, 0);
+	rc = slab_reclaim_locked(s, true, &wake);
+	if (rc < 0)
+		err = errno;
+	if (slab_release_pool_locked(s) < 0 && !err)
+		err = errno;
+	pthread_mutex_unlock(&s->lock);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/**
+ * kvs_slab_reclaim() - give back what the release policy allows, without
+ * waiting.
+ * @slab: allocator.
+ *
+ * Unmaps the empty slabs above min_empty that the hysteresis (max_empty,
+ * shrink_quiet) or the decay time (decay_ms) releases and whose fence has
+ * completed; records a fence for the others, or polls the one pending.
+ * Retries parked chunks and broken slabs.  The worker does this by itself;
+ * an allocator without one gives memory back only through this call and
+ * kvs_slab_shrink(), since frees never call the driver: call it between
+ * steps of the serving loop.
+ *
+ * Context: MT-Safe; makes driver calls on the calling thread but never
+ * waits for the device.
+ * Return: the number of slabs unmapped, or -1 with errno from the driver or
+ * the fence (what was unmapped stays unmapped).
+ */
+KVS_EXPORT int kvs_slab_reclaim(kvs_slab_t *s)
+{
+	uint64_t wake;
+	int n;
+
+	if (!s)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&s->lock);
+	n = slab_reclaim_locked(s, false, &wake);
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }
 
 /* ------------------------------------------------------------ accessors */

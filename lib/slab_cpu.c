@@ -19,9 +19,8 @@
  */
 #include <stdlib.h>
 
-#include "slab_impl.h"
+#include "slab_cpu.h"
 
-__thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 __thread struct kvsi_tls_mag kvsi_slab_tls __attribute__((tls_model("initial-exec")));
 
 /* Give back all but @keep of @m's pages.  Lock held. */

@@ -48,7 +48,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "slab_impl.h"
+#include "slab_defs.h"
+
+/* Set on the worker thread: its driver calls are not the caller's. */
+__thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 
 /* Count a driver call, and whether it ran on a caller's thread. */
 #define DRV(s, expr)                                                          \
@@ -790,79 +793,13 @@ int slab_teardown(struct kvs_slab *s)
 	return err;
 }
 
-/* ------------------------------------------------------------------ API */
-
-/**
- * kvs_slab_shrink() - give back every empty slab above min_empty and the
- * chunk pool, now.
- * @slab: allocator.
- *
- * The calling thread's cache is given back first; every other thread gives
- * its cache back on its next call into @slab (their pages cannot be moved
- * from here without a lock on the fast path).  Slabs are unmapped only
- * after a fence recorded after they emptied has completed: this call waits
- * for the device.  Parked chunks and broken slabs are retried.
- *
- * Context: MT-Safe; makes driver calls on the calling thread and blocks
- * until the fence completes; takes no lock across the wait.
- * Return: 0, or -1 with errno from the driver or the fence (the allocator
- * stays consistent; what failed is parked and retried later).
- */
-KVS_EXPORT int kvs_slab_shrink(kvs_slab_t *s)
+/* Release the chunk pool (kvs_slab_shrink()).  Lock held (dropped
+ * meanwhile).  -1 with errno when a release failed (the chunk is parked). */
+int slab_release_pool_locked(struct kvs_slab *s)
 {
-	struct chunkset *rel;
-	struct mag *m;
-	uint64_t wake;
-	int rc, err = 0;
+	struct chunkset *rel = s->pool;
 
-	if (!s)
-		return kvs_fail(EINVAL);
-	m = slab_mag_get(s);
-	pthread_mutex_lock(&s->lock);
-	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
-	if (m)
-		slab_mag_flush_locked(s, m, 0);
-	rc = slab_reclaim_locked(s, true, &wake);
-	if (rc < 0)
-		err = errno;
-	rel = s->pool;
 	s->pool = NULL;
 	s->pool_count = 0;
-	if (release_list_locked(s, rel) < 0 && !err)
-		err = errno;
-	pthread_mutex_unlock(&s->lock);
-	if (err)
-		return kvs_fail(err);
-	return 0;
-}
-
-/**
- * kvs_slab_reclaim() - give back what the release policy allows, without
- * waiting.
- * @slab: allocator.
- *
- * Unmaps the empty slabs above min_empty that the hysteresis (max_empty,
- * shrink_quiet) or the decay time (decay_ms) releases and whose fence has
- * completed; records a fence for the others, or polls the one pending.
- * Retries parked chunks and broken slabs.  The worker does this by itself;
- * an allocator without one gives memory back only through this call and
- * kvs_slab_shrink(), since frees never call the driver: call it between
- * steps of the serving loop.
- *
- * Context: MT-Safe; makes driver calls on the calling thread but never
- * waits for the device.
- * Return: the number of slabs unmapped, or -1 with errno from the driver or
- * the fence (what was unmapped stays unmapped).
- */
-KVS_EXPORT int kvs_slab_reclaim(kvs_slab_t *s)
-{
-	uint64_t wake;
-	int n;
-
-	if (!s)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&s->lock);
-	n = slab_reclaim_locked(s, false, &wake);
-	pthread_mutex_unlock(&s->lock);
-	return n;
+	return release_list_locked(s, rel);
 }

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "slab_impl.h"
+#include "slab_cpu.h"
 
 /**
  * kvs_slab_validate() - check every invariant of the allocator.

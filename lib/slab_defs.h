@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/slab_impl.h - what the slab allocator's files share.
+ * lib/slab_defs.h - what the slab allocator's files share.
  *
  * The allocator is one object split along its concurrency domains:
- *  - lib/slab.c        pages, lists and the allocation API, under slab->lock;
+ *  - lib/slab.c        the API: creation, allocation, free, shrink, reclaim;
+ *  - lib/slab_page.c   the lists and page moves every other part stands on;
  *  - lib/slab_grow.c   growth and release: mapping and unmapping slabs, the
  *                      chunk pool, fences, decay, failure parking and the
  *                      worker thread; driver calls, made with no lock held;
@@ -11,8 +12,8 @@
  *  - lib/slab_stat.c   statistics and validation, readers of everything.
  * The lock order they follow is written once, in common/common.h.
  */
-#ifndef KVSLAB_SLAB_IMPL_H
-#define KVSLAB_SLAB_IMPL_H
+#ifndef KVSLAB_SLAB_DEFS_H
+#define KVSLAB_SLAB_DEFS_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -134,16 +135,21 @@ extern __thread struct kvsi_tls_mag {
 	struct mag *mag;
 } kvsi_slab_tls __attribute__((tls_model("initial-exec")));
 
-/* slab.c: lists and page moves, slab->lock held. */
+/* slab_page.c: lists and page moves, slab->lock held. */
 void slab_list_del(struct kvs_slab *s, uint64_t i);
 void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list);
 int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse);
+void slab_relist(struct kvs_slab *s, uint64_t i);
+uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
+void slab_put(struct kvs_slab *s, uint32_t p);
 void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only);
+int64_t slab_pick(struct kvs_slab *s);
 
 /* slab_grow.c: growth and release. */
 int slab_grow_locked(struct kvs_slab *s);
 int slab_claim_locked(struct kvs_slab *s, uint64_t i);
 int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns);
+int slab_release_pool_locked(struct kvs_slab *s);
 void slab_after_free_locked(struct kvs_slab *s);
 void slab_after_alloc_locked(struct kvs_slab *s);
 uint64_t slab_room_locked(const struct kvs_slab *s);
@@ -151,22 +157,5 @@ int slab_worker_start(struct kvs_slab *s);
 void slab_worker_stop(struct kvs_slab *s);
 int slab_teardown(struct kvs_slab *s);
 
-/* slab_cpu.c: per-thread caches. */
-struct mag *slab_mag_get_slow(struct kvs_slab *s);
-void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep);
-void slab_mag_destructor(void *arg);
-uint64_t slab_cached_locked(struct kvs_slab *s);
 
-static inline struct mag *slab_mag_get(struct kvs_slab *s)
-{
-	if (likely(kvsi_slab_tls.id == s->id))
-		return kvsi_slab_tls.mag;
-	return slab_mag_get_slow(s);
-}
-
-static inline bool slab_mag_drain_due(struct kvs_slab *s, struct mag *m)
-{
-	return unlikely(m->drain_seen != atomic_load_explicit(&s->drain_gen, memory_order_relaxed));
-}
-
-#endif /* KVSLAB_SLAB_IMPL_H */
+#endif /* KVSLAB_SLAB_DEFS_H */
