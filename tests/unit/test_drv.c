@@ -820,7 +820,6 @@ static int many_vmas(void)
 		CHILD_CHECK(kvs_drv_chunk_release(d, c[k]) == 0);
 	CHILD_CHECK(kvs_drv_close(d) == 0);
 	CHILD_CHECK(tu_host_chunk_fds() == 0 && tu_host_chunk_maps() == 0);
-	CHILD_CHECK(vma_count() <= vmas0 + 2);
 	free(c);
 	return 0;
 }
