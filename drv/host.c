@@ -4,43 +4,76 @@
  *
  * Reservations.  A reservation is an mmap(PROT_NONE, MAP_NORESERVE) of
  * address space, over-allocated by a granule and trimmed so that its base is
- * aligned to the granularity.
+ * aligned to the granularity.  The backend keeps its own sorted table of
+ * them (base, size, mirror arena), for placement below.
  *
  * Chunks are ranges of a few arenas.  An arena is a memfd ("kvslab-arena")
- * made sparse with ftruncate() to HOST_ARENA_BYTES (64 GiB; more for a
- * chunk larger than that, which gets an arena of its own), so it costs no
- * memory until pages are allocated in it.  A chunk is (arena, first granule,
- * granules), found first fit in the arena's bitmap of used granules (a new
- * arena is made when no arena has room); the backend handle is the chunk's
- * index in hb->chunks, whose free slots are chained.  An arena whose last
- * chunk goes is closed, so a driver holding no chunk holds no descriptor.  So
- * a pool of tens of
- * thousands of one-granule chunks needs a handful of descriptors, and the
- * process's RLIMIT_NOFILE is left alone (raising it would break select()).
+ * made sparse with ftruncate(), so it costs no memory until pages are
+ * allocated in it.  A chunk is (arena, first granule, granules); the backend
+ * handle is the chunk's index in hb->chunks, whose free slots are chained.
+ * There are two kinds of arena.  A general arena is HOST_ARENA_BYTES (64
+ * GiB; more for a chunk larger than that, which gets an arena of its own)
+ * and is searched first fit in its bitmap of used granules (a new one is
+ * made when none has room).  A mirror arena belongs to one reservation, is
+ * as large as it, and its granule i stands for the reservation's granule i;
+ * it is never searched.  An arena whose last chunk goes is closed (a
+ * reservation opens a new mirror at its next first map), so a driver holding
+ * no chunk holds no descriptor: a pool of tens of thousands of chunks needs
+ * one descriptor per reservation in use plus a general arena or two, and
+ * the process's RLIMIT_NOFILE is left alone (raising it would break
+ * select()).
  *
- * Creation commits memory as cuMemCreate does: fallocate() of the chunk's
- * range, after checking the size against what the machine can commit
- * (MemAvailable of /proc/meminfo, else sysinfo) and against the driver's
- * total memory, so that a chunk larger than memory fails with ENOMEM at
- * creation instead of waking the OOM killer later.  KVS_DRV_F_LAZY skips the
- * check, the fallocate() and the populate, so a simulation can account for
- * far more "device" memory than the machine has as long as it never touches
- * it.
+ * Placement: why mirrors.  Linux caps a process at vm.max_map_count VMAs
+ * (65530 by default), and every mapping is one unless the kernel merges it
+ * with a neighbour, which it does (mmap MAP_FIXED and mprotect alike) for
+ * MAP_SHARED mappings of the same file at contiguous file offsets with the
+ * same protection.  A slab allocator creates one chunk per buffer per slab,
+ * so creation order says nothing about addresses, and 1024 one-granule slabs
+ * of 64 buffers were 65536 VMAs: mmap failed with ENOMEM.  So a chunk's
+ * range is chosen by the address it is first mapped at: the granules of its
+ * reservation's mirror arena that mirror that address, so that chunks mapped
+ * side by side lie side by side in one file and their mappings merge into
+ * one VMA per run.  If that range is taken (a chunk first mapped there
+ * earlier is still alive, e.g. mapped elsewhere now) or no mirror arena can
+ * be opened (out of descriptors), it falls back to first fit in a general
+ * arena and simply does not merge.  Later maps of the chunk, at any address,
+ * map the same range, so aliases share bytes and contents survive unmap and
+ * remap: a chunk's bytes live in its range from its first map to its
+ * release.  VMAs now count runs and holes, not chunks: an unmap splits a
+ * merged VMA, and a layout of tens of thousands of alternating holes can
+ * still reach the limit (map and unmap then fail with ENOMEM and EIO).
  *
- * Mapping puts the arena's range at a fixed address with MAP_SHARED and
+ * Creation.  KVS_DRV_F_LAZY commits nothing: a lazy chunk gets no range at
+ * creation, only a slot, and its range at its first map; one never mapped
+ * has none, and freeing it only frees the slot.  So a simulation can
+ * account for far more "device" memory than the machine has as long as it
+ * never touches it.  Otherwise creation commits memory as cuMemCreate does:
+ * fallocate() of a range taken first fit in a general arena, after checking
+ * the size against what the machine can commit (MemAvailable of
+ * /proc/meminfo, else sysinfo) and against the driver's total memory, so
+ * that a chunk larger than memory fails with ENOMEM at creation instead of
+ * waking the OOM killer later.  At its first map such a chunk moves to its
+ * mirrored range when that is free: fallocate() there, then punch the old
+ * range.  Nothing is copied, since nobody can write a chunk before it is
+ * mapped; if the fallocate() fails the chunk stays where it was, committed,
+ * so a map never fails for memory the creation already promised.
+ *
+ * Mapping puts the chunk's range at a fixed address with MAP_SHARED and
  * PROT_NONE (a new mapping has no access); granting access is mprotect()
  * followed by MADV_POPULATE_* so the pages really are resident (and show in
- * RSS) once access is set, as device memory is.  Unmapping puts an anonymous
- * PROT_NONE mapping back, which returns the range to the reservation and
- * drops the pages from the process.
+ * RSS) once access is set, as device memory is (not when lazy).  Unmapping
+ * puts an anonymous PROT_NONE mapping back over exactly the unmapped range,
+ * which returns it to the reservation (merging with the reservation's other
+ * placeholders) and drops the pages from the process.
  *
  * Release keeps the cuMemRelease rule: a chunk released while mapped keeps
  * its memory and contents until its last unmap.  The generic layer knows
  * when that is and then calls chunk_free() (host_release() itself does
  * nothing); only there is the range hole-punched (FALLOC_FL_PUNCH_HOLE |
  * KEEP_SIZE), which gives the pages back and makes the range read as zeros
- * for its next owner, and returned to the arena's bitmap.  Close truncates
- * and closes every arena.
+ * for its next owner, and returned to its arena's bitmap.  Unreserve unbinds
+ * the reservation's mirror arena, which lives on while chunks first mapped
+ * there do.  Close truncates and closes every arena.
  *
  * Copies run on one worker thread, started on the first large copy, in
  * submission order (a small copy with nothing queued is done at once): a
@@ -51,11 +84,12 @@
  * queued copy may still read or write the range.
  *
  * Locking (the order is in common/common.h).
- * hb->alock protects the arenas, their bitmaps and the chunk table; create
- * runs without drv->lock (it is the slow call), so map and
- * chunk_free, which run under drv->lock, take hb->alock too (drv->lock
- * before hb->alock, never the other way).  fallocate() of a new chunk runs
- * with no lock: its range is already marked used.  hb->qlock protects the
+ * hb->alock protects the arenas, their bitmaps, the chunk table and the
+ * reservation table; create runs without drv->lock (it is the slow call), so
+ * reserve, unreserve, map and chunk_free, which run under drv->lock, take
+ * hb->alock too (drv->lock before hb->alock, never the other way).
+ * fallocate() of a new chunk runs with no lock, and that of a chunk moving
+ * at its first map with drv->lock only: the ranges are already marked used.  hb->qlock protects the
  * copy queue and sequence numbers; the worker signals hb->qdone after each
  * copy.  Everything else touches nothing shared.
  */
@@ -93,6 +127,9 @@
 
 struct host_arena {
 	int fd;
+	bool mirror;		/* a reservation's: never searched first fit */
+	bool bound;		/* mirror of the live reservation at rbase */
+	kvs_devptr_t rbase;	/* mirror: granule i is address rbase + i * gran */
 	size_t ngran;		/* granules in the file */
 	size_t nfree;		/* granules not used by a chunk */
 	size_t hint;		/* no free granule below this one */
@@ -100,9 +137,17 @@ struct host_arena {
 };
 
 struct host_chunk {
-	size_t arena;		/* index in hb->arenas */
+	size_t arena;		/* index in hb->arenas; NO_SLOT: no range yet */
 	size_t first, ngran;	/* granules [first, first + ngran) of the arena */
+	bool placed;		/* mapped once: its range is final */
 	size_t next_free;	/* chain of free slots; NO_SLOT ends it */
+};
+
+/* A reservation, for the mirror placement of its first mappings. */
+struct host_res {
+	kvs_devptr_t base;
+	size_t size;
+	size_t arena;		/* its mirror arena; NO_SLOT: none open */
 };
 
 struct copy_req {
@@ -123,6 +168,8 @@ struct host_be {
 	struct host_chunk *chunks;
 	size_t nchunks, cap_chunks;	/* slots in use or chained free */
 	size_t free_slot;		/* first free slot, NO_SLOT: none */
+	struct host_res *res;		/* reservations, sorted by base */
+	size_t nres, cap_res;
 
 	pthread_mutex_t qlock;
 	pthread_cond_t qwork, qdone;
@@ -203,6 +250,7 @@ static void host_close(struct kvs_drv *d)
 	}
 	free(hb->arenas);
 	free(hb->chunks);
+	free(hb->res);
 	pthread_cond_destroy(&hb->qwork);
 	pthread_cond_destroy(&hb->qdone);
 	pthread_mutex_destroy(&hb->qlock);
@@ -226,6 +274,77 @@ static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_by
 	*free_bytes = f;
 	*total_bytes = hb->total;
 	return 0;
+}
+
+/* Index of the first reservation whose base is >= @addr; alock held. */
+static size_t res_index(const struct host_be *hb, kvs_devptr_t addr)
+{
+	size_t lo = 0, hi = hb->nres;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (hb->res[mid].base < addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The reservation holding @addr, or NULL; alock held. */
+static struct host_res *res_find(struct host_be *hb, kvs_devptr_t addr)
+{
+	size_t i = res_index(hb, addr);
+
+	if (i < hb->nres && hb->res[i].base == addr)
+		return &hb->res[i];
+	if (i > 0 && addr - hb->res[i - 1].base < hb->res[i - 1].size)
+		return &hb->res[i - 1];
+	return NULL;
+}
+
+static int res_add(struct host_be *hb, kvs_devptr_t base, size_t size)
+{
+	size_t i;
+
+	pthread_mutex_lock(&hb->alock);
+	if (hb->nres == hb->cap_res) {
+		size_t cap = hb->cap_res ? 2 * hb->cap_res : 8;
+		struct host_res *r = realloc(hb->res, cap * sizeof(*r));
+
+		if (!r) {
+			pthread_mutex_unlock(&hb->alock);
+			return kvs_fail(ENOMEM);
+		}
+		hb->res = r;
+		hb->cap_res = cap;
+	}
+	i = res_index(hb, base);
+	memmove(&hb->res[i + 1], &hb->res[i], (hb->nres - i) * sizeof(*hb->res));
+	hb->res[i].base = base;
+	hb->res[i].size = size;
+	hb->res[i].arena = NO_SLOT;
+	hb->nres++;
+	pthread_mutex_unlock(&hb->alock);
+	return 0;
+}
+
+/* Forget a reservation.  Its mirror arena, if any, still holds chunks (an
+ * empty arena is closed at once): it stays, unbound, until the last goes. */
+static void res_del(struct host_be *hb, kvs_devptr_t base)
+{
+	size_t i;
+
+	pthread_mutex_lock(&hb->alock);
+	i = res_index(hb, base);
+	if (i < hb->nres && hb->res[i].base == base) {
+		if (hb->res[i].arena != NO_SLOT)
+			hb->arenas[hb->res[i].arena].bound = false;
+		memmove(&hb->res[i], &hb->res[i + 1], (hb->nres - i - 1) * sizeof(*hb->res));
+		hb->nres--;
+	}
+	pthread_mutex_unlock(&hb->alock);
 }
 
 static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
@@ -252,6 +371,11 @@ static int host_reserve(struct kvs_drv *d, size_t size, kvs_devptr_t *base)
 		munmap(m, a - p);
 	if (a + size < p + over)
 		munmap((void *)(a + size), p + over - (a + size));
+	if (res_add(hb_of(d), a, size) < 0) {
+		munmap((void *)a, size);
+		kvsi_drv_set_detail(d, "host: no memory for the reservation's books");
+		return kvs_fail(ENOMEM);
+	}
 	*base = a;
 	return 0;
 }
@@ -262,6 +386,7 @@ static int host_unreserve(struct kvs_drv *d, kvs_devptr_t base, size_t size)
 		kvsi_drv_set_detail(d, "host: munmap: %s", strerror(errno));
 		return -1;
 	}
+	res_del(hb_of(d), base);
 	return 0;
 }
 
@@ -296,7 +421,7 @@ static bool arena_fit(const struct host_arena *a, size_t n, size_t *first)
 {
 	size_t i, run = 0;
 
-	if (a->nfree < n)
+	if (a->mirror || a->nfree < n)
 		return false;
 	for (i = a->hint; i < a->ngran; i++) {
 		if (!(i & 63) && a->used[i >> 6] == ~0ULL && i + 64 <= a->ngran) {
@@ -314,15 +439,15 @@ static bool arena_fit(const struct host_arena *a, size_t n, size_t *first)
 	return false;
 }
 
-/* Add an arena of at least @n granules; alock held.  -1/errno. */
-static int arena_add(struct kvs_drv *d, struct host_be *hb, size_t n, size_t *idx)
+/* Add an arena of @ngran granules, a mirror of the reservation at @rbase
+ * when @mirror; alock held.  -1/errno. */
+static int arena_add(struct kvs_drv *d, struct host_be *hb, size_t ngran, bool mirror,
+		     kvs_devptr_t rbase, size_t *idx)
 {
-	size_t ngran = HOST_ARENA_BYTES / hb->gran, i;
 	struct host_arena *a;
+	size_t i;
 	int fd, err;
 
-	if (ngran < n)
-		ngran = n;
 	for (i = 0; i < hb->narenas; i++)	/* a closed one's slot */
 		if (hb->arenas[i].fd < 0)
 			break;
@@ -354,6 +479,9 @@ static int arena_add(struct kvs_drv *d, struct host_be *hb, size_t n, size_t *id
 				err == ENOSPC || err == EINVAL ? ENOMEM : err);
 	}
 	a->fd = fd;
+	a->mirror = mirror;
+	a->bound = mirror;
+	a->rbase = rbase;
 	a->ngran = ngran;
 	a->nfree = ngran;
 	if (i == hb->narenas)
@@ -383,21 +511,36 @@ static size_t slot_get(struct host_be *hb)
 	return hb->nchunks++;
 }
 
-/* Give a chunk's granules and slot back; alock held.  An arena left empty
- * is closed (its slot reused by the next arena_add()), so a driver with no
- * live chunk holds no descriptor and no file. */
-static void chunk_put(struct host_be *hb, size_t slot)
+/* Give granules [first, first + n) of arena @ai back; alock held.  An
+ * arena left empty is closed (its slot reused by the next arena_add(); a
+ * reservation it mirrored opens a new one at its next first map), so a
+ * driver with no live chunk holds no descriptor and no file. */
+static void range_put(struct host_be *hb, size_t ai, size_t first, size_t n)
 {
-	struct host_chunk *c = &hb->chunks[slot];
-	struct host_arena *a = &hb->arenas[c->arena];
+	struct host_arena *a = &hb->arenas[ai];
 
-	gran_mark(a, c->first, c->ngran, false);
+	gran_mark(a, first, n, false);
 	if (a->nfree == a->ngran) {
+		if (a->bound) {
+			struct host_res *r = res_find(hb, a->rbase);
+
+			if (r && r->arena == ai)
+				r->arena = NO_SLOT;
+		}
 		close(a->fd);
 		free(a->used);
 		memset(a, 0, sizeof(*a));
 		a->fd = -1;
 	}
+}
+
+/* Give a chunk's range, if it has one, and its slot back; alock held. */
+static void chunk_put(struct host_be *hb, size_t slot)
+{
+	struct host_chunk *c = &hb->chunks[slot];
+
+	if (c->arena != NO_SLOT)
+		range_put(hb, c->arena, c->first, c->ngran);
 	c->next_free = hb->free_slot;
 	hb->free_slot = slot;
 }
@@ -443,10 +586,30 @@ static int commit_check(struct kvs_drv *d, struct host_be *hb, size_t size)
 	return 0;
 }
 
+/* First fit of @n granules in a general arena, adding one if none has room,
+ * and mark them used; alock held.  -1/errno. */
+static int general_take(struct kvs_drv *d, struct host_be *hb, size_t n, size_t *ai,
+			size_t *first)
+{
+	size_t i, ngran = HOST_ARENA_BYTES / hb->gran;
+
+	for (i = 0; i < hb->narenas; i++)
+		if (hb->arenas[i].fd >= 0 && arena_fit(&hb->arenas[i], n, first))
+			break;
+	if (i == hb->narenas) {
+		if (arena_add(d, hb, ngran < n ? n : ngran, false, 0, &i) < 0)
+			return -1;
+		*first = 0;
+	}
+	gran_mark(&hb->arenas[i], *first, n, true);
+	*ai = i;
+	return 0;
+}
+
 static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 {
 	struct host_be *hb = hb_of(d);
-	size_t n = size / hb->gran, slot, i, first = 0;
+	size_t n = size / hb->gran, slot, ai, first = 0;
 	struct host_chunk *c;
 	off_t off;
 	int fd, err;
@@ -463,29 +626,29 @@ static int host_create(struct kvs_drv *d, size_t size, uint64_t *handle)
 		pthread_mutex_unlock(&hb->alock);
 		return kvs_fail(ENOMEM);
 	}
-	for (i = 0; i < hb->narenas; i++)
-		if (hb->arenas[i].fd >= 0 && arena_fit(&hb->arenas[i], n, &first))
-			break;
-	if (i == hb->narenas) {
-		if (arena_add(d, hb, n, &i) < 0) {
-			err = errno;
-			hb->chunks[slot].next_free = hb->free_slot;
-			hb->free_slot = slot;
-			pthread_mutex_unlock(&hb->alock);
-			return kvs_fail(err);
-		}
-		first = 0;
-	}
 	c = &hb->chunks[slot];
-	c->arena = i;
-	c->first = first;
+	c->arena = NO_SLOT;
+	c->first = 0;
 	c->ngran = n;
-	gran_mark(&hb->arenas[i], first, n, true);
-	fd = hb->arenas[i].fd;
+	c->placed = false;
+	if (hb->lazy) {		/* its range comes with its first map */
+		pthread_mutex_unlock(&hb->alock);
+		*handle = slot;
+		return 0;
+	}
+	if (general_take(d, hb, n, &ai, &first) < 0) {
+		err = errno;
+		chunk_put(hb, slot);
+		pthread_mutex_unlock(&hb->alock);
+		return kvs_fail(err);
+	}
+	c->arena = ai;
+	c->first = first;
+	fd = hb->arenas[ai].fd;
 	pthread_mutex_unlock(&hb->alock);
 
 	off = (off_t)(first * hb->gran);
-	if (!hb->lazy && fallocate(fd, 0, off, (off_t)size) < 0) {
+	if (fallocate(fd, 0, off, (off_t)size) < 0) {
 		err = errno;
 		kvsi_drv_set_detail(d, "host: allocating %zu bytes: %s", size, strerror(err));
 		/* Give back whatever part was allocated. */
@@ -507,7 +670,14 @@ static int host_release(struct kvs_drv *d, uint64_t handle)
 	return 0;
 }
 
-/* Released and no longer mapped: punch the range out, give it back. */
+static void punch(int fd, size_t first, size_t n, size_t gran)
+{
+	(void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(first * gran),
+			(off_t)(n * gran));
+}
+
+/* Released and no longer mapped (or never mapped): punch its range out,
+ * give it back.  A lazy chunk never mapped has none. */
 static void host_chunk_free(struct kvs_drv *d, uint64_t handle)
 {
 	struct host_be *hb = hb_of(d);
@@ -515,10 +685,108 @@ static void host_chunk_free(struct kvs_drv *d, uint64_t handle)
 
 	pthread_mutex_lock(&hb->alock);
 	c = &hb->chunks[handle];
-	(void)fallocate(hb->arenas[c->arena].fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			(off_t)(c->first * hb->gran), (off_t)(c->ngran * hb->gran));
+	if (c->arena != NO_SLOT)
+		punch(hb->arenas[c->arena].fd, c->first, c->ngran, hb->gran);
 	chunk_put(hb, (size_t)handle);
 	pthread_mutex_unlock(&hb->alock);
+}
+
+/* Are granules [first, first + n) of @a all free? */
+static bool range_free(const struct host_arena *a, size_t first, size_t n)
+{
+	size_t i;
+
+	if (a->nfree < n || first + n > a->ngran)
+		return false;
+	for (i = first; i < first + n; i++)
+		if (gran_used(a, i))
+			return false;
+	return true;
+}
+
+/*
+ * Take the mirrored range of a chunk first mapped at @addr: granules
+ * [g, g + n) of the mirror arena of @addr's reservation, g being @addr's
+ * granule in it, opening that arena if needed.  alock held.  True with
+ * *ai, *first set and the range marked used; false when the range is held
+ * by a chunk first mapped there earlier (or no arena can be had).
+ */
+static bool mirror_take(struct kvs_drv *d, struct host_be *hb, kvs_devptr_t addr, size_t n,
+			size_t *ai, size_t *first)
+{
+	struct host_res *r = res_find(hb, addr);
+	size_t g;
+
+	if (!r)
+		return false;
+	g = (addr - r->base) / hb->gran;
+	if (r->arena == NO_SLOT) {
+		size_t i;
+
+		if (arena_add(d, hb, r->size / hb->gran, true, r->base, &i) < 0)
+			return false;	/* out of descriptors: first fit will do */
+		r->arena = i;
+	}
+	if (!range_free(&hb->arenas[r->arena], g, n))
+		return false;
+	gran_mark(&hb->arenas[r->arena], g, n, true);
+	*ai = r->arena;
+	*first = g;
+	return true;
+}
+
+/*
+ * Give a chunk mapped for the first time its final range; alock held (and
+ * drv->lock, so no other map, unmap or chunk_free runs; create may, so
+ * hb->chunks and hb->arenas are reread after the lock is dropped).
+ *
+ * Lazy: the mirrored range, else first fit.  Committed at creation: the
+ * commitment moves to the mirrored range (nobody can have written the
+ * chunk before its first map, so no byte is copied) when that range is free
+ * and fallocate() gets it; otherwise it stays where it is.
+ */
+static int place(struct kvs_drv *d, struct host_be *hb, uint64_t handle, kvs_devptr_t addr)
+{
+	struct host_chunk *c = &hb->chunks[handle];
+	size_t n = c->ngran, ai, first, old_ai, old_first;
+	int mfd, ofd;
+
+	if (!mirror_take(d, hb, addr, n, &ai, &first)) {
+		if (c->arena == NO_SLOT) {
+			if (general_take(d, hb, n, &ai, &first) < 0)
+				return -1;
+			c->arena = ai;
+			c->first = first;
+		}
+		c->placed = true;
+		return 0;
+	}
+	if (c->arena == NO_SLOT) {
+		c->arena = ai;
+		c->first = first;
+		c->placed = true;
+		return 0;
+	}
+	old_ai = c->arena;
+	old_first = c->first;
+	mfd = hb->arenas[ai].fd;
+	ofd = hb->arenas[old_ai].fd;
+	pthread_mutex_unlock(&hb->alock);
+	if (fallocate(mfd, 0, (off_t)(first * hb->gran), (off_t)(n * hb->gran)) == 0) {
+		punch(ofd, old_first, n, hb->gran);
+		pthread_mutex_lock(&hb->alock);
+		range_put(hb, old_ai, old_first, n);
+		c = &hb->chunks[handle];
+		c->arena = ai;
+		c->first = first;
+	} else {
+		punch(mfd, first, n, hb->gran);
+		pthread_mutex_lock(&hb->alock);
+		range_put(hb, ai, first, n);
+		c = &hb->chunks[handle];
+	}
+	c->placed = true;
+	return 0;
 }
 
 static int host_map(struct kvs_drv *d, kvs_devptr_t addr, size_t size, uint64_t handle)
@@ -529,6 +797,12 @@ static int host_map(struct kvs_drv *d, kvs_devptr_t addr, size_t size, uint64_t 
 	int fd;
 
 	pthread_mutex_lock(&hb->alock);
+	if (!hb->chunks[handle].placed && place(d, hb, handle, addr) < 0) {
+		int err = errno;
+
+		pthread_mutex_unlock(&hb->alock);
+		return kvs_fail(err);
+	}
 	fd = hb->arenas[hb->chunks[handle].arena].fd;
 	off = (off_t)(hb->chunks[handle].first * hb->gran);
 	pthread_mutex_unlock(&hb->alock);

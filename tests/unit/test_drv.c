@@ -5,6 +5,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -731,6 +732,108 @@ START_TEST(test_host_many_chunks_few_fds)
 }
 END_TEST
 
+/* Lines of /proc/self/maps: the VMAs vm.max_map_count bounds. */
+static int vma_count(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	int ch, n = 0;
+
+	if (!f)
+		return -1;
+	while ((ch = getc(f)) != EOF)
+		n += ch == '\n';
+	fclose(f);
+	return n;
+}
+
+#define VMA_BUFS 4
+#define VMA_CHUNKS 70000	/* in all: more than the default 65530 VMAs */
+#define VMA_PER (VMA_CHUNKS / VMA_BUFS)
+#define VMA_BATCH 1000
+
+static unsigned char *vma_ptr(const kvs_devptr_t *base, size_t g, int k)
+{
+	return (unsigned char *)(uintptr_t)(base[k % VMA_BUFS] + (size_t)(k / VMA_BUFS) * g);
+}
+
+static int many_vmas(void)
+{
+	size_t g = 64 << 10;
+	kvs_drv_attr_t attr;
+	kvs_chunk_t **c = calloc(VMA_CHUNKS, sizeof(*c));
+	kvs_devptr_t base[VMA_BUFS];
+	int vmas0, k, b, i;
+	kvs_drv_t *d;
+
+	CHILD_CHECK(c);
+	vmas0 = vma_count();
+	CHILD_CHECK(vmas0 > 0);
+	kvs_drv_attr_init(&attr);
+	attr.granularity = g;
+	attr.flags = KVS_DRV_F_LAZY;
+	d = kvs_drv_open("host", &attr);
+	CHILD_CHECK(d);
+	for (b = 0; b < VMA_BUFS; b++)
+		CHILD_CHECK(kvs_drv_reserve(d, VMA_PER * g, &base[b]) == 0);
+	/* As a slab allocator does: slab i's chunk of buffer 0, of buffer 1... */
+	for (k = 0; k < VMA_CHUNKS; k++) {
+		CHILD_CHECK(kvs_drv_chunk_create(d, g, &c[k]) == 0);
+		CHILD_CHECK(kvs_drv_map(d, (kvs_devptr_t)(uintptr_t)vma_ptr(base, g, k), c[k]) == 0);
+		CHILD_CHECK(kvs_drv_set_access(d, (kvs_devptr_t)(uintptr_t)vma_ptr(base, g, k), g,
+					       KVS_ACCESS_RW) == 0);
+	}
+	CHILD_CHECK(vma_count() - vmas0 < 1000);
+	CHILD_CHECK(tu_host_chunk_maps() <= VMA_BUFS);
+	CHILD_CHECK(tu_host_chunk_fds() == VMA_BUFS);
+	for (k = 0; k < VMA_CHUNKS; k += 7) {
+		*vma_ptr(base, g, k) = (unsigned char)k;
+		vma_ptr(base, g, k)[g - 1] = (unsigned char)(k >> 8);
+	}
+	for (k = 0; k < VMA_CHUNKS; k += 7)
+		CHILD_CHECK(*vma_ptr(base, g, k) == (unsigned char)k &&
+			    vma_ptr(base, g, k)[g - 1] == (unsigned char)(k >> 8));
+	/* Unmap every other chunk, a batch at a time (every other one of all
+	 * of them at once would be 70000 VMAs again: holes count), and map
+	 * it back: same range, same bytes, merged again. */
+	for (i = 0; i < VMA_CHUNKS; i += VMA_BATCH) {
+		for (k = i; k < i + VMA_BATCH && k < VMA_CHUNKS; k += 2)
+			CHILD_CHECK(kvs_drv_unmap(d, (kvs_devptr_t)(uintptr_t)vma_ptr(base, g, k),
+						  g) == 0);
+		for (k = i; k < i + VMA_BATCH && k < VMA_CHUNKS; k += 2) {
+			kvs_devptr_t a = (kvs_devptr_t)(uintptr_t)vma_ptr(base, g, k);
+
+			CHILD_CHECK(kvs_drv_map(d, a, c[k]) == 0);
+			CHILD_CHECK(kvs_drv_set_access(d, a, g, KVS_ACCESS_RW) == 0);
+		}
+	}
+	CHILD_CHECK(vma_count() - vmas0 < 1000);
+	for (k = 0; k < VMA_CHUNKS; k += 7)
+		CHILD_CHECK(*vma_ptr(base, g, k) == (unsigned char)k &&
+			    vma_ptr(base, g, k)[g - 1] == (unsigned char)(k >> 8));
+	/* A chunk mapped a second time elsewhere is the same memory. */
+	CHILD_CHECK(kvs_drv_unmap(d, base[0], g) == 0);
+	CHILD_CHECK(kvs_drv_map(d, base[0], c[1]) == 0);
+	CHILD_CHECK(kvs_drv_set_access(d, base[0], g, KVS_ACCESS_RW) == 0);
+	*(unsigned char *)(uintptr_t)base[0] = 0xa5;
+	CHILD_CHECK(*vma_ptr(base, g, 1) == 0xa5);
+	for (k = 0; k < VMA_CHUNKS; k += 2)
+		CHILD_CHECK(kvs_drv_chunk_release(d, c[k]) == 0);
+	CHILD_CHECK(kvs_drv_close(d) == 0);
+	CHILD_CHECK(tu_host_chunk_fds() == 0 && tu_host_chunk_maps() == 0);
+	free(c);
+	return 0;
+}
+
+/* Host only: 70000 one-granule chunks, lazy, created interleaved over four
+ * reservations as a slab allocator makes them, mapped side by side: their
+ * mappings merge, so the count of VMAs stays small and the default
+ * vm.max_map_count (65530, left as it is) is no limit. */
+START_TEST(test_host_many_chunks_few_vmas)
+{
+	ck_assert_int_eq(in_child(many_vmas), 0);
+}
+END_TEST
+
 /* Host only: a chunk larger than the machine's memory fails at creation,
  * having committed nothing, instead of waking the OOM killer later. */
 START_TEST(test_host_too_large)
@@ -855,6 +958,7 @@ static Suite *drv_suite(void)
 	tcase_add_test(tc, test_host_populate);
 	tcase_add_test(tc, test_host_rlimit_unchanged);
 	tcase_add_test(tc, test_host_many_chunks_few_fds);
+	tcase_add_test(tc, test_host_many_chunks_few_vmas);
 	tcase_add_test(tc, test_host_too_large);
 	tcase_add_test(tc, test_host_range_reuse);
 	suite_add_tcase(s, tc);
