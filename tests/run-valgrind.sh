@@ -8,7 +8,10 @@ CK_FORK=no
 CK_TIMEOUT_MULTIPLIER=20
 # Long seeded loops run a quarter as long: memcheck is ~30x slower.
 KVSLAB_TEST_SCALE=${KVSLAB_TEST_SCALE:-0.25}
-export CK_FORK CK_TIMEOUT_MULTIPLIER KVSLAB_TEST_SCALE
+# Tests that valgrind cannot host as they are (it refuses to lower the
+# descriptor limit) check this.
+KVSLAB_UNDER_VALGRIND=1
+export CK_FORK CK_TIMEOUT_MULTIPLIER KVSLAB_TEST_SCALE KVSLAB_UNDER_VALGRIND
 # --fair-sched=yes: valgrind runs one thread at a time, and its default lock
 # lets a spinning thread take it back at once, starving the others.
 # timeout: CK_FORK=no turns off check's own timeouts, so a hang must still end.

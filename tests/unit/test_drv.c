@@ -691,7 +691,11 @@ static int many_chunks(void)
 	int k;
 
 	CHILD_CHECK(c);
-	CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	/* valgrind keeps descriptors of its own at the top of the limit and
+	 * refuses to lower it: there, tu_host_chunk_fds() below bounds the
+	 * descriptors the backend holds instead. */
+	if (!getenv("KVSLAB_UNDER_VALGRIND"))
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
 	kvs_drv_attr_init(&attr);
 	attr.granularity = g;
 	attr.flags = KVS_DRV_F_LAZY;
