@@ -101,6 +101,7 @@ struct kvs_slab {
 	struct chunkset *parked;	/* chunks whose release failed, to retry */
 	uint64_t n_parked;		/* chunks in them */
 	uint64_t nchunks;		/* chunks created and not released */
+	uint64_t n_releasing;		/* chunks being released, lock dropped */
 	struct mag *mags;
 	_Atomic uint64_t drain_gen;
 	pthread_key_t key;

@@ -97,6 +97,7 @@ static int chunkset_release(struct kvs_slab *s, struct chunkset *cs)
 	}
 	pthread_mutex_lock(&s->lock);
 	s->nchunks -= done;
+	s->n_releasing -= done + failed;
 	if (failed) {
 		ST(s, release_fail) += failed;
 		s->n_parked += failed;
@@ -130,6 +131,7 @@ static struct chunkset *chunkset_create(struct kvs_slab *s)
 			cs->c[b] = NULL;
 			pthread_mutex_lock(&s->lock);
 			s->nchunks += b;
+			s->n_releasing += b;
 			pthread_mutex_unlock(&s->lock);
 			(void)chunkset_release(s, cs);
 			errno = e;
@@ -160,10 +162,15 @@ static void pool_put_locked(struct kvs_slab *s, struct chunkset *cs, struct chun
  * release failed (the chunk is parked). */
 static int release_list_locked(struct kvs_slab *s, struct chunkset *rel)
 {
+	struct chunkset *cs;
 	int rc = 0;
 
 	if (!rel)
 		return 0;
+	/* Out of the books while the lock is dropped: validate counts them. */
+	for (cs = rel; cs; cs = cs->next)
+		for (uint32_t b = 0; b < s->nbuf; b++)
+			s->n_releasing += cs->c[b] != NULL;
 	pthread_mutex_unlock(&s->lock);
 	while (rel) {
 		struct chunkset *n = rel->next;

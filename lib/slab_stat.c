@@ -133,7 +133,7 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 		for (cs = s->pool; cs; cs = cs->next)
 			pooled++;
 		if (parked != s->n_parked || pooled != s->pool_count ||
-		    s->nchunks != (pooled + mapped + broken) * s->nbuf + parked)
+		    s->nchunks != (pooled + mapped + broken) * s->nbuf + parked + s->n_releasing)
 			bad = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
