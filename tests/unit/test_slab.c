@@ -54,6 +54,22 @@ static kvs_slab_t *mk(kvs_drv_t *d, uint32_t page_size, uint64_t cap, uint32_t m
 	return s;
 }
 
+/* An allocator on @d with no chunk pool and no per-thread cache, so that
+ * every growth and release reaches the driver at once. */
+static kvs_slab_t *mk_plain(kvs_drv_t *d, uint64_t cap, uint32_t max_empty)
+{
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+
+	base_attr(&a, cap);
+	a.max_empty = max_empty;
+	a.chunk_pool = 0;
+	a.magazine = 0;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
 static void finish(int i, kvs_drv_t *d, kvs_slab_t *s)
 {
 	if (s) {
@@ -857,16 +873,10 @@ END_TEST
 START_TEST(test_release_failure_parks)
 {
 	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
-	kvs_slab_attr_t a;
 	kvs_slab_t *s;
 	uint32_t pages[64];
 
-	base_attr(&a, 256);
-	a.max_empty = 0;
-	a.chunk_pool = 0;
-	a.magazine = 0;
-	s = kvs_slab_create(f, &a);
-	ck_assert_ptr_nonnull(s);
+	s = mk_plain(f, 256, 0);
 	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 64, pages), 64);
 	ck_assert_int_eq(kvs_slab_free_bulk(s, 64, pages), 0);
 	kvs_fault_fail_nth(f, KVS_OP_RELEASE, 1, EIO);
@@ -900,15 +910,10 @@ END_TEST
 START_TEST(test_map_undo_failure)
 {
 	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
-	kvs_slab_attr_t a;
 	kvs_slab_t *s;
 	uint32_t pages[128];
 
-	base_attr(&a, 128);
-	a.chunk_pool = 0;
-	a.magazine = 0;
-	s = kvs_slab_create(f, &a);
-	ck_assert_ptr_nonnull(s);
+	s = mk_plain(f, 128, 1);
 	kvs_fault_fail_nth(f, KVS_OP_SET_ACCESS, 1, EIO);
 	kvs_fault_fail_nth(f, KVS_OP_UNMAP, 1, EIO);
 	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 10, pages), -1);
@@ -934,15 +939,10 @@ END_TEST
 START_TEST(test_unmap_failure_parks)
 {
 	kvs_drv_t *inner = drv_open(_i, 0), *f = kvs_fault_open(inner);
-	kvs_slab_attr_t a;
 	kvs_slab_t *s;
 	uint32_t pages[128];
 
-	base_attr(&a, 128);
-	a.chunk_pool = 0;
-	a.magazine = 0;
-	s = kvs_slab_create(f, &a);
-	ck_assert_ptr_nonnull(s);
+	s = mk_plain(f, 128, 1);
 	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 128, pages), 128);
 	ck_assert_int_eq(kvs_slab_free_bulk(s, 128, pages), 0);
 	kvs_fault_fail_nth(f, KVS_OP_UNMAP, 2, EIO); /* the second buffer */
