@@ -9,6 +9,7 @@
 #define KVSLAB_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -73,5 +74,10 @@ static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
 	}
 	return a;
 }
+
+/* lib/slab.c, for kvs_pool_free(): free the pages of token locations with
+ * no allocation (see there). */
+struct kvs_slab;
+int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint32_t ps);
 
 #endif /* KVSLAB_INTERNAL_H */

@@ -271,59 +271,54 @@ KVS_EXPORT int kvs_pool_alloc(kvs_pool_t *p, size_t n, int32_t *locs)
 	return 0;
 }
 
-/* Pages of @locs, one entry per run of tokens of the same page. */
-static size_t pages_of(const struct kvs_pool *p, size_t n, const int32_t *locs, uint32_t *out)
+/* The page of each run of adjacent tokens of one page in @locs, in turn:
+ * *i is advanced past the run.  -1 for a negative location. */
+static int64_t next_page(const struct kvs_pool *p, size_t n, const int32_t *locs, size_t *i)
 {
-	size_t i, k = 0;
+	uint32_t pg;
 
-	for (i = 0; i < n; i++) {
-		uint32_t pg = (uint32_t)locs[i] / p->page_size;
+	if (locs[*i] < 0)
+		return -1;
+	pg = (uint32_t)locs[*i] / p->page_size;
+	(*i)++;
+	while (p->page_size > 1 && *i < n && locs[*i] >= 0 &&
+	       (uint32_t)locs[*i] / p->page_size == pg)
+		(*i)++;
+	return pg;
+}
 
-		if (locs[i] < 0)
-			return SIZE_MAX;
-		if (k == 0 || out[k - 1] != pg || p->page_size == 1)
-			out[k++] = pg;
+/* Add a reference to the page of each run; all or nothing, no allocation. */
+static int pool_ref_locs(struct kvs_pool *p, size_t n, const int32_t *locs)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		size_t start = i, j = 0;
+		int64_t pg = next_page(p, n, locs, &i);
+		int e;
+
+		if (pg >= 0 && kvs_slab_ref(p->slab, (uint32_t)pg) == 0)
+			continue;
+		e = pg < 0 ? EINVAL : errno;
+		/* Give back the references taken on the runs before this one:
+		 * the caller holds each page, so this never frees one. */
+		while (j < start)
+			kvs_slab_free(p->slab, (uint32_t)next_page(p, n, locs, &j));
+		return kvs_fail(e);
 	}
-	return k;
+	return 0;
 }
 
 static int pool_pages_call(struct kvs_pool *p, size_t n, const int32_t *locs, int ref)
 {
-	uint32_t stackbuf[256], *pages = stackbuf;
-	size_t k, i;
-	int rc = 0;
-
-	/* No array of more than SIZE_MAX / 4 entries exists, and n * 4 bytes
-	 * of page numbers must fit a size_t. */
-	if (!p || (!locs && n) || n > SIZE_MAX / sizeof(*pages))
+	/* No array of more than SIZE_MAX / 4 entries of int32_t exists. */
+	if (!p || (!locs && n) || n > SIZE_MAX / sizeof(*locs))
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
-	if (n > 256) {
-		pages = malloc(n * sizeof(*pages));
-		if (!pages)
-			return kvs_fail(ENOMEM);
-	}
-	k = pages_of(p, n, locs, pages);
-	if (k == SIZE_MAX) {
-		rc = kvs_fail(EINVAL);
-	} else if (!ref) {
-		rc = k == 1 ? kvs_slab_free(p->slab, pages[0]) : kvs_slab_free_bulk(p->slab, k, pages);
-	} else {
-		for (i = 0; i < k; i++) {
-			if (kvs_slab_ref(p->slab, pages[i]) < 0) {
-				int e = errno;
-
-				while (i-- > 0)
-					kvs_slab_free(p->slab, pages[i]);
-				rc = kvs_fail(e);
-				break;
-			}
-		}
-	}
-	if (pages != stackbuf)
-		free(pages);
-	return rc;
+	if (ref)
+		return pool_ref_locs(p, n, locs);
+	return kvsi_slab_free_locs(p->slab, n, locs, p->page_size);
 }
 
 /**

@@ -670,6 +670,83 @@ KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages
 	return 0;
 }
 
+/* Is entry @i of @locs the first token of its page's run?  Adjacent
+ * tokens of one page count once (kvs_pool_free(3)). */
+static inline bool run_start(const int32_t *locs, size_t i, uint32_t ps)
+{
+	return i == 0 || ps == 1 || locs[i - 1] < 0 || (uint32_t)locs[i - 1] / ps != (uint32_t)locs[i] / ps;
+}
+
+/* Undo the drops of the runs of @locs[0, k), newest first (unref_undo()'s
+ * rule: a dying page's entry dropped its last reference). */
+static void locs_undo(struct kvs_slab *s, size_t k, const int32_t *locs, uint32_t ps)
+{
+	while (k-- > 0) {
+		uint32_t pg;
+
+		if (!run_start(locs, k, ps))
+			continue;
+		pg = (uint32_t)locs[k] / ps;
+		if (atomic_load_explicit(&s->ref[pg], memory_order_relaxed) == REF_DYING)
+			atomic_store_explicit(&s->ref[pg], 1, memory_order_relaxed);
+		else
+			atomic_fetch_add_explicit(&s->ref[pg], 1, memory_order_relaxed);
+	}
+}
+
+/*
+ * kvsi_slab_free_locs() - kvs_slab_free_bulk() over token locations: drop
+ * one reference to the page of each run of adjacent tokens of one page in
+ * @locs (pages of @ps tokens).  All or nothing; never allocates, never calls
+ * the driver.  For kvs_pool_free().
+ *
+ * Context: MT-Safe; takes slab->lock.
+ * Return: 0, or -1 with errno EINVAL (a negative location, a page out of
+ * range, or a free one).
+ */
+int kvsi_slab_free_locs(kvs_slab_t *s, size_t n, const int32_t *locs, uint32_t ps)
+{
+	uint32_t batch[256];
+	size_t i, nlast = 0, k = 0;
+
+	if (!s || (!locs && n) || ps == 0)
+		return kvs_fail(EINVAL);
+	for (i = 0; i < n; i++) {
+		int r;
+
+		if (locs[i] < 0) {
+			locs_undo(s, i, locs, ps);
+			return kvs_fail(EINVAL);
+		}
+		if (!run_start(locs, i, ps))
+			continue;
+		r = unref(s, (uint32_t)locs[i] / ps, REF_DYING);
+		if (r < 0) {
+			locs_undo(s, i, locs, ps);
+			return kvs_fail(EINVAL);
+		}
+		nlast += (size_t)r;
+	}
+	if (!nlast)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	for (i = 0; i < n; i++) {
+		if (!run_start(locs, i, ps))
+			continue;
+		batch[k++] = (uint32_t)locs[i] / ps;
+		if (k == sizeof(batch) / sizeof(batch[0]) || i + 1 == n) {
+			slab_put_many(s, k, batch, true);
+			k = 0;
+		}
+	}
+	if (k)
+		slab_put_many(s, k, batch, true);
+	ST(s, free_slow) += nlast;
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 /* First run of @n available pages, or UINT64_MAX.  Lock held. */
 static uint64_t find_run(struct kvs_slab *s, size_t n)
 {
