@@ -15,11 +15,23 @@
  * the pool is short; if memory is still short, every lock and slot taken
  * for the batch is given back and the call fails with ENOMEM.
  *
+ * Freeing never fails.  kvs_flow_release() and kvs_flow_cache_finished()
+ * allocate nothing: they read a request's row into the flow's own buffer,
+ * sized at creation for the table's longest row, and free through
+ * kvs_pool_free(), which allocates nothing either.  When the tree cannot
+ * take a finished request's tokens (its insert runs out of memory), they
+ * are freed instead of cached: nothing is lost, the call succeeds.
+ *
+ * A batch names each request once.  The flows stamp every request of a
+ * call with the call's number (a field of kvs_req_t they own) and refuse a
+ * batch that names one twice, in O(n) and without allocating.
+ *
  * Locking (the order is in common/common.h):
  * flow->lock serializes the flows' calls, so one flow object may be shared by
  * threads; the tree, the table and the pool have their own.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +44,13 @@ struct kvs_flow {
 	kvs_radix_t *radix;
 	uint32_t ps;
 	pthread_mutex_t lock;
+	int32_t *buf;			/* 2 rows of the table, for the free paths */
 };
+
+/* The stamp of a request in a batch call (see "A batch names each
+ * request once"); call numbers are unique across flows. */
+#define REQ_STAMP(r) ((r)->_reserved[0])
+static _Atomic uint64_t next_call = 1;
 
 /**
  * kvs_req_init() - start a request.
@@ -79,7 +97,10 @@ KVS_EXPORT kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_
 		return NULL;
 	}
 	f = calloc(1, sizeof(*f));
-	if (!f) {
+	if (f)
+		f->buf = malloc(2 * ((size_t)kvs_reqtab_max_context(tab) + 1) * sizeof(int32_t));
+	if (!f || !f->buf) {
+		free(f);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -103,6 +124,7 @@ KVS_EXPORT int kvs_flow_destroy(kvs_flow_t *f)
 	if (!f)
 		return 0;
 	pthread_mutex_destroy(&f->lock);
+	free(f->buf);
 	free(f);
 	return 0;
 }
@@ -151,6 +173,22 @@ static void req_reset(kvs_req_t *req)
 	req->slot = -1;
 	req->prefix_len = req->kv_len = 0;
 	req->last_node = NULL;
+}
+
+/* Does @reqs name a request twice?  Stamps each with this call's number.
+ * Lock held. */
+static bool batch_has_twice(struct kvs_flow *f, kvs_req_t *const *reqs, size_t n)
+{
+	uint64_t call = atomic_fetch_add_explicit(&next_call, 1, memory_order_relaxed);
+	size_t i;
+
+	(void)f;
+	for (i = 0; i < n; i++) {
+		if (REQ_STAMP(reqs[i]) == call)
+			return true;
+		REQ_STAMP(reqs[i]) = call;
+	}
+	return false;
 }
 
 /* Pages needed to give @req locations up to @upto tokens. */
@@ -254,6 +292,10 @@ KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs
 			maxn = reqs[i]->ntokens;
 	}
 	pthread_mutex_lock(&f->lock);
+	if (batch_has_twice(f, reqs, n)) {
+		pthread_mutex_unlock(&f->lock);
+		return kvs_fail(EINVAL);
+	}
 	slots = calloc(nnew + 1, sizeof(*slots));
 	befores = calloc(n + 1, sizeof(*befores));
 	scratch = malloc(((size_t)maxn + f->ps) * sizeof(int32_t));
@@ -377,6 +419,10 @@ KVS_EXPORT int kvs_flow_prepare_decode(kvs_flow_t *f, kvs_req_t *const *reqs, si
 		total += reqs[i]->kv_len % f->ps == 0;
 	}
 	pthread_mutex_lock(&f->lock);
+	if (batch_has_twice(f, reqs, n)) {
+		pthread_mutex_unlock(&f->lock);
+		return kvs_fail(EINVAL);
+	}
 	pages = malloc((total * f->ps + 1) * sizeof(int32_t));
 	if (!pages || alloc_pages(f, total, pages) < 0) {
 		int e = pages ? errno : ENOMEM;
@@ -434,6 +480,19 @@ static void req_unlock(struct kvs_flow *f, kvs_req_t *req)
 	req->last_node = NULL;
 }
 
+/* Drop what @req holds: the locations it owns, its lock and its slot.
+ * Never allocates.  Lock held. */
+static void release_locked(struct kvs_flow *f, kvs_req_t *req)
+{
+	uint32_t own = req->kv_len - req->prefix_len;
+
+	if (own && kvs_reqtab_read(f->tab, (uint32_t)req->slot, req->prefix_len, own, f->buf) == 0)
+		kvs_pool_free(f->pool, own, f->buf);
+	req_unlock(f, req);
+	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
+	req_reset(req);
+}
+
 /**
  * kvs_flow_cache_finished() - a request finished: cache its tokens, free
  * what the tree already had and its partial last page, release its slot
@@ -441,36 +500,35 @@ static void req_unlock(struct kvs_flow *f, kvs_req_t *req)
  * @flow: flow.
  * @req: a request with a slot; its first kv_len tokens are cached.
  *
+ * Never allocates memory of its own and never fails for valid input: when
+ * the tree cannot take the tokens (its insert fails: out of memory), the
+ * request's own locations are freed instead of cached, as
+ * kvs_flow_release() does.
+ *
  * Context: MT-Safe (serialized per flow).
- * Return: 0 (the request is reset), or -1 with errno EINVAL or ENOMEM
- * (the request is unchanged).
+ * Return: 0 (the request is reset), or -1 with errno EINVAL (no flow, no
+ * request, or a request without a slot; nothing changes).
  */
 KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
 {
-	int32_t *buf;
 	ssize_t aligned;
 
 	if (!f || !req || req->slot < 0)
 		return kvs_fail(EINVAL);
-	buf = malloc(((size_t)req->kv_len + 1) * sizeof(int32_t));
-	if (!buf)
-		return kvs_fail(ENOMEM);
 	pthread_mutex_lock(&f->lock);
-	aligned = cache_prefix(f, req, buf);
+	aligned = cache_prefix(f, req, f->buf);
 	if (aligned < 0) {
-		int e = errno;
-
+		/* Not cached: give back what the request owns, keep nothing. */
+		release_locked(f, req);
 		pthread_mutex_unlock(&f->lock);
-		free(buf);
-		return kvs_fail(e);
+		return 0;
 	}
 	if ((uint32_t)aligned < req->kv_len) /* the partial last page */
-		kvs_pool_free(f->pool, req->kv_len - (size_t)aligned, buf + aligned);
+		kvs_pool_free(f->pool, req->kv_len - (size_t)aligned, f->buf + aligned);
 	req_unlock(f, req);
 	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
 	req_reset(req);
 	pthread_mutex_unlock(&f->lock);
-	free(buf);
 	return 0;
 }
 
@@ -503,11 +561,9 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 		return kvs_fail(EINVAL);
 	if (kvs_radix_disabled(f->radix))
 		return 0; /* nothing is cached: the request keeps what it holds */
-	buf = malloc(2 * ((size_t)req->kv_len + 1) * sizeof(int32_t));
-	if (!buf)
-		return kvs_fail(ENOMEM);
-	nl = buf + req->kv_len + 1;
 	pthread_mutex_lock(&f->lock);
+	buf = f->buf;
+	nl = buf + kvs_reqtab_max_context(f->tab) + 1;
 	aligned = cache_prefix(f, req, buf);
 	if (aligned < 0) {
 		err = errno;
@@ -537,7 +593,6 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 	req->prefix_len = (uint32_t)m;
 out:
 	pthread_mutex_unlock(&f->lock);
-	free(buf);
 	return err ? kvs_fail(err) : 0;
 }
 
@@ -547,29 +602,19 @@ out:
  * @flow: flow.
  * @req: request; one without a slot is left alone.
  *
+ * Never allocates and never fails for valid input.
+ *
  * Context: MT-Safe (serialized per flow).
- * Return: 0, or -1 with errno EINVAL or ENOMEM.
+ * Return: 0, or -1 with errno EINVAL (no flow or no request).
  */
 KVS_EXPORT int kvs_flow_release(kvs_flow_t *f, kvs_req_t *req)
 {
-	int32_t *buf;
-	uint32_t own;
-
 	if (!f || !req)
 		return kvs_fail(EINVAL);
 	if (req->slot < 0)
 		return 0;
-	own = req->kv_len - req->prefix_len;
-	buf = malloc(((size_t)own + 1) * sizeof(int32_t));
-	if (!buf)
-		return kvs_fail(ENOMEM);
 	pthread_mutex_lock(&f->lock);
-	if (own && kvs_reqtab_read(f->tab, (uint32_t)req->slot, req->prefix_len, own, buf) == 0)
-		kvs_pool_free(f->pool, own, buf);
-	req_unlock(f, req);
-	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
-	req_reset(req);
+	release_locked(f, req);
 	pthread_mutex_unlock(&f->lock);
-	free(buf);
 	return 0;
 }

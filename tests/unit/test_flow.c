@@ -407,6 +407,51 @@ START_TEST(test_worker_keeps_cache)
 }
 END_TEST
 
+/* The same request twice in one batch is refused with EINVAL and changes
+ * nothing (it leaked a request slot and pages before). */
+START_TEST(test_batch_names_twice)
+{
+	struct env e;
+	int32_t a[40], b[40];
+	kvs_req_t ra, rb, *batch[3];
+	uint64_t avail;
+	int i;
+
+	env_open(&e, 4, 8192);
+	for (i = 0; i < 40; i++) {
+		a[i] = 100 + i;
+		b[i] = 500 + i;
+	}
+	ck_assert_int_eq(kvs_req_init(&ra, a, 16, 0, 0), 0);
+	ck_assert_int_eq(kvs_req_init(&rb, b, 16, 0, 0), 0);
+	avail = kvs_pool_available(e.pool);
+	batch[0] = &ra;
+	batch[1] = &rb;
+	batch[2] = &ra;
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 3, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(ra.slot, -1);
+	ck_assert_int_eq(rb.slot, -1);
+	ck_assert_uint_eq(kvs_reqtab_available(e.tab), 8);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	/* Named once each, the batch goes through; decode refuses twice too. */
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 2, NULL), 32);
+	a[16] = 1;
+	ra.ntokens = 17;
+	batch[1] = &ra;
+	ck_assert_int_eq(kvs_flow_prepare_decode(e.f, batch, 2, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(ra.kv_len, 16);
+	batch[1] = &rb;
+	b[16] = 2;
+	rb.ntokens = 17;
+	ck_assert_int_eq(kvs_flow_prepare_decode(e.f, batch, 2, NULL), 0);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &ra), 0);
+	ck_assert_int_eq(kvs_flow_release(e.f, &rb), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *flow_suite(void)
 {
 	Suite *s = suite_create("flow");
@@ -420,6 +465,7 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_row_write_failure);
 	tcase_add_test(tc, test_disabled_cache);
 	tcase_add_test(tc, test_worker_keeps_cache);
+	tcase_add_test(tc, test_batch_names_twice);
 	suite_add_tcase(s, tc);
 	return s;
 }
