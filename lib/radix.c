@@ -14,42 +14,66 @@
  * segment (struct rseg); its children in one immutable array sorted by a
  * 64-bit hash of (extra key, first page) (struct rkids).  Changing either
  * means building a new one, publishing it with one pointer store, and
- * retiring the old one through call_rcu.  Leaves that may be evicted
- * (lock_ref 0, no children) sit in a binary heap ordered by the policy
- * (LRU: last access; LFU: hits, then last access; FIFO: creation; priority:
- * priority, then last access), kept up to date on every change, so
- * eviction never walks the tree.  Time is a logical clock, one tick per
- * match or insert.
+ * retiring the old one through call_rcu.  Every node records its tree, so
+ * a handle from another tree is refused.  Leaves that may be evicted
+ * (lock_ref 0, no children) sit in the eviction-policy heap
+ * (lib/evict_heap.c), kept up to date on every change, so eviction never
+ * walks the tree.  Time is a logical clock, one tick per match or insert.
+ * KV events and the chained page hashes are lib/kvevent.c's.  Over a pool,
+ * the tree keeps a bitmap of the pages it holds (one bit a pool page), so
+ * an insert can refuse a page the tree already holds in O(1), and a
+ * scratch bitmap of the same size to find a page named twice in one call;
+ * both are changed only under wlock.
+ *
+ * Trust at the API boundary.  An insert checks every location it is
+ * handed before it changes anything: in the pool's range, page-aligned,
+ * no page twice, held by the caller (refcount > 0), and, for the pages the
+ * tree would take over, not already the tree's.  Node handles are checked
+ * to belong to the tree.  kvs_radix_validate() checks the same of the
+ * whole tree.
  *
  * Concurrency (the library's lock order is in common/common.h).
- * Writers (match, insert, lock, unlock, evict) are serialized by r->wlock.
- * kvs_radix_match_ro() takes no lock: it runs inside an RCU
+ * Writers (match, insert, lock, unlock, evict, reset) are serialized by
+ * r->wlock.  kvs_radix_match_ro() takes no lock: it runs inside an RCU
  * read-side critical section (liburcu, bulletproof flavour: no thread
  * registration), so nothing it can reach is freed under it, and validates
  * its whole walk against a sequence count that the writer makes odd while
- * it changes the tree.  RCU alone would not do: a split gives an existing
- * node a shorter segment before its new parent is published, and a reader
- * that came through the old edge would match the shorter segment at the
- * wrong depth (whatever the order of the stores).  As the
+ * it changes what a reader can see: a split, a new child, an eviction, a
+ * reset.  A writer's match or insert that only refreshes access times, hit
+ * counts and priorities leaves the count alone: readers never look at
+ * those fields (they are the writer's, below the two published pointers),
+ * so they do not send readers back.  RCU alone would not do: a split gives
+ * an existing node a shorter segment before its new parent is published,
+ * and a reader that came through the old edge would match the shorter
+ * segment at the wrong depth (whatever the order of the stores).  As the
  * SLAB_TYPESAFE_BY_RCU warning says, RCU keeps the
  * memory valid, not the meaning: the reader re-checks with the sequence
  * count and starts over if the tree changed during its walk, so it never
  * returns a torn result.  A reader that has started over RO_TRIES times
- * reads once under wlock instead, so a stream of writes cannot starve it;
- * writers never wait for readers, and keep their write sections short:
- * evicted locations are freed and KV events delivered after the sequence
- * count is even again (still under wlock), so an event callback may call
- * kvs_radix_match_ro() but no writer call.
+ * leaves its RCU read section and reads once under wlock instead, so a
+ * stream of writes cannot starve it and no reader ever waits for wlock
+ * inside a read section; writers never wait for readers, and keep their
+ * write sections short: evicted locations are freed and KV events
+ * delivered after the sequence count is even again (still under wlock),
+ * so an event callback may call kvs_radix_match_ro() but no writer call.
+ *
+ * Statistics.  The writer's counters are plain fields changed under wlock;
+ * the readers' three are relaxed atomics on a cache line of their own, away
+ * from the sequence count every reader loads.
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <urcu-bp.h>
 
+#include "evict_heap.h"
 #include "internal.h"
+#include "kvevent.h"
 #include "kvslab/radix.h"
+#include "kvslab/slab.h"
 
 struct rseg {
 	uint32_t len;
@@ -70,28 +94,32 @@ struct rkids {
 };
 
 struct rnode {
+	/* What readers see: two published pointers, and extra (immutable). */
 	struct rseg *_Atomic seg;
 	struct rkids *_Atomic kids;
-	/* Writer-only from here on. */
-	struct rnode *parent;
 	uint64_t extra;
+	/* Writer-only from here on. */
+	struct kvs_radix *tree;		/* the tree the node belongs to */
+	struct rnode *parent;
 	uint64_t h;			/* hash of (extra, first page): parent's key */
 	uint32_t lock_ref;
-	int32_t priority;
-	uint64_t last_access, hits, created;
-	int64_t heap_idx;		/* -1: not in the heap */
+	struct evict_key ek;		/* the policy's view; ek.idx -1: not in the heap */
 	uint64_t last_hash;		/* chained hash of the last page (events) */
 	uint64_t gone_parent_hash;	/* evicted: the parent's last_hash */
 	struct rnode *gone_next;	/* evicted: the call's list, freed after the write */
 	struct rcu_head rcu;
 };
 
+#define W_STATS(X) X(matches) X(hit_tokens) X(inserts) X(inserted_tokens) X(splits) \
+	X(evictions) X(evicted_tokens) X(resets)
+
 struct kvs_radix {
 	kvs_pool_t *pool;
+	kvs_slab_t *slab;		/* the pool's, for page reference counts */
+	uint64_t cap;			/* pool capacity in tokens; 0: no pool */
 	uint32_t ps;
 	int policy, disabled;
-	kvs_kv_event_cb event_cb;
-	void *event_arg;
+	struct kvev_sink ev;
 	void (*free_cb)(void *arg, const int32_t *locs, size_t n);
 	void *free_arg;
 
@@ -100,36 +128,30 @@ struct kvs_radix {
 	struct rnode *root;
 	uint64_t clock;
 	uint64_t evictable, protected_, total, nnodes;
-	struct rnode **heap;
-	size_t heap_n, heap_cap;
+	struct evict_heap heap;
+	uint64_t *held;			/* pool pages the tree holds (pool only) */
+	uint64_t *seen;			/* insert's scratch, all clear between calls */
+	struct {
+#define W_FIELD(n) uint64_t n;
+		W_STATS(W_FIELD)
+#undef W_FIELD
+	} st;
+	/* Readers' counters, off the line readers read seq from. */
+	struct {
+		_Alignas(64) _Atomic uint64_t match_ro;
+		_Atomic uint64_t retries, fallbacks;
+	} rst;
 };
 
-/* ---------------------------------------------------------------- hashing */
-
-static inline uint64_t mix64(uint64_t x)
+static inline struct rnode *ek_node(struct evict_key *k)
 {
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
-static uint64_t hash_page(uint64_t seed, const int32_t *t, uint32_t n)
-{
-	uint64_t h = mix64(seed ^ 0x9e3779b97f4a7c15ULL);
-	uint32_t i;
-
-	for (i = 0; i < n; i++)
-		h = mix64(h ^ ((uint64_t)(uint32_t)t[i] + ((uint64_t)i << 32)));
-	return h;
+	return caa_container_of(k, struct rnode, ek);
 }
 
 /* The key of a child: its first page under its extra key. */
 static inline uint64_t child_hash(const struct kvs_radix *r, uint64_t extra, const int32_t *t)
 {
-	return hash_page(extra, t, r->ps);
+	return kvev_hash_page(extra, t, r->ps);
 }
 
 /* ------------------------------------------------------------ allocation */
@@ -254,142 +276,13 @@ retire:
 	return 0;
 }
 
-/* ------------------------------------------------------------------ heap */
-
-static bool before(const struct kvs_radix *r, const struct rnode *a, const struct rnode *b)
-{
-	switch (r->policy) {
-	case KVS_EVICT_LFU:
-		if (a->hits != b->hits)
-			return a->hits < b->hits;
-		break;
-	case KVS_EVICT_FIFO:
-		return a->created < b->created;
-	case KVS_EVICT_PRIORITY:
-		if (a->priority != b->priority)
-			return a->priority < b->priority;
-		break;
-	default:
-		break;
-	}
-	return a->last_access < b->last_access;
-}
-
-static void heap_set(struct kvs_radix *r, size_t i, struct rnode *n)
-{
-	r->heap[i] = n;
-	n->heap_idx = (int64_t)i;
-}
-
-static void heap_up(struct kvs_radix *r, size_t i)
-{
-	struct rnode *n = r->heap[i];
-
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-
-		if (!before(r, n, r->heap[p]))
-			break;
-		heap_set(r, i, r->heap[p]);
-		i = p;
-	}
-	heap_set(r, i, n);
-}
-
-static void heap_down(struct kvs_radix *r, size_t i)
-{
-	struct rnode *n = r->heap[i];
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= r->heap_n)
-			break;
-		if (c + 1 < r->heap_n && before(r, r->heap[c + 1], r->heap[c]))
-			c++;
-		if (!before(r, r->heap[c], n))
-			break;
-		heap_set(r, i, r->heap[c]);
-		i = c;
-	}
-	heap_set(r, i, n);
-}
-
-static int heap_push(struct kvs_radix *r, struct rnode *n)
-{
-	if (r->heap_n == r->heap_cap) {
-		size_t cap = r->heap_cap ? 2 * r->heap_cap : 256;
-		struct rnode **h = realloc(r->heap, cap * sizeof(*h));
-
-		if (!h)
-			return -1;
-		r->heap = h;
-		r->heap_cap = cap;
-	}
-	heap_set(r, r->heap_n++, n);
-	heap_up(r, r->heap_n - 1);
-	return 0;
-}
-
-static void heap_remove(struct kvs_radix *r, struct rnode *n)
-{
-	size_t i = (size_t)n->heap_idx;
-	struct rnode *moved;
-
-	n->heap_idx = -1;
-	if (--r->heap_n == i)
-		return;
-	moved = r->heap[r->heap_n];
-	heap_set(r, i, moved);
-	heap_down(r, i);
-	heap_up(r, (size_t)moved->heap_idx);
-}
-
-/* Put @n in the heap or take it out as its evictability says; keep its place
- * right after its key changed. */
-static void heap_fix(struct kvs_radix *r, struct rnode *n)
-{
-	bool want = n != r->root && n->lock_ref == 0 && nkids(n) == 0;
-
-	if (want && n->heap_idx < 0) {
-		if (heap_push(r, n) < 0)
-			return; /* out of memory: the node is just not evictable yet */
-	} else if (!want && n->heap_idx >= 0) {
-		heap_remove(r, n);
-	} else if (want) {
-		heap_down(r, (size_t)n->heap_idx);
-		heap_up(r, (size_t)n->heap_idx);
-	}
-}
-
-/* ---------------------------------------------------------------- events */
-
-/* Chained hashes of the pages of @s after a parent whose last page hashed
- * to @h; emits one event per page when @type is set.  Returns the last. */
-static uint64_t chain(struct kvs_radix *r, uint64_t h, uint64_t extra, const struct rseg *s,
-		      uint32_t from, uint32_t to, int type)
-{
-	uint32_t i;
-
-	for (i = from; i < to; i += r->ps) {
-		uint64_t nh = hash_page(h ? h : mix64(extra + 1), s->keys + i, r->ps);
-
-		if (type && r->event_cb) {
-			kvs_kv_event_t ev = {.type = type,
-					     .hash = nh,
-					     .parent_hash = h,
-					     .tokens = r->ps,
-					     .extra_key = extra};
-
-			r->event_cb(r->event_arg, &ev);
-		}
-		h = nh;
-	}
-	return h;
-}
-
 /* ------------------------------------------------------------ the writer */
 
+/*
+ * The sequence count readers check their walk against.  Only changes a
+ * reader can see go between write_begin() and write_end(): a split, a new
+ * child, an eviction, a reset.  Called with wlock held.
+ */
 static inline void write_begin(struct kvs_radix *r)
 {
 	uint64_t s = atomic_load_explicit(&r->seq, memory_order_relaxed);
@@ -405,6 +298,22 @@ static inline void write_end(struct kvs_radix *r)
 	atomic_store_explicit(&r->seq, s + 1, memory_order_release);
 }
 
+/* Put @n in the heap or take it out as its evictability says; keep its place
+ * right after its key changed. */
+static void heap_fix(struct kvs_radix *r, struct rnode *n)
+{
+	bool want = n != r->root && n->lock_ref == 0 && nkids(n) == 0;
+
+	if (want && n->ek.idx < 0) {
+		if (evict_heap_push(&r->heap, &n->ek) < 0)
+			return; /* out of memory: the node is just not evictable yet */
+	} else if (!want && n->ek.idx >= 0) {
+		evict_heap_remove(&r->heap, &n->ek);
+	} else if (want) {
+		evict_heap_update(&r->heap, &n->ek);
+	}
+}
+
 static struct rnode *node_new(struct kvs_radix *r, struct rnode *parent, uint64_t extra,
 			      struct rseg *seg)
 {
@@ -413,19 +322,23 @@ static struct rnode *node_new(struct kvs_radix *r, struct rnode *parent, uint64_
 	if (!n)
 		return NULL;
 	atomic_store_explicit(&n->seg, seg, memory_order_relaxed);
+	n->tree = r;
 	n->parent = parent;
 	n->extra = extra;
 	n->h = seg->len ? child_hash(r, extra, seg->keys) : 0;
-	n->heap_idx = -1;
-	n->created = n->last_access = r->clock;
+	n->ek.idx = -1;
+	n->ek.created = n->ek.last_access = r->clock;
 	r->nnodes++;
 	return n;
 }
 
 /*
  * Split @c at @m tokens: a new node takes the first @m tokens and becomes
- * @c's parent.  The new node takes @c's lock count and times, as SGLang's
- * _split_node does, so the sizes and the locks on the path stay exact.
+ * @c's parent.  As SGLang's _split_node does, the new node is a fresh node
+ * (created now, no hits) that takes @c's lock count and priority, so the
+ * sizes and the locks on the path stay exact; and as SGLang's match and
+ * insert do (they stamp the child before splitting it), both halves carry
+ * this call's access time.  Called with wlock held, inside a write section.
  */
 static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 {
@@ -443,13 +356,10 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	}
 	old_h = c->h;
 	n->lock_ref = c->lock_ref;
-	n->priority = c->priority;
-	n->last_access = c->last_access;
-	n->hits = c->hits;
-	n->created = c->created;
-	if (r->event_cb)
-		n->last_hash = chain(r, c->parent == r->root ? 0 : c->parent->last_hash, c->extra,
-				     top, 0, m, 0);
+	n->ek.priority = c->ek.priority;
+	if (r->ev.cb)
+		n->last_hash = kvev_chain(&r->ev, c->parent == r->root ? 0 : c->parent->last_hash,
+					  c->extra, top->keys, 0, m, 0);
 	/* Publish the new node's children, then the new node in place of @c,
 	 * then @c's shorter segment.  No order is safe for a reader on its own:
 	 * readers that overlap any of it are sent back by the sequence count. */
@@ -475,16 +385,22 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	c->parent = n;
 	atomic_store_explicit(&c->seg, rest, memory_order_release);
 	call_rcu(&old->rcu, free_seg_cb);
+	c->ek.last_access = r->clock;
+	if (c->ek.idx >= 0)
+		evict_heap_update(&r->heap, &c->ek);
+	r->st.splits++;
 	return n;
 }
 
+/* A match or insert passed through @n.  Touches fields no reader reads, so
+ * it needs no write section. */
 static void touch(struct kvs_radix *r, struct rnode *n, int priority)
 {
-	n->last_access = r->clock;
-	n->hits++;
-	if (priority > n->priority)
-		n->priority = priority;
-	if (n->heap_idx >= 0)
+	n->ek.last_access = r->clock;
+	n->ek.hits++;
+	if (priority > n->ek.priority)
+		n->ek.priority = priority;
+	if (n->ek.idx >= 0)
 		heap_fix(r, n);
 }
 
@@ -516,6 +432,27 @@ static inline uint32_t edge_match(const struct kvs_radix *r, const struct rseg *
 	return common_prefix(s->keys, key, (uint32_t)(left < s->len ? left : s->len), r->ps);
 }
 
+/* Lock @n and its ancestors once (the root is never counted).  With wlock. */
+static void lock_path(struct kvs_radix *r, struct rnode *n)
+{
+	for (; n && n != r->root; n = n->parent) {
+		if (n->lock_ref++ == 0) {
+			uint32_t len = seg_of(n)->len;
+
+			r->evictable -= len;
+			r->protected_ += len;
+			heap_fix(r, n);
+		}
+	}
+}
+
+/* Is @n a node of @r?  Nodes record their tree; a freed node cannot be
+ * told apart, which is why the _lock forms exist. */
+static inline bool node_ok(const struct kvs_radix *r, const struct rnode *n)
+{
+	return n && n->tree == r;
+}
+
 /**
  * kvs_radix_attr_init() - defaults: the pool's page size, LRU, enabled, no
  * events.
@@ -531,6 +468,12 @@ KVS_EXPORT int kvs_radix_attr_init(kvs_radix_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->policy = KVS_EVICT_LRU;
 	return 0;
+}
+
+/* Bitmap words for one bit per pool page. */
+static inline size_t map_words(const struct kvs_radix *r)
+{
+	return (size_t)((r->cap / r->ps + 63) / 64);
 }
 
 /**
@@ -561,36 +504,55 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	}
 	r = calloc(1, sizeof(*r));
 	empty = seg_new(0, NULL, NULL);
-	if (!r || !empty) {
-		free(r);
-		free(empty);
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!r || !empty)
+		goto nomem;
 	r->pool = pool;
 	r->ps = pool ? kvs_pool_page_size(pool) : attr->page_size;
+	if (pool) {
+		r->slab = kvs_pool_slab(pool);
+		r->cap = kvs_pool_capacity(pool);
+		r->held = calloc(map_words(r), sizeof(uint64_t));
+		r->seen = calloc(map_words(r), sizeof(uint64_t));
+		if (!r->held || !r->seen)
+			goto nomem;
+	}
 	r->free_cb = attr->free_cb;
 	r->free_arg = attr->free_arg;
 	r->policy = attr->policy;
 	r->disabled = attr->disabled;
-	r->event_cb = attr->event_cb;
-	r->event_arg = attr->event_arg;
+	r->ev.cb = attr->event_cb;
+	r->ev.arg = attr->event_arg;
+	r->ev.ps = r->ps;
+	evict_heap_init(&r->heap, r->policy);
 	pthread_mutex_init(&r->wlock, NULL);
 	r->root = node_new(r, NULL, 0, empty);
 	if (!r->root) {
 		pthread_mutex_destroy(&r->wlock);
-		free(empty);
-		free(r);
-		errno = ENOMEM;
-		return NULL;
+		goto nomem;
 	}
 	r->nnodes = 0; /* the root is not counted */
 	r->root->lock_ref = 1; /* never evicted */
 	return r;
+nomem:
+	if (r) {
+		free(r->seen);
+		free(r->held);
+	}
+	free(empty);
+	free(r);
+	errno = ENOMEM;
+	return NULL;
 }
 
+/* Give the tree's pages of @locs back; they leave the held map.  With
+ * wlock, outside any write section. */
 static void free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
+	size_t i;
+
+	if (r->held)
+		for (i = 0; i < n; i += r->ps)
+			bit_clear(r->held, (uint64_t)locs[i] / r->ps);
 	if (r->free_cb)
 		r->free_cb(r->free_arg, locs, n);
 	else
@@ -630,10 +592,62 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	synchronize_rcu();
 	free_subtree(r, r->root);
 	rcu_barrier(); /* retired segments and arrays are freed before we return */
-	free(r->heap);
+	evict_heap_free(&r->heap);
+	free(r->held);
+	free(r->seen);
 	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return 0;
+}
+
+/* The walk of kvs_radix_match() and kvs_radix_match_lock(), with wlock
+ * held: splits where the match ends inside a node, and refreshes access
+ * times (no write section for that).  Returns tokens matched or -1
+ * (ENOMEM, the tree unchanged but for earlier splits and access times). */
+static ssize_t match_locked(struct kvs_radix *r, uint64_t extra, const int32_t *key, size_t n,
+			    int32_t *locs, struct rnode **last)
+{
+	struct rnode *node = r->root;
+	size_t pos = 0;
+
+	*last = node;
+	if (r->disabled)
+		return 0;
+	n = n / r->ps * r->ps;
+	r->clock++;
+	r->st.matches++;
+	while (pos < n) {
+		struct rnode *c = find_child(r, node, extra, key + pos);
+		struct rseg *s;
+		uint32_t m, len;
+
+		if (!c)
+			break;
+		s = seg_of(c);
+		len = s->len; /* @s is retired by a split: read it before */
+		m = edge_match(r, s, key + pos, n - pos);
+		if (m < len) {
+			struct rnode *top;
+
+			write_begin(r);
+			top = split(r, c, m);
+			write_end(r);
+			if (!top) {
+				r->st.hit_tokens += pos;
+				return kvs_fail(ENOMEM);
+			}
+			c = top;
+		}
+		memcpy(locs + pos, seg_of(c)->vals, m * sizeof(int32_t));
+		pos += m;
+		touch(r, c, INT32_MIN);
+		node = c;
+		if (m < len)
+			break;
+	}
+	r->st.hit_tokens += pos;
+	*last = node;
+	return (ssize_t)pos;
 }
 
 /**
@@ -648,9 +662,12 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
  *
  * A match that ends inside a node splits the node there, so that @last
  * covers exactly the matched prefix.  Updates access times and hit counts
- * along the path.
+ * along the path.  Neither @last nor the pages of @locs are protected once
+ * the call returns: another thread's kvs_radix_evict() may free them before
+ * a kvs_radix_lock().  Unless the calling thread is the only one that
+ * evicts, use kvs_radix_match_lock().
  *
- * Context: MT-Safe (serialized with the other writers).
+ * Context: MT-Safe (takes wlock).
  * Return: tokens matched (a multiple of the page size), or -1 with errno
  * EINVAL or ENOMEM.
  */
@@ -658,50 +675,52 @@ KVS_EXPORT ssize_t kvs_radix_match(kvs_radix_t *r, uint64_t extra, const int32_t
 				   int32_t *locs, kvs_radix_node_t **last)
 {
 	struct rnode *node;
-	size_t pos = 0;
+	ssize_t got;
 
 	if (!r || (!key && n) || (!locs && n))
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
-	node = r->root;
-	if (r->disabled)
-		goto out;
-	n = n / r->ps * r->ps;
-	r->clock++;
-	write_begin(r);
-	while (pos < n) {
-		struct rnode *c = find_child(r, node, extra, key + pos);
-		struct rseg *s;
-		uint32_t m, len;
-
-		if (!c)
-			break;
-		s = seg_of(c);
-		len = s->len; /* @s is retired by a split: read it before */
-		m = edge_match(r, s, key + pos, n - pos);
-		if (m < len) {
-			struct rnode *top = split(r, c, m);
-
-			if (!top) {
-				write_end(r);
-				pthread_mutex_unlock(&r->wlock);
-				return kvs_fail(ENOMEM);
-			}
-			c = top;
-		}
-		memcpy(locs + pos, seg_of(c)->vals, m * sizeof(int32_t));
-		pos += m;
-		touch(r, c, INT32_MIN);
-		node = c;
-		if (m < len)
-			break;
-	}
-	write_end(r);
-out:
+	got = match_locked(r, extra, key, n, locs, &node);
 	pthread_mutex_unlock(&r->wlock);
-	if (last)
+	if (got >= 0 && last)
 		*last = (kvs_radix_node_t *)node;
-	return (ssize_t)pos;
+	return got;
+}
+
+/**
+ * kvs_radix_match_lock() - kvs_radix_match() and kvs_radix_lock() of the
+ * node it ends in, in one writer section.
+ * @radix: cache.
+ * @extra_key: the request's extra key.
+ * @key: token ids.
+ * @n: tokens in @key; only whole pages are matched.
+ * @locs: receives the locations of the matched tokens (room for @n).
+ * @last: receives the locked node (the root when nothing matched); the
+ *        caller gives it back with kvs_radix_unlock().  Not NULL.
+ *
+ * The matched pages stay in the tree, and their locations valid, until
+ * the kvs_radix_unlock().
+ *
+ * Context: MT-Safe (takes wlock).
+ * Return: tokens matched, or -1 with errno EINVAL or ENOMEM (nothing
+ * locked).
+ */
+KVS_EXPORT ssize_t kvs_radix_match_lock(kvs_radix_t *r, uint64_t extra, const int32_t *key,
+					size_t n, int32_t *locs, kvs_radix_node_t **last)
+{
+	struct rnode *node;
+	ssize_t got;
+
+	if (!r || (!key && n) || (!locs && n) || !last)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	got = match_locked(r, extra, key, n, locs, &node);
+	if (got >= 0)
+		lock_path(r, node);
+	pthread_mutex_unlock(&r->wlock);
+	if (got >= 0)
+		*last = (kvs_radix_node_t *)node;
+	return got;
 }
 
 /*
@@ -726,7 +745,8 @@ static size_t ro_walk(const struct kvs_radix *r, uint64_t extra, const int32_t *
 			break;
 		s = seg_of(c);
 		m = edge_match(r, s, key + pos, n - pos);
-		memcpy(locs + pos, s->vals, m * sizeof(int32_t));
+		if (locs)
+			memcpy(locs + pos, s->vals, m * sizeof(int32_t));
 		pos += m;
 		if (m < s->len)
 			break;
@@ -745,12 +765,16 @@ static size_t ro_walk(const struct kvs_radix *r, uint64_t extra, const int32_t *
  * @locs: receives the matched locations (room for @n).
  *
  * Neither splits nodes nor updates access times.  Runs under an RCU read
- * lock and starts over when a writer changed the tree meanwhile, so the
- * answer is a prefix that was cached, as a whole, at one moment; after
- * RO_TRIES attempts it reads under the writer lock.
+ * lock and starts over when a writer changed the tree's shape meanwhile
+ * (a split, a new child, an eviction, a reset; not a match or insert that
+ * only refreshed access times), so the answer is a prefix that was cached,
+ * as a whole, at one moment; after RO_TRIES attempts it leaves the read
+ * section and reads once under the writer lock.
  *
- * Context: MT-Safe, lock-free unless writers keep overlapping it; may be
- * called from any thread, including inside an event callback.
+ * Context: MT-Safe, lock-free unless writers keep overlapping it (never
+ * waits for wlock inside its RCU read section); may be called from any
+ * thread, including inside an event callback (whose thread holds wlock,
+ * so no write can overlap the walk and the first one stands).
  * Return: tokens matched, or -1 with errno EINVAL.
  */
 KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int32_t *key,
@@ -764,6 +788,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 		return kvs_fail(EINVAL);
 	if (r->disabled)
 		return 0;
+	atomic_fetch_add_explicit(&r->rst.match_ro, 1, memory_order_relaxed);
 	n = n / r->ps * r->ps;
 	rcu_read_lock();
 	for (;;) {
@@ -778,11 +803,16 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 		 * briefly, then let the writer's thread run (it may share our
 		 * CPU); a reader that keeps losing to writers reads once under
 		 * the writer lock, so that it cannot starve. */
+		atomic_fetch_add_explicit(&r->rst.retries, 1, memory_order_relaxed);
 		if (++tries == RO_TRIES) {
+			/* Out of the read section first: a writer holding
+			 * wlock may be waiting for a grace period. */
+			rcu_read_unlock();
+			atomic_fetch_add_explicit(&r->rst.fallbacks, 1, memory_order_relaxed);
 			pthread_mutex_lock(&r->wlock);
 			pos = ro_walk(r, extra, key, n, locs);
 			pthread_mutex_unlock(&r->wlock);
-			break;
+			return (ssize_t)pos;
 		}
 		if (tries % 16 == 0)
 			sched_yield();
@@ -791,6 +821,192 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 	}
 	rcu_read_unlock();
 	return (ssize_t)pos;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+	int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Is a page named twice in @locs (@n tokens, page-aligned)?  Over a pool,
+ * with the scratch bitmap (left clear again); otherwise on a sorted copy.
+ * Returns 1, 0, or -1 (ENOMEM).  With wlock. */
+static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
+{
+	size_t np = n / r->ps, i;
+	int32_t *pg;
+	int dup = 0;
+
+	if (np < 2)
+		return 0;
+	if (r->seen) {
+		for (i = 0; i < n; i += r->ps) {
+			uint64_t b = (uint64_t)locs[i] / r->ps;
+
+			if (bit_test(r->seen, b)) {
+				dup = 1;
+				break;
+			}
+			bit_set(r->seen, b);
+		}
+		while (i > 0) {
+			i -= r->ps;
+			bit_clear(r->seen, (uint64_t)locs[i] / r->ps);
+		}
+		return dup;
+	}
+	pg = malloc(np * sizeof(*pg));
+	if (!pg)
+		return kvs_fail(ENOMEM);
+	for (i = 0; i < np; i++)
+		pg[i] = locs[i * r->ps];
+	qsort(pg, np, sizeof(*pg), cmp_i32);
+	for (i = 1; i < np && !dup; i++)
+		dup = pg[i] == pg[i - 1];
+	free(pg);
+	return dup;
+}
+
+/*
+ * Check what an insert of @n tokens (page-aligned) is handed, before it
+ * changes anything: every location in the pool's range (>= 0 without a
+ * pool), each page's locations one page of the pool in order, no page
+ * twice, every page held by the caller (reference count > 0), and none of
+ * the pages the tree would take over already the tree's.  With wlock.
+ * Returns 0, or -1 with errno EINVAL or ENOMEM.
+ */
+static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
+			const int32_t *locs, size_t n)
+{
+	size_t i, pos;
+	int dup;
+
+	for (i = 0; i < n; i++) {
+		int32_t v = locs[i];
+
+		if (v < 0 || (r->cap && (uint64_t)v >= r->cap))
+			return kvs_fail(EINVAL);
+		if (i % r->ps ? v != locs[i - 1] + 1 : v % (int32_t)r->ps != 0)
+			return kvs_fail(EINVAL);
+	}
+	if (r->slab)
+		for (i = 0; i < n; i += r->ps)
+			if (kvs_slab_refcount(r->slab, (uint32_t)(locs[i] / (int32_t)r->ps)) <= 0)
+				return kvs_fail(EINVAL);
+	dup = has_dup_page(r, locs, n);
+	if (dup)
+		return dup < 0 ? -1 : kvs_fail(EINVAL);
+	if (r->held && !r->disabled) {
+		pos = ro_walk(r, extra, key, n, NULL); /* where the new part starts */
+		for (i = pos; i < n; i += r->ps)
+			if (bit_test(r->held, (uint64_t)locs[i] / r->ps))
+				return kvs_fail(EINVAL);
+	}
+	return 0;
+}
+
+/* The body of kvs_radix_insert() and kvs_radix_insert_lock(), with wlock
+ * held and the input checked.  *@last receives the node ending the key.
+ * Returns what kvs_radix_insert() returns. */
+static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t *key, size_t n,
+			     const int32_t *locs, int priority, struct rnode **last)
+{
+	struct rnode *node = r->root, *stored = NULL;
+	uint64_t stored_from = 0;
+	size_t pos = 0, i;
+
+	*last = node;
+	if (r->disabled) {
+		/* Nothing was cached, so the tree takes every page over and
+		 * drops it at once, as SGLang's caller does; returns 0. */
+		if (n)
+			free_locs(r, locs, n);
+		return 0;
+	}
+	r->clock++;
+	while (pos < n) {
+		struct rnode *c = find_child(r, node, extra, key + pos);
+		struct rseg *s;
+		uint32_t m;
+
+		if (!c)
+			break;
+		s = seg_of(c);
+		m = edge_match(r, s, key + pos, n - pos);
+		if (m < s->len) {
+			write_begin(r);
+			c = split(r, c, m);
+			write_end(r);
+			if (!c)
+				return kvs_fail(ENOMEM);
+		}
+		touch(r, c, priority);
+		pos += m;
+		node = c;
+	}
+	if (pos < n) {
+		struct rseg *s = seg_new((uint32_t)(n - pos), key + pos, locs + pos);
+		struct rnode *leaf = s ? node_new(r, node, extra, s) : NULL;
+		int rc;
+
+		if (!leaf) {
+			free(s);
+			return kvs_fail(ENOMEM);
+		}
+		leaf->ek.priority = priority;
+		write_begin(r);
+		rc = kids_update(node, leaf, NULL);
+		write_end(r);
+		if (rc < 0) {
+			free(s);
+			free(leaf);
+			r->nnodes--;
+			return kvs_fail(ENOMEM);
+		}
+		if (r->ev.cb) {
+			stored_from = node == r->root ? 0 : node->last_hash;
+			stored = leaf;
+			leaf->last_hash = kvev_chain(&r->ev, stored_from, extra, s->keys, 0, s->len, 0);
+		}
+		if (r->held)
+			for (i = pos; i < n; i += r->ps)
+				bit_set(r->held, (uint64_t)locs[i] / r->ps);
+		r->evictable += s->len;
+		r->total += s->len;
+		r->st.inserted_tokens += s->len;
+		heap_fix(r, node); /* no longer a leaf */
+		heap_fix(r, leaf);
+		node = leaf;
+	}
+	r->st.inserts++;
+	if (stored) /* after the write: a callback may call kvs_radix_match_ro() */
+		kvev_chain(&r->ev, stored_from, extra, seg_of(stored)->keys, 0, seg_of(stored)->len,
+			   KVS_KV_STORED);
+	*last = node;
+	return (ssize_t)pos;
+}
+
+static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t *key, size_t n,
+			     const int32_t *locs, int priority, kvs_radix_node_t **last, bool lock)
+{
+	struct rnode *node;
+	ssize_t got;
+
+	if (!r || (!key && n) || (!locs && n) || n > UINT32_MAX || (lock && !last))
+		return kvs_fail(EINVAL);
+	n = n / r->ps * r->ps;
+	pthread_mutex_lock(&r->wlock);
+	got = check_insert(r, extra, key, locs, n);
+	if (got == 0)
+		got = insert_locked(r, extra, key, n, locs, priority, &node);
+	if (got >= 0 && lock)
+		lock_path(r, node);
+	pthread_mutex_unlock(&r->wlock);
+	if (got >= 0 && last)
+		*last = (kvs_radix_node_t *)node;
+	return got;
 }
 
 /**
@@ -804,100 +1020,59 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
  * @priority: the request's priority (kept as the maximum on each node of
  *            the path; used by KVS_EVICT_PRIORITY).
  * @last: receives the node holding the last inserted token (may be NULL).
+ *        It is not protected once the call returns (see
+ *        kvs_radix_insert_lock()).
  *
- * Context: MT-Safe (serialized with the other writers).
+ * The locations are checked first: in the pool's range, page-aligned, no
+ * page twice, every page held by the caller, and none of the pages the
+ * tree would take over already in the tree.
+ *
+ * Context: MT-Safe (takes wlock).
  * Return: the number of leading tokens that were already cached: the
  * caller still owns locs[0 .. ret) and frees its duplicates; or -1 with
- * errno EINVAL or ENOMEM (nothing inserted).  A disabled cache keeps nothing
- * and returns the page-aligned length, so the caller frees everything.
+ * errno EINVAL or ENOMEM (nothing inserted).  A disabled cache keeps
+ * nothing: it frees the (checked) pages it was handed and returns 0.
  */
 KVS_EXPORT ssize_t kvs_radix_insert(kvs_radix_t *r, uint64_t extra, const int32_t *key, size_t n,
 				    const int32_t *locs, int priority, kvs_radix_node_t **last)
 {
-	struct rnode *node, *stored = NULL;
-	uint64_t stored_from = 0;
-	size_t pos = 0;
+	return insert_common(r, extra, key, n, locs, priority, last, false);
+}
 
-	if (!r || (!key && n) || (!locs && n) || n > UINT32_MAX)
-		return kvs_fail(EINVAL);
-	n = n / r->ps * r->ps;
-	pthread_mutex_lock(&r->wlock);
-	node = r->root;
-	if (r->disabled) {
-		pos = n;
-		goto out;
-	}
-	r->clock++;
-	write_begin(r);
-	while (pos < n) {
-		struct rnode *c = find_child(r, node, extra, key + pos);
-		struct rseg *s;
-		uint32_t m;
-
-		if (!c)
-			break;
-		s = seg_of(c);
-		m = edge_match(r, s, key + pos, n - pos);
-		if (m < s->len) {
-			c = split(r, c, m);
-			if (!c)
-				goto nomem;
-		}
-		touch(r, c, priority);
-		pos += m;
-		node = c;
-	}
-	if (pos < n) {
-		struct rseg *s = seg_new((uint32_t)(n - pos), key + pos, locs + pos);
-		struct rnode *leaf = s ? node_new(r, node, extra, s) : NULL;
-
-		if (!leaf) {
-			free(s);
-			goto nomem;
-		}
-		leaf->priority = priority;
-		if (kids_update(node, leaf, NULL) < 0) {
-			free(s);
-			free(leaf);
-			r->nnodes--;
-			goto nomem;
-		}
-		if (r->event_cb) {
-			stored_from = node == r->root ? 0 : node->last_hash;
-			stored = leaf;
-			leaf->last_hash = chain(r, stored_from, extra, s, 0, s->len, 0);
-		}
-		r->evictable += s->len;
-		r->total += s->len;
-		heap_fix(r, node); /* no longer a leaf */
-		heap_fix(r, leaf);
-		node = leaf;
-		n = pos; /* return what was there before */
-	}
-	write_end(r);
-	if (stored) /* after the write: a callback may call kvs_radix_match_ro() */
-		chain(r, stored_from, extra, seg_of(stored), 0, seg_of(stored)->len, KVS_KV_STORED);
-out:
-	pthread_mutex_unlock(&r->wlock);
-	if (last)
-		*last = (kvs_radix_node_t *)node;
-	return (ssize_t)(r->disabled ? pos : n);
-nomem:
-	write_end(r);
-	pthread_mutex_unlock(&r->wlock);
-	return kvs_fail(ENOMEM);
+/**
+ * kvs_radix_insert_lock() - kvs_radix_insert() and kvs_radix_lock() of the
+ * node ending the key, in one writer section.
+ * @radix: cache.
+ * @extra_key: the request's extra key.
+ * @key: token ids.
+ * @n: tokens; only whole pages are inserted.
+ * @locs: the KV locations of the tokens, as for kvs_radix_insert().
+ * @priority: the request's priority.
+ * @last: receives the locked node (the root when no whole page was
+ *        given, or the cache is disabled); give it back with
+ *        kvs_radix_unlock().  Not NULL.
+ *
+ * Context: MT-Safe (takes wlock).
+ * Return: as kvs_radix_insert(); nothing is locked on failure.
+ */
+KVS_EXPORT ssize_t kvs_radix_insert_lock(kvs_radix_t *r, uint64_t extra, const int32_t *key,
+					 size_t n, const int32_t *locs, int priority,
+					 kvs_radix_node_t **last)
+{
+	return insert_common(r, extra, key, n, locs, priority, last, true);
 }
 
 /**
  * kvs_radix_lock() - protect @node and its ancestors from eviction.
  * @radix: cache.
- * @node: a node from kvs_radix_match() or kvs_radix_insert().
+ * @node: a node of @radix from kvs_radix_match() or kvs_radix_insert()
+ *        (the root: nothing to do).
  *
  * Each lock needs one kvs_radix_unlock().  Keeps evictable and protected
  * token counts exact.
  *
- * Context: MT-Safe (serialized with the other writers).
- * Return: 0, or -1 with errno EINVAL.
+ * Context: MT-Safe (takes wlock).
+ * Return: 0, or -1 with errno EINVAL (NULL, or a node of another tree).
  */
 KVS_EXPORT int kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
@@ -906,15 +1081,11 @@ KVS_EXPORT int kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node)
 	if (!r || !n)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
-	for (; n && n != r->root; n = n->parent) {
-		if (n->lock_ref++ == 0) {
-			uint32_t len = seg_of(n)->len;
-
-			r->evictable -= len;
-			r->protected_ += len;
-			heap_fix(r, n);
-		}
+	if (!node_ok(r, n)) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(EINVAL);
 	}
+	lock_path(r, n);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
 }
@@ -922,10 +1093,11 @@ KVS_EXPORT int kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node)
 /**
  * kvs_radix_unlock() - undo one kvs_radix_lock().
  * @radix: cache.
- * @node: the node that was locked.
+ * @node: the node that was locked (the root: nothing to do).
  *
- * Context: MT-Safe (serialized with the other writers).
- * Return: 0, or -1 with errno EINVAL (NULL, or a node not locked).
+ * Context: MT-Safe (takes wlock).
+ * Return: 0, or -1 with errno EINVAL (NULL, a node of another tree, or a
+ * node not locked).
  */
 KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
@@ -934,6 +1106,10 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 	if (!r || !n)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
+	if (!node_ok(r, n)) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(EINVAL);
+	}
 	for (p = n; p && p != r->root; p = p->parent) {
 		if (p->lock_ref == 0) {
 			pthread_mutex_unlock(&r->wlock);
@@ -963,26 +1139,29 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
  * frees its locations through the pool, and goes on; a parent left
  * childless and unlocked becomes a candidate in turn.
  *
- * Context: MT-Safe (serialized with the other writers).
+ * Context: MT-Safe (takes wlock; frees pages under it).
  * Return: tokens evicted (may be less than asked), or -1 with errno EINVAL.
  */
 KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 {
+	struct rnode *gone = NULL, **tail = &gone;
 	size_t done = 0;
 
 	if (!r)
 		return kvs_fail(EINVAL);
-	struct rnode *gone = NULL, **tail = &gone;
-
 	pthread_mutex_lock(&r->wlock);
+	if (tokens == 0 || r->heap.n == 0) {
+		pthread_mutex_unlock(&r->wlock);
+		return 0;
+	}
 	write_begin(r);
-	while (done < tokens && r->heap_n > 0) {
-		struct rnode *leaf = r->heap[0], *parent = leaf->parent;
+	while (done < tokens && r->heap.n > 0) {
+		struct rnode *leaf = ek_node(evict_heap_top(&r->heap)), *parent = leaf->parent;
 		struct rseg *s = seg_of(leaf);
 
 		if (kids_update(parent, NULL, leaf) < 0)
 			break;
-		heap_remove(r, leaf);
+		evict_heap_remove(&r->heap, &leaf->ek);
 		leaf->gone_parent_hash = parent == r->root ? 0 : parent->last_hash;
 		leaf->gone_next = NULL;
 		*tail = leaf;
@@ -991,6 +1170,8 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 		r->evictable -= s->len;
 		r->total -= s->len;
 		r->nnodes--;
+		r->st.evictions++;
+		r->st.evicted_tokens += s->len;
 		heap_fix(r, parent);
 	}
 	write_end(r);
@@ -1001,13 +1182,73 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 		struct rseg *s = seg_of(leaf);
 
 		gone = leaf->gone_next;
-		if (r->event_cb)
-			chain(r, leaf->gone_parent_hash, leaf->extra, s, 0, s->len, KVS_KV_REMOVED);
+		if (r->ev.cb)
+			kvev_chain(&r->ev, leaf->gone_parent_hash, leaf->extra, s->keys, 0, s->len,
+				   KVS_KV_REMOVED);
 		free_locs(r, s->vals, s->len);
+		leaf->tree = NULL;
 		call_rcu(&leaf->rcu, free_node_cb);
 	}
 	pthread_mutex_unlock(&r->wlock);
 	return (ssize_t)done;
+}
+
+/* Free the locations of @n's subtree and retire its nodes: readers that
+ * came in before the reset may still walk them.  With wlock. */
+static void retire_subtree(struct kvs_radix *r, struct rnode *n)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n);
+	uint32_t i;
+
+	if (k)
+		for (i = 0; i < k->n; i++)
+			retire_subtree(r, k->e[i].node);
+	free_locs(r, s->vals, s->len);
+	n->tree = NULL;
+	n->ek.idx = -1;
+	call_rcu(&n->rcu, free_node_cb);
+}
+
+/**
+ * kvs_radix_reset() - empty the cache.
+ * @radix: cache.
+ *
+ * Frees every location the tree holds (through the pool or free_cb) and
+ * emits one KVS_KV_ALL_CLEARED event, as SGLang's reset() does.  Node
+ * handles from before the reset are no longer valid.
+ *
+ * Context: MT-Safe (takes wlock; frees pages under it).
+ * Return: 0, or -1 with errno EINVAL or EBUSY (a node is locked; nothing
+ * changed).
+ */
+KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
+{
+	struct rkids *k;
+	uint32_t i;
+
+	if (!r)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	if (r->protected_) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(EBUSY);
+	}
+	k = kids_of(r->root);
+	write_begin(r);
+	atomic_store_explicit(&r->root->kids, NULL, memory_order_release);
+	evict_heap_clear(&r->heap);
+	r->evictable = r->total = r->nnodes = 0;
+	write_end(r);
+	if (k) {
+		for (i = 0; i < k->n; i++)
+			retire_subtree(r, k->e[i].node);
+		call_rcu(&k->rcu, free_kids_cb);
+	}
+	r->st.resets++;
+	kvev_all_cleared(&r->ev);
+	pthread_mutex_unlock(&r->wlock);
+	return 0;
 }
 
 #define RADIX_GETTER(fn, field, doc)                                       \
@@ -1069,10 +1310,54 @@ KVS_EXPORT kvs_radix_node_t *kvs_radix_root(kvs_radix_t *r)
 	return r ? (kvs_radix_node_t *)r->root : NULL;
 }
 
+/**
+ * kvs_radix_pool() - the pool the cache was created over.
+ * @radix: cache.
+ *
+ * Context: MT-Safe.
+ * Return: the pool; NULL for a cache over free_cb, and for NULL.
+ */
+KVS_EXPORT kvs_pool_t *kvs_radix_pool(const kvs_radix_t *r)
+{
+	return r ? r->pool : NULL;
+}
+
 struct vstate {
 	uint64_t evictable, protected_, total, nodes, leaves;
+	uint64_t *mine;			/* pool pages seen so far (pool only) */
+	int32_t *pages;			/* without a pool: every page, to sort */
+	size_t npages;
 	int bad;
 };
+
+/* The locations of one node: in range, page-aligned, each page held (by
+ * the caller's pool reference count), and no page seen in another node. */
+static void validate_vals(struct kvs_radix *r, const struct rseg *s, struct vstate *v)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->len && !v->bad; i++) {
+		int32_t x = s->vals[i];
+
+		if (x < 0 || (r->cap && (uint64_t)x >= r->cap) ||
+		    (i % r->ps ? x != s->vals[i - 1] + 1 : x % (int32_t)r->ps != 0)) {
+			v->bad = 1;
+			break;
+		}
+		if (i % r->ps)
+			continue;
+		if (v->mine) {
+			uint64_t b = (uint64_t)x / r->ps;
+
+			if (bit_test(v->mine, b) || !bit_test(r->held, b) ||
+			    kvs_slab_refcount(r->slab, (uint32_t)b) <= 0)
+				v->bad = 1;
+			bit_set(v->mine, b);
+		} else if (v->pages) {
+			v->pages[v->npages++] = x;
+		}
+	}
+}
 
 static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_lock,
 			  struct vstate *v)
@@ -1088,21 +1373,19 @@ static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_
 			v->protected_ += s->len;
 		else
 			v->evictable += s->len;
-		/* Values page-aligned: a page's tokens are consecutive locations. */
-		if (s->len == 0 || s->len % r->ps)
+		if (s->len == 0 || s->len % r->ps || n->tree != r)
 			v->bad = 1;
-		for (i = 0; r->pool && i < s->len && !v->bad; i++)
-			if ((i % r->ps == 0 && s->vals[i] % (int32_t)r->ps) ||
-			    (i % r->ps && s->vals[i] != s->vals[i - 1] + 1))
-				v->bad = 1;
+		if (!v->bad)
+			validate_vals(r, s, v);
 		/* A locked node has locked ancestors (locks go to the root). */
 		if (n->lock_ref > parent_lock)
 			v->bad = 1;
-		if ((n->heap_idx >= 0) != (n->lock_ref == 0 && !k))
+		if ((n->ek.idx >= 0) != (n->lock_ref == 0 && !k))
 			v->bad = 1;
 		if (n->lock_ref == 0 && !k)
 			v->leaves++;
-		if (n->heap_idx >= 0 && r->heap[n->heap_idx] != n)
+		if (n->ek.idx >= 0 &&
+		    ((size_t)n->ek.idx >= r->heap.n || r->heap.a[n->ek.idx] != &n->ek))
 			v->bad = 1;
 		if (n->h != child_hash(r, n->extra, s->keys))
 			v->bad = 1;
@@ -1127,11 +1410,15 @@ static void validate_node(struct kvs_radix *r, struct rnode *n, uint32_t parent_
  * @radix: cache.
  *
  * evictable + protected == tokens in the tree; a locked node's ancestors
- * are locked at least as often; siblings have distinct first pages; values
- * are page-aligned; the eviction heap holds exactly the unlocked leaves.
+ * are locked at least as often; siblings have distinct first pages; every
+ * location is in the pool's range (>= 0 without a pool) and page-aligned;
+ * no page is held by two nodes; over a pool, every page's reference count
+ * is > 0 and the tree's map of held pages is exact; the eviction heap holds
+ * exactly the unlocked leaves.
  *
- * Context: MT-Safe (serialized with the writers).
- * Return: 0, or -1 with errno EUCLEAN.
+ * Context: MT-Safe (takes wlock).
+ * Return: 0, or -1 with errno EUCLEAN (an invariant broken), EINVAL or
+ * ENOMEM.
  */
 KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 {
@@ -1141,15 +1428,144 @@ KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 	if (!r)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
+	if (r->held)
+		v.mine = calloc(map_words(r), sizeof(uint64_t));
+	else
+		v.pages = malloc((r->total / r->ps + 1) * sizeof(int32_t));
+	if (!v.mine && !v.pages) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(ENOMEM);
+	}
 	validate_node(r, r->root, UINT32_MAX, &v);
 	if (v.evictable != r->evictable || v.protected_ != r->protected_ || v.total != r->total ||
 	    v.nodes != r->nnodes || r->evictable + r->protected_ != r->total ||
-	    v.leaves != r->heap_n)
+	    v.leaves != r->heap.n || !evict_heap_valid(&r->heap))
 		v.bad = 1;
-	for (i = 0; i < r->heap_n && !v.bad; i++)
-		if ((size_t)r->heap[i]->heap_idx != i ||
-		    (i && before(r, r->heap[i], r->heap[(i - 1) / 2])))
-			v.bad = 1;
+	if (!v.bad && v.mine && memcmp(v.mine, r->held, map_words(r) * sizeof(uint64_t)) != 0)
+		v.bad = 1;
+	if (!v.bad && v.pages) {
+		qsort(v.pages, v.npages, sizeof(int32_t), cmp_i32);
+		for (i = 1; i < v.npages && !v.bad; i++)
+			if (v.pages[i] == v.pages[i - 1])
+				v.bad = 1;
+	}
 	pthread_mutex_unlock(&r->wlock);
+	free(v.mine);
+	free(v.pages);
 	return v.bad ? kvs_fail(EUCLEAN) : 0;
+}
+
+/* ------------------------------------------------------------ statistics */
+
+static const char *const radix_stat_names[] = {
+#define KVS_X_NAME(n, d) #n,
+	KVS_RADIX_STATS(KVS_X_NAME)
+#undef KVS_X_NAME
+};
+
+static const char *const radix_stat_descs[] = {
+#define KVS_X_DESC(n, d) d,
+	KVS_RADIX_STATS(KVS_X_DESC)
+#undef KVS_X_DESC
+};
+
+/* Every counter: the writer's under wlock, the readers' relaxed. */
+static void stats_fill(struct kvs_radix *r, uint64_t *v)
+{
+	pthread_mutex_lock(&r->wlock);
+#define W_GET(n) v[KVS_RADIX_STAT_##n] = r->st.n;
+	W_STATS(W_GET)
+#undef W_GET
+	pthread_mutex_unlock(&r->wlock);
+	v[KVS_RADIX_STAT_match_ro] = atomic_load_explicit(&r->rst.match_ro, memory_order_relaxed);
+	v[KVS_RADIX_STAT_reader_retries] =
+		atomic_load_explicit(&r->rst.retries, memory_order_relaxed);
+	v[KVS_RADIX_STAT_reader_fallbacks] =
+		atomic_load_explicit(&r->rst.fallbacks, memory_order_relaxed);
+}
+
+/**
+ * kvs_radix_stat() - one statistic.
+ * @radix: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes wlock: not from an event callback).
+ * Return: its value; 0 for NULL or an unknown item.
+ */
+KVS_EXPORT uint64_t kvs_radix_stat(kvs_radix_t *r, enum kvs_radix_stat item)
+{
+	uint64_t v[KVS_RADIX_STAT__COUNT];
+
+	if (!r || (unsigned)item >= KVS_RADIX_STAT__COUNT)
+		return 0;
+	stats_fill(r, v);
+	return v[item];
+}
+
+/**
+ * kvs_radix_stat_name() - a statistic's name.
+ * @item: statistic.
+ *
+ * Context: MT-Safe.
+ * Return: a static string, or NULL for an unknown item.
+ */
+KVS_EXPORT const char *kvs_radix_stat_name(enum kvs_radix_stat item)
+{
+	return (unsigned)item < KVS_RADIX_STAT__COUNT ? radix_stat_names[item] : NULL;
+}
+
+/**
+ * kvs_radix_stat_get() - read a statistic by name.
+ * @radix: cache.
+ * @name: as kvs_radix_stat_name() gives it.
+ * @value: receives the value.
+ *
+ * Context: MT-Safe (takes wlock: not from an event callback).
+ * Return: 0, or -1 with errno EINVAL or ENOENT.
+ */
+KVS_EXPORT int kvs_radix_stat_get(kvs_radix_t *r, const char *name, uint64_t *value)
+{
+	unsigned i;
+
+	if (!r || !name || !value)
+		return kvs_fail(EINVAL);
+	for (i = 0; i < KVS_RADIX_STAT__COUNT; i++) {
+		if (strcmp(name, radix_stat_names[i]) == 0) {
+			*value = kvs_radix_stat(r, (enum kvs_radix_stat)i);
+			return 0;
+		}
+	}
+	return kvs_fail(ENOENT);
+}
+
+/**
+ * kvs_radix_stats_print() - print every statistic through a callback.
+ * @radix: cache.
+ * @write_cb: called once per line.
+ * @arg: passed to @write_cb.
+ *
+ * Context: MT-Safe (takes wlock to read, not while calling @write_cb).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_radix_stats_print(kvs_radix_t *r, void (*write_cb)(void *arg, const char *line),
+				     void *arg)
+{
+	uint64_t v[KVS_RADIX_STAT__COUNT], tokens, nodes;
+	char line[160];
+	unsigned i;
+
+	if (!r || !write_cb)
+		return kvs_fail(EINVAL);
+	stats_fill(r, v);
+	tokens = kvs_radix_tokens(r);
+	nodes = kvs_radix_nodes(r);
+	snprintf(line, sizeof(line), "radix page_size %u policy %d tokens %llu nodes %llu\n", r->ps,
+		 r->policy, (unsigned long long)tokens, (unsigned long long)nodes);
+	write_cb(arg, line);
+	for (i = 0; i < KVS_RADIX_STAT__COUNT; i++) {
+		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", radix_stat_names[i],
+			 (unsigned long long)v[i], radix_stat_descs[i]);
+		write_cb(arg, line);
+	}
+	return 0;
 }

@@ -28,10 +28,11 @@ typedef struct kvs_radix_node kvs_radix_node_t;
 /* KV event types. */
 #define KVS_KV_STORED 1
 #define KVS_KV_REMOVED 2
+#define KVS_KV_ALL_CLEARED 3	/* kvs_radix_reset(): hash, tokens, extra_key 0 */
 
 /** One cached page stored in or removed from the tree. */
 typedef struct kvs_kv_event {
-	int type;			/* KVS_KV_STORED or KVS_KV_REMOVED */
+	int type;			/* KVS_KV_STORED, _REMOVED or _ALL_CLEARED */
 	uint64_t hash;			/* chained hash of the page */
 	uint64_t parent_hash;		/* hash of the page before it (0: none) */
 	uint32_t tokens;		/* tokens in the page */
@@ -64,9 +65,14 @@ ssize_t kvs_radix_match_ro(kvs_radix_t *radix, uint64_t extra_key, const int32_t
 			   int32_t *locs);
 ssize_t kvs_radix_insert(kvs_radix_t *radix, uint64_t extra_key, const int32_t *key, size_t n,
 			 const int32_t *locs, int priority, kvs_radix_node_t **last);
+ssize_t kvs_radix_match_lock(kvs_radix_t *radix, uint64_t extra_key, const int32_t *key, size_t n,
+			     int32_t *locs, kvs_radix_node_t **last);
+ssize_t kvs_radix_insert_lock(kvs_radix_t *radix, uint64_t extra_key, const int32_t *key,
+			      size_t n, const int32_t *locs, int priority, kvs_radix_node_t **last);
 int kvs_radix_lock(kvs_radix_t *radix, kvs_radix_node_t *node);
 int kvs_radix_unlock(kvs_radix_t *radix, kvs_radix_node_t *node);
 ssize_t kvs_radix_evict(kvs_radix_t *radix, size_t tokens);
+int kvs_radix_reset(kvs_radix_t *radix);
 
 uint64_t kvs_radix_evictable(kvs_radix_t *radix);
 uint64_t kvs_radix_protected(kvs_radix_t *radix);
@@ -76,6 +82,37 @@ uint32_t kvs_radix_page_size(const kvs_radix_t *radix);
 int kvs_radix_disabled(const kvs_radix_t *radix);
 kvs_radix_node_t *kvs_radix_root(kvs_radix_t *radix);
 int kvs_radix_validate(kvs_radix_t *radix);
+kvs_pool_t *kvs_radix_pool(const kvs_radix_t *radix);
+
+/*
+ * Statistics, defined once; all are event counts since kvs_radix_create().
+ * X(name, description).
+ */
+#define KVS_RADIX_STATS(X)                                                             \
+	X(matches, "kvs_radix_match() and kvs_radix_match_lock() calls")              \
+	X(match_ro, "kvs_radix_match_ro() calls")                                     \
+	X(hit_tokens, "tokens found by kvs_radix_match() and kvs_radix_match_lock()") \
+	X(inserts, "kvs_radix_insert() and kvs_radix_insert_lock() calls that succeeded") \
+	X(inserted_tokens, "tokens the tree took over from inserts")                  \
+	X(splits, "nodes split by a match or an insert")                              \
+	X(evictions, "nodes evicted")                                                 \
+	X(evicted_tokens, "tokens evicted")                                           \
+	X(reader_retries, "lock-free reads started over because the tree changed")    \
+	X(reader_fallbacks, "lock-free reads that gave up and read under the writer lock") \
+	X(resets, "kvs_radix_reset() calls that emptied the tree")
+
+enum kvs_radix_stat {
+#define KVS_X_ENUM(n, d) KVS_RADIX_STAT_##n,
+	KVS_RADIX_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_RADIX_STAT__COUNT
+};
+
+uint64_t kvs_radix_stat(kvs_radix_t *radix, enum kvs_radix_stat item);
+int kvs_radix_stat_get(kvs_radix_t *radix, const char *name, uint64_t *value);
+const char *kvs_radix_stat_name(enum kvs_radix_stat item);
+int kvs_radix_stats_print(kvs_radix_t *radix, void (*write_cb)(void *arg, const char *line),
+			  void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tests/unit/test_radix.c - the radix prefix cache: SGLang's behaviour on
- * worked examples, a seeded model test against a brute-force reference, and
- * lock-free readers beside a writer.
+ * worked examples, what the calls refuse at the API boundary, a seeded
+ * model test against a brute-force reference, and pinned matches beside an
+ * evicting thread.  Readers beside a writer: tests/stress/stress_radix.c.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -382,7 +384,10 @@ START_TEST(test_disabled)
 	kvs_radix_attr_init(&ra);
 	ra.disabled = 1;
 	e.r = kvs_radix_create(e.pool, &ra);
-	ck_assert_int_eq(put(&e, 0, k, 3, NULL), 3); /* keeps nothing: caller frees all */
+	/* Keeps nothing: as SGLang's, insert returns 0; the tree takes the
+	 * pages over and frees them at once (env_close sees none held). */
+	ck_assert_int_eq(put(&e, 0, k, 3, NULL), 0);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e.pool), KVS_SLAB_STAT_objects), 0);
 	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 3, locs, NULL), 0);
 	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, 3, locs), 0);
 	ck_assert_uint_eq(kvs_radix_tokens(e.r), 0);
@@ -588,139 +593,436 @@ START_TEST(test_model_ps1_fifo)
 }
 END_TEST
 
-/* ------------------------------------------------------------ stress test */
+/* ------------------------------------------------- trust at the boundary */
+
+/* Insert @n tokens of @key at @locs; the call must fail with EINVAL and
+ * leave the tree as it was. */
+static void insert_refused(struct env *e, const int32_t *key, size_t n, const int32_t *locs)
+{
+	uint64_t tokens = kvs_radix_tokens(e->r), nodes = kvs_radix_nodes(e->r);
+	kvs_radix_node_t *last = NULL;
+
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_insert(e->r, 0, key, n, locs, 0, &last), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(last);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_insert_lock(e->r, 0, key, n, locs, 0, &last), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_radix_tokens(e->r), tokens);
+	ck_assert_uint_eq(kvs_radix_nodes(e->r), nodes);
+	ck_assert_uint_eq(kvs_radix_protected(e->r), 0);
+	ck_assert_int_eq(kvs_radix_validate(e->r), 0);
+}
+
+START_TEST(test_insert_checks_locations)
+{
+	struct env e;
+	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, k2[8] = {9, 9, 9, 9, 8, 8, 8, 8};
+	int32_t a[8], bad[8], other[4];
+	uint64_t cap;
+
+	env_open(&e, 4, KVS_EVICT_LRU, 1024);
+	cap = kvs_pool_capacity(e.pool);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, a), 0);
+	/* The same page twice in one call. */
+	memcpy(bad, a, 4 * sizeof(int32_t));
+	memcpy(bad + 4, a, 4 * sizeof(int32_t));
+	insert_refused(&e, k, 8, bad);
+	/* A page that straddles two pool pages. */
+	for (int i = 0; i < 8; i++)
+		bad[i] = a[0] + 2 + i;
+	insert_refused(&e, k, 8, bad);
+	/* Tokens of a page out of order. */
+	memcpy(bad, a, sizeof(a));
+	bad[1] = a[2];
+	bad[2] = a[1];
+	insert_refused(&e, k, 8, bad);
+	/* A negative location. */
+	memcpy(bad, a, sizeof(a));
+	for (int i = 4; i < 8; i++)
+		bad[i] = -7;
+	insert_refused(&e, k, 8, bad);
+	/* Beyond the pool's capacity. */
+	for (int i = 4; i < 8; i++)
+		bad[i] = (int32_t)cap + i - 4;
+	insert_refused(&e, k, 8, bad);
+	/* A page the caller does not hold (refcount 0). */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 4, other), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 4, other), 0);
+	ck_assert_int_eq(kvs_slab_refcount(kvs_pool_slab(e.pool), (uint32_t)other[0] / 4), 0);
+	memcpy(bad + 4, other, sizeof(other));
+	insert_refused(&e, k, 8, bad);
+	/* The good call goes in. */
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 8, a, 0, NULL), 0);
+	/* A page the tree already holds, handed over again for another key. */
+	insert_refused(&e, k2, 8, a);
+	/* But the tree's own pages as the already-cached part are fine. */
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 8, a, 0, NULL), 8);
+	env_close(&e);
+}
+END_TEST
+
+static void count_frees(void *arg, const int32_t *locs, size_t n)
+{
+	(void)locs;
+	*(size_t *)arg += n;
+}
+
+/* Without a pool only negative locations are out of range; a page twice
+ * in one call is still refused. */
+START_TEST(test_insert_checks_free_cb)
+{
+	kvs_radix_attr_t ra;
+	kvs_radix_t *r;
+	size_t freed = 0;
+	int32_t k[] = {1, 2, 3}, dup[] = {5, 6, 5}, neg[] = {5, -7, 6}, ok[] = {5, 6, 7};
+
+	kvs_radix_attr_init(&ra);
+	ra.page_size = 1;
+	ra.free_cb = count_frees;
+	ra.free_arg = &freed;
+	r = kvs_radix_create(NULL, &ra);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_ptr_null(kvs_radix_pool(r));
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_insert(r, 0, k, 3, dup, 0, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_insert(r, 0, k, 3, neg, 0, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_radix_tokens(r), 0);
+	ck_assert_int_eq(kvs_radix_insert(r, 0, k, 3, ok, 0, NULL), 0);
+	ck_assert_int_eq(kvs_radix_validate(r), 0);
+	kvs_radix_destroy(r);
+	ck_assert_uint_eq(freed, 3);
+}
+END_TEST
+
+/* validate finds what insert cannot refuse: the same page in two nodes of
+ * a cache without a pool, and a page freed behind the tree's back. */
+START_TEST(test_validate_catches_corruption)
+{
+	kvs_radix_attr_t ra;
+	kvs_radix_t *r;
+	struct env e;
+	size_t freed = 0;
+	int32_t k1[] = {1, 2}, k2[] = {5, 6}, locs[] = {10, 11}, pl[4];
+
+	kvs_radix_attr_init(&ra);
+	ra.page_size = 1;
+	ra.free_cb = count_frees;
+	ra.free_arg = &freed;
+	r = kvs_radix_create(NULL, &ra);
+	ck_assert_int_eq(kvs_radix_insert(r, 0, k1, 2, locs, 0, NULL), 0);
+	ck_assert_int_eq(kvs_radix_validate(r), 0);
+	ck_assert_int_eq(kvs_radix_insert(r, 0, k2, 2, locs, 0, NULL), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_validate(r), -1);
+	ck_assert_int_eq(errno, EUCLEAN);
+	kvs_radix_destroy(r);
+
+	/* Over a pool, frees through free_cb so the test can take the
+	 * tree's page away and not have it freed twice. */
+	env_open(&e, 2, KVS_EVICT_LRU, 1024);
+	kvs_radix_destroy(e.r);
+	ra.page_size = 0;
+	e.r = kvs_radix_create(e.pool, &ra);
+	ck_assert_ptr_eq(kvs_radix_pool(e.r), e.pool);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 4, pl), 0);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, (int32_t[]){1, 2, 3, 4}, 4, pl, 0, NULL), 0);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 2, pl + 2), 0); /* behind its back */
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_validate(e.r), -1);
+	ck_assert_int_eq(errno, EUCLEAN);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 2, pl), 0);
+	kvs_radix_destroy(e.r);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e.pool), KVS_SLAB_STAT_objects), 0);
+	kvs_pool_destroy(e.pool);
+	kvs_drv_close(e.d);
+}
+END_TEST
+
+START_TEST(test_node_of_other_tree)
+{
+	struct env e1, e2;
+	int32_t k[] = {1, 2, 3, 4}, locs[4];
+	kvs_radix_node_t *n1, *n2;
+
+	env_open(&e1, 1, KVS_EVICT_LRU, 1024);
+	env_open(&e2, 1, KVS_EVICT_LRU, 1024);
+	put(&e1, 0, k, 4, NULL);
+	put(&e2, 0, k, 4, NULL);
+	ck_assert_int_eq(kvs_radix_match(e1.r, 0, k, 4, locs, &n1), 4);
+	ck_assert_int_eq(kvs_radix_match(e2.r, 0, k, 4, locs, &n2), 4);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_lock(e2.r, n1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_radix_lock(e1.r, n1), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_unlock(e2.r, n1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_radix_lock(e2.r, kvs_radix_root(e1.r)), -1);
+	ck_assert_int_eq(kvs_radix_lock(e2.r, NULL), -1);
+	ck_assert_int_eq(kvs_radix_unlock(e2.r, NULL), -1);
+	ck_assert_uint_eq(kvs_radix_protected(e2.r), 0);
+	ck_assert_uint_eq(kvs_radix_protected(e1.r), 4);
+	/* The root: nothing to lock, and no error. */
+	ck_assert_int_eq(kvs_radix_lock(e2.r, kvs_radix_root(e2.r)), 0);
+	ck_assert_int_eq(kvs_radix_unlock(e2.r, kvs_radix_root(e2.r)), 0);
+	ck_assert_uint_eq(kvs_radix_protected(e2.r), 0);
+	ck_assert_int_eq(kvs_radix_unlock(e1.r, n1), 0);
+	env_close(&e2);
+	env_close(&e1);
+}
+END_TEST
+
+START_TEST(test_match_lock_insert_lock)
+{
+	struct env e;
+	int32_t k[] = {1, 2, 3, 4, 5, 6}, o[] = {7, 8}, locs[6], got[6];
+	kvs_radix_node_t *a, *b, *root;
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	root = kvs_radix_root(e.r);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 6, locs), 0);
+	ck_assert_int_eq(kvs_radix_insert_lock(e.r, 0, k, 6, locs, 0, &a), 0);
+	ck_assert_ptr_ne(a, root);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 6);
+	put(&e, 0, o, 2, NULL);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 2); /* only [7,8] */
+	ck_assert_int_eq(kvs_radix_match_lock(e.r, 0, k, 3, got, &b), 3); /* splits */
+	ck_assert_int_eq(memcmp(got, locs, 3 * sizeof(int32_t)), 0);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, a), 0);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 3);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 3); /* [4,5,6] */
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, 6, got), 3);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, b), 0);
+	/* A miss locks the root: unlocking it is fine. */
+	ck_assert_int_eq(kvs_radix_match_lock(e.r, 0, o, 2, got, &b), 0);
+	ck_assert_ptr_eq(b, root);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, b), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_match_lock(e.r, 0, k, 6, got, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(kvs_radix_protected(e.r), 0);
+	env_close(&e);
+}
+END_TEST
 
 /*
- * Readers match while the writer inserts and evicts.  Values are unique ids
- * that are never reused, and ids[v] records the hash of the prefix ending at
- * the token that got id v, so a reader can tell a torn answer: every
- * location it returns must belong to exactly its query's prefix.
+ * A split stamps both halves with the splitting call's time, as SGLang's
+ * match does before _split_node.  By hand, LRU, page size 1:
+ *   t1 insert [1,2,3,4]; t2 insert [5,6]; t3 match [1,2] splits the
+ *   first into [1,2] and [3,4], both at t3.
+ * Leaves: [5,6] (t2) and [3,4] (t3), so [5,6] goes first.  (Before, [3,4]
+ * kept t1 and went first.)
  */
-#define NSEQ 64
-#define SEQLEN 48
-#define MAXID (1 << 22)
+START_TEST(test_split_refreshes_time)
+{
+	struct env e;
+	int32_t a[] = {1, 2, 3, 4}, b[] = {5, 6}, locs[4];
 
-struct stress {
-	kvs_radix_t *r;
-	int32_t seqs[NSEQ][SEQLEN];
-	_Atomic uint64_t *ids;
-	atomic_int stop;
-	_Atomic uint64_t matches, hits, torn;
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	put(&e, 0, a, 4, NULL);
+	put(&e, 0, b, 2, NULL);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, a, 2, locs, NULL), 2);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_splits), 1);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, b, 2), 0);
+	ck_assert_int_eq(get(&e, a, 4), 4);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 2);
+	ck_assert_int_eq(get(&e, a, 4), 2);
+	env_close(&e);
+}
+END_TEST
+
+struct resetlog {
+	int cleared, other;
 };
 
-static uint64_t prefix_hash(const int32_t *k, size_t n)
+static void on_reset_event(void *arg, const kvs_kv_event_t *ev)
 {
-	uint64_t h = 1469598103934665603ULL;
+	struct resetlog *l = arg;
 
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (uint32_t)k[i]) * 1099511628211ULL;
-	return h;
+	if (ev->type == KVS_KV_ALL_CLEARED)
+		l->cleared++;
+	else
+		l->other++;
 }
 
-static void discard(void *arg, const int32_t *locs, size_t n)
+START_TEST(test_reset)
 {
-	(void)arg;
-	(void)locs;
-	(void)n; /* ids are never reused: nothing to give back */
+	struct env e;
+	kvs_radix_attr_t ra;
+	struct resetlog log = {0, 0};
+	int32_t a[] = {1, 2, 3, 4}, b[] = {5, 6}, locs[4];
+	kvs_radix_node_t *last;
+
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	kvs_radix_destroy(e.r);
+	kvs_radix_attr_init(&ra);
+	ra.event_cb = on_reset_event;
+	ra.event_arg = &log;
+	e.r = kvs_radix_create(e.pool, &ra);
+	put(&e, 0, a, 4, NULL);
+	put(&e, 0, b, 2, NULL);
+	ck_assert_int_eq(kvs_radix_match_lock(e.r, 0, a, 2, locs, &last), 2);
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_reset(e.r), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 6);
+	ck_assert_int_eq(log.cleared, 0);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, last), 0);
+	ck_assert_int_eq(kvs_radix_reset(e.r), 0);
+	ck_assert_int_eq(log.cleared, 1);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 0);
+	ck_assert_uint_eq(kvs_radix_nodes(e.r), 0);
+	ck_assert_uint_eq(kvs_radix_evictable(e.r), 0);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e.pool), KVS_SLAB_STAT_objects), 0);
+	ck_assert_int_eq(get(&e, a, 4), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 0);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_resets), 1);
+	/* The cache works as before, the same pages included. */
+	ck_assert_int_eq(put(&e, 0, a, 4, NULL), 0);
+	ck_assert_int_eq(get(&e, a, 4), 4);
+	ck_assert_int_eq(kvs_radix_reset(NULL), -1);
+	env_close(&e);
+}
+END_TEST
+
+struct lines {
+	int n;
+	char first[160];
+};
+
+static void collect(void *arg, const char *line)
+{
+	struct lines *l = arg;
+
+	if (l->n++ == 0)
+		snprintf(l->first, sizeof(l->first), "%s", line);
 }
 
-static void *reader(void *arg)
+START_TEST(test_stats)
 {
-	struct stress *st = arg;
-	uint64_t x = (uint64_t)(uintptr_t)&x | 1;
-	int32_t locs[SEQLEN];
+	struct env e;
+	int32_t a[] = {1, 2, 3, 4}, b[] = {1, 2, 9, 9}, locs[4];
+	struct lines l = {0, ""};
+	uint64_t v;
+	unsigned i;
 
-	while (!atomic_load(&st->stop)) {
-		const int32_t *q = st->seqs[tu_rng(&x) % NSEQ];
-		size_t n = 1 + tu_rng(&x) % SEQLEN;
-		ssize_t m = kvs_radix_match_ro(st->r, 0, q, n, locs);
-
-		for (ssize_t i = 0; i < m; i++)
-			if (atomic_load_explicit(&st->ids[locs[i]], memory_order_relaxed) !=
-			    prefix_hash(q, (size_t)i + 1))
-				atomic_fetch_add(&st->torn, 1);
-		atomic_fetch_add(&st->matches, 1);
-		if (m)
-			atomic_fetch_add(&st->hits, 1);
+	env_open(&e, 1, KVS_EVICT_LRU, 1024);
+	put(&e, 0, a, 4, NULL);				/* insert 4 */
+	put(&e, 0, b, 4, NULL);				/* insert 2 more, 1 split */
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, a, 4, locs, NULL), 4);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, a, 1, locs, NULL), 1); /* split */
+	ck_assert_int_eq(get(&e, a, 4), 4);
+	ck_assert_int_eq(get(&e, b, 4), 4);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 6);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_inserts), 2);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_inserted_tokens), 6);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_matches), 2);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_hit_tokens), 5);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_match_ro), 2);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_splits), 2);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_evictions), 4);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_evicted_tokens), 6);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_reader_retries), 0);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_reader_fallbacks), 0);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_resets), 0);
+	for (i = 0; i < KVS_RADIX_STAT__COUNT; i++) {
+		ck_assert_ptr_nonnull(kvs_radix_stat_name(i));
+		ck_assert_int_eq(kvs_radix_stat_get(e.r, kvs_radix_stat_name(i), &v), 0);
+		ck_assert_uint_eq(v, kvs_radix_stat(e.r, i));
 	}
+	ck_assert_str_eq(kvs_radix_stat_name(KVS_RADIX_STAT_hit_tokens), "hit_tokens");
+	ck_assert_ptr_null(kvs_radix_stat_name(KVS_RADIX_STAT__COUNT));
+	errno = 0;
+	ck_assert_int_eq(kvs_radix_stat_get(e.r, "nope", &v), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_radix_stats_print(e.r, collect, &l), 0);
+	ck_assert_int_eq(l.n, 1 + KVS_RADIX_STAT__COUNT);
+	ck_assert_ptr_nonnull(strstr(l.first, "radix page_size 1"));
+	ck_assert_int_eq(kvs_radix_stats_print(e.r, NULL, NULL), -1);
+	env_close(&e);
+}
+END_TEST
+
+/*
+ * Pinning: one thread evicts everything in a loop while another matches
+ * with kvs_radix_match_lock(), reads the locations it got and checks every
+ * page is still held until it unlocks; on a miss it inserts again with
+ * kvs_radix_insert_lock() and checks the same.  The verdict is an
+ * invariant (no page of a locked match ever free), whatever the
+ * interleaving.
+ */
+struct pin {
+	struct env e;
+	atomic_int stop;
+	_Atomic uint64_t unheld;
+};
+
+static void *evictor(void *arg)
+{
+	struct pin *p = arg;
+
+	while (!atomic_load(&p->stop))
+		kvs_radix_evict(p->e.r, SIZE_MAX / 2);
 	return NULL;
 }
 
-START_TEST(test_readers_beside_writer)
+static void check_held(struct pin *p, const int32_t *locs, size_t n)
 {
-	struct stress *st = calloc(1, sizeof(*st));
-	kvs_radix_attr_t ra;
-	pthread_t th[3];
-	uint64_t x = 99;
-	int32_t next = 1, locs[SEQLEN];
-	double deadline;
-	int i, j, t;
+	kvs_slab_t *s = kvs_pool_slab(p->e.pool);
 
-	st->ids = calloc(MAXID, sizeof(*st->ids));
-	/* Sequences share prefixes in a small tree of variants. */
-	for (i = 0; i < NSEQ; i++)
-		for (j = 0; j < SEQLEN; j++)
-			st->seqs[i][j] = j < 8 ? (i & 1) : j < 24 ? (i >> 1) % 4 : (int32_t)(tu_rng(&x) % 5);
-	kvs_radix_attr_init(&ra);
-	ra.page_size = 1;
-	ra.free_cb = discard;
-	st->r = kvs_radix_create(NULL, &ra);
-	ck_assert_ptr_nonnull(st->r);
-	for (t = 0; t < 3; t++)
-		pthread_create(&th[t], NULL, reader, st);
-	/* At most 60000 writer steps, and at most 15 s of them (natively the
-	 * whole test takes well under a second). */
-	deadline = tu_seconds() + 15.0;
-	for (i = 0; i < tu_scaled(60000, 2000) && next < MAXID - SEQLEN; i++) {
-		if (i % 256 == 0 && tu_seconds() > deadline)
-			break;
-		const int32_t *k = st->seqs[tu_rng(&x) % NSEQ];
-		size_t n = 1 + tu_rng(&x) % SEQLEN;
+	for (size_t i = 0; i < n; i += 4)
+		if (kvs_slab_refcount(s, (uint32_t)locs[i] / 4) <= 0)
+			atomic_fetch_add(&p->unheld, 1);
+}
 
-		if (tu_rng(&x) % 4 == 0) {
-			kvs_radix_evict(st->r, 1 + tu_rng(&x) % 64);
+START_TEST(test_pinned_beside_evictor)
+{
+	struct pin *p = calloc(1, sizeof(*p));
+	int32_t keys[4][32], locs[32];
+	uint64_t x = 7;
+	pthread_t th;
+	int i, j;
+
+	env_open(&p->e, 4, KVS_EVICT_LRU, 4096);
+	for (i = 0; i < 4; i++)
+		for (j = 0; j < 32; j++)
+			keys[i][j] = j < 16 ? 1 : i * 100 + j;
+	pthread_create(&th, NULL, evictor, p);
+	for (i = 0; i < tu_scaled(20000, 2000); i++) {
+		const int32_t *k = keys[tu_rng(&x) % 4];
+		kvs_radix_node_t *last;
+		ssize_t m = kvs_radix_match_lock(p->e.r, 0, k, 32, locs, &last);
+
+		ck_assert_int_ge(m, 0);
+		check_held(p, locs, (size_t)m);
+		sched_yield(); /* let the evictor in while we hold the pages */
+		check_held(p, locs, (size_t)m);
+		ck_assert_int_eq(kvs_radix_unlock(p->e.r, last), 0);
+		if (m == 32)
 			continue;
-		}
-		if (tu_rng(&x) % 3 == 0) { /* a splitting match */
-			kvs_radix_match(st->r, 0, k, n, locs, NULL);
-			continue;
-		}
-		for (j = 0; j < (int)n; j++) {
-			locs[j] = next++;
-			atomic_store_explicit(&st->ids[locs[j]], prefix_hash(k, (size_t)j + 1),
-					      memory_order_relaxed);
-		}
-		ck_assert_int_ge(kvs_radix_insert(st->r, 0, k, n, locs, 0, NULL), 0);
+		ck_assert_int_eq(kvs_pool_alloc(p->e.pool, 32, locs), 0);
+		m = kvs_radix_insert_lock(p->e.r, 0, k, 32, locs, 0, &last);
+		ck_assert_int_ge(m, 0);
+		ck_assert_int_eq(kvs_pool_free(p->e.pool, (size_t)m, locs), 0);
+		check_held(p, locs + m, 32 - (size_t)m);
+		sched_yield();
+		check_held(p, locs + m, 32 - (size_t)m);
+		ck_assert_int_eq(kvs_radix_unlock(p->e.r, last), 0);
 	}
-	/* Give readers that the scheduler kept off the CPU (a loaded machine,
-	 * a sanitizer) a moment to run; this is not a verdict. */
-	while (atomic_load(&st->matches) < 1000 && tu_seconds() < deadline + 10.0)
-		usleep(1000);
-	atomic_store(&st->stop, 1);
-	for (t = 0; t < 3; t++)
-		pthread_join(th[t], NULL);
-	/* The verdict: no reader ever saw a location of another prefix. */
-	ck_assert_uint_eq(atomic_load(&st->torn), 0);
-	/* And the lock-free read finds what is in the tree, checked here
-	 * rather than by counting the readers' hits, which the scheduler
-	 * decides. */
-	for (j = 0; j < SEQLEN; j++) {
-		locs[j] = next++;
-		atomic_store_explicit(&st->ids[locs[j]], prefix_hash(st->seqs[0], (size_t)j + 1),
-				      memory_order_relaxed);
-	}
-	ck_assert_int_ge(kvs_radix_insert(st->r, 0, st->seqs[0], SEQLEN, locs, 0, NULL), 0);
-	ck_assert_int_eq(kvs_radix_match_ro(st->r, 0, st->seqs[0], SEQLEN, locs), SEQLEN);
-	for (j = 0; j < SEQLEN; j++)
-		ck_assert_uint_eq(atomic_load(&st->ids[locs[j]]), prefix_hash(st->seqs[0], (size_t)j + 1));
-	if (getenv("KVSLAB_TEST_VERBOSE"))
-		fprintf(stderr, "stress: %d writer steps, %llu matches, %llu hits, %d inserted ids\n", i,
-			(unsigned long long)atomic_load(&st->matches),
-			(unsigned long long)atomic_load(&st->hits), next);
-	ck_assert_int_eq(kvs_radix_validate(st->r), 0);
-	kvs_radix_destroy(st->r);
-	free(st->ids);
-	free(st);
+	atomic_store(&p->stop, 1);
+	pthread_join(th, NULL);
+	ck_assert_uint_eq(atomic_load(&p->unheld), 0);
+	ck_assert_uint_eq(kvs_radix_protected(p->e.r), 0);
+	env_close(&p->e);
+	free(p);
 }
 END_TEST
 
@@ -740,6 +1042,17 @@ static Suite *radix_suite(void)
 	tcase_add_test(tc, test_kv_events);
 	tcase_add_test(tc, test_event_callback_reads);
 	tcase_add_test(tc, test_disabled);
+	tcase_add_test(tc, test_split_refreshes_time);
+	tcase_add_test(tc, test_reset);
+	tcase_add_test(tc, test_stats);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("boundary");
+	tcase_add_test(tc, test_insert_checks_locations);
+	tcase_add_test(tc, test_insert_checks_free_cb);
+	tcase_add_test(tc, test_validate_catches_corruption);
+	tcase_add_test(tc, test_node_of_other_tree);
+	tcase_add_test(tc, test_match_lock_insert_lock);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("model");
@@ -752,7 +1065,7 @@ static Suite *radix_suite(void)
 
 	tc = tcase_create("concurrent");
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_readers_beside_writer);
+	tcase_add_test(tc, test_pinned_beside_evictor);
 	suite_add_tcase(s, tc);
 	return s;
 }
