@@ -92,7 +92,10 @@ KVS_EXPORT kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_
 {
 	struct kvs_flow *f;
 
-	if (!pool || !tab || !radix || kvs_radix_page_size(radix) != kvs_pool_page_size(pool)) {
+	/* A cache over another pool would free that pool's pages on eviction
+	 * and keep this one's: refused. */
+	if (!pool || !tab || !radix || kvs_radix_page_size(radix) != kvs_pool_page_size(pool) ||
+	    kvs_radix_pool(radix) != pool) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -315,9 +318,11 @@ KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs
 
 		if (r->slot >= 0)
 			continue;
-		m = kvs_radix_match(f->radix, r->extra_key, r->tokens, match_cap(f, r->ntokens),
-				    scratch, &last);
-		if (m < 0 || kvs_radix_lock(f->radix, last) < 0) {
+		/* Matched and locked in one writer section: no eviction on
+		 * another thread can take the prefix before it is locked. */
+		m = kvs_radix_match_lock(f->radix, r->extra_key, r->tokens,
+					 match_cap(f, r->ntokens), scratch, &last);
+		if (m < 0) {
 			err = errno;
 			goto undo;
 		}
@@ -455,16 +460,24 @@ KVS_EXPORT int kvs_flow_prepare_decode(kvs_flow_t *f, kvs_req_t *const *reqs, si
 }
 
 /* Insert the first kv_len tokens of @req; free the request's duplicates.
- * Returns the page-aligned length inserted, or -1. */
-static ssize_t cache_prefix(struct kvs_flow *f, kvs_req_t *req, int32_t *buf)
+ * With @lock, the node ending them is locked in the same writer section
+ * (kvs_radix_insert_lock()), so no eviction can take them before the
+ * caller reads their locations back.  Returns the page-aligned length
+ * inserted, or -1. */
+static ssize_t cache_prefix(struct kvs_flow *f, kvs_req_t *req, int32_t *buf,
+			    kvs_radix_node_t **lock)
 {
 	uint32_t n = req->kv_len, aligned = n / f->ps * f->ps;
 	ssize_t got;
 
 	if (kvs_reqtab_read(f->tab, (uint32_t)req->slot, 0, n, buf) < 0)
 		return -1;
-	got = kvs_radix_insert(f->radix, req->extra_key, req->tokens, aligned, buf, req->priority,
-			       NULL);
+	if (lock)
+		got = kvs_radix_insert_lock(f->radix, req->extra_key, req->tokens, aligned, buf,
+					    req->priority, lock);
+	else
+		got = kvs_radix_insert(f->radix, req->extra_key, req->tokens, aligned, buf,
+				       req->priority, NULL);
 	if (got < 0)
 		return -1;
 	/* [0, prefix_len) were the tree's own; [prefix_len, got) duplicate it. */
@@ -516,7 +529,7 @@ KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
 	if (!f || !req || req->slot < 0)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&f->lock);
-	aligned = cache_prefix(f, req, f->buf);
+	aligned = cache_prefix(f, req, f->buf, NULL);
 	if (aligned < 0) {
 		/* Not cached: give back what the request owns, keep nothing. */
 		release_locked(f, req);
@@ -564,25 +577,25 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 	pthread_mutex_lock(&f->lock);
 	buf = f->buf;
 	nl = buf + kvs_reqtab_max_context(f->tab) + 1;
-	aligned = cache_prefix(f, req, buf);
+	aligned = cache_prefix(f, req, buf, &last);
 	if (aligned < 0) {
 		err = errno;
 		goto out;
 	}
-	m = kvs_radix_match(f->radix, req->extra_key, req->tokens, (size_t)aligned, nl, &last);
-	if (m < 0 || kvs_radix_lock(f->radix, last) < 0) {
-		err = errno;
-		goto out;
-	}
-	if ((uint32_t)m > req->prefix_len &&
-	    kvs_reqtab_write(f->tab, (uint32_t)req->slot, req->prefix_len,
-			     (uint32_t)m - req->prefix_len, nl + req->prefix_len) < 0) {
+	/* The inserted tokens are locked: read the tree's locations of them
+	 * (a match that ends where the insert ended splits nothing). */
+	m = kvs_radix_match(f->radix, req->extra_key, req->tokens, (size_t)aligned, nl, NULL);
+	if (m != aligned ||
+	    ((uint32_t)m > req->prefix_len &&
+	     kvs_reqtab_write(f->tab, (uint32_t)req->slot, req->prefix_len,
+			      (uint32_t)m - req->prefix_len, nl + req->prefix_len) < 0)) {
 		/* The row still names the duplicates that just went back: the
-		 * request cannot go on.  Release it whole, as a preemption does. */
-		err = errno;
+		 * request cannot go on.  Release it whole, as a preemption does:
+		 * the tree has [0, aligned), the request its partial page. */
+		err = m < 0 ? errno : m != aligned ? EIO : errno;
 		kvs_radix_unlock(f->radix, last);
-		if (req->kv_len > (uint32_t)m)
-			kvs_pool_free(f->pool, req->kv_len - (size_t)m, buf + m);
+		if (req->kv_len > (uint32_t)aligned)
+			kvs_pool_free(f->pool, req->kv_len - (size_t)aligned, buf + aligned);
 		req_unlock(f, req);
 		kvs_reqtab_free(f->tab, (uint32_t)req->slot);
 		req_reset(req);
