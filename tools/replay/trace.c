@@ -210,6 +210,7 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 	}
 	free(buf);
 	fclose(f);
+	rp_mooncake_done(&ld);
 	if (!err && !t->n)
 		err = EINVAL;		/* nothing to replay */
 	if (err) {

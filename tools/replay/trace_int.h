@@ -31,6 +31,11 @@ struct rp_loader {
 	double last_arrival;
 	bool any_block;
 	uint32_t max_id;
+	/* Mooncake: the trace's 64-bit hash ids to dense ids in the order
+	 * seen, open addressing; val 0 is an empty slot, else dense id + 1. */
+	uint64_t *id_key;
+	uint32_t *id_val;
+	size_t id_cap, id_n;
 	/* Azure header: column indexes (-1 until found) and count. */
 	bool have_header;
 	long col_ts, col_ctx, col_gen, ncols;
@@ -60,5 +65,8 @@ int rp_add_req(struct rp_loader *ld, double arrival, uint32_t in, uint32_t out,
 int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len);
 int rp_azure_header(struct rp_loader *ld, const char *line, size_t len);
 int rp_azure_line(struct rp_loader *ld, const char *line, size_t len);
+
+/* Free what a reader kept in @ld (the Mooncake id map). */
+void rp_mooncake_done(struct rp_loader *ld);
 
 #endif

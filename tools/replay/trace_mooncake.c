@@ -9,12 +9,21 @@
  * order, whitespace anywhere, unknown keys skipped (nesting bounded, so no
  * input can exhaust the stack), duplicates of the four keys we use
  * rejected.  A line that fails any check goes to rp_bad_line() with what
- * was wrong and where.  Arrivals are the timestamps less the first one.
+ * was wrong, where, and the key whose value it was.  Arrivals are the
+ * timestamps less the first one.
+ *
+ * Hash ids.  The trace's ids are chained hashes, any 64-bit value; only
+ * their equality matters.  Each distinct id gets a dense id, 0, 1, 2, ...
+ * in the order first seen (an open-addressing table in the loader), so
+ * that token ids (dense id * 512 + j) fit an int32 whatever the trace
+ * spells; RP_MAX_BLOCK_ID distinct ids at most.  Ids are mapped only once
+ * the whole line is found good, so a skipped line takes none.
  *
  * Locking: none; called from rp_trace_load() on its one thread.
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -136,8 +145,8 @@ static int jnumber(struct jcur *c, const char **s, size_t *n, bool *integral)
 }
 
 /*
- * An integer value in [0, @max] for field @what.  Digits are accumulated
- * with saturation, so any number of them is safe.
+ * An integer value in [0, @max] for field @what.  Each digit is checked
+ * before it is added, so any number of them is safe.
  */
 static int jint(struct jcur *c, const char *what, uint64_t max, uint64_t *v)
 {
@@ -161,10 +170,13 @@ static int jint(struct jcur *c, const char *what, uint64_t max, uint64_t *v)
 		return 0;
 	}
 	for (i = 0; i < n; i++) {
-		x = x * 10 + (uint64_t)(s[i] - '0');
-		if (x > max)
+		uint64_t d = (uint64_t)(s[i] - '0');
+
+		/* Checked before the step, so that max may be UINT64_MAX. */
+		if (x > (max - d) / 10)
 			return jfail(c, "%s: out of range (%.*s%s)", what, (int)(n < 24 ? n : 24), s,
 				     n > 24 ? "..." : "");
+		x = x * 10 + d;
 	}
 	*v = x;
 	return 0;
@@ -262,13 +274,14 @@ static int jskip(struct jcur *c, int depth)
 }
 
 /*
- * The hash_ids array; the ids in a malloc'ed array @ids of @n entries.
- * Returns 0, -1 for a malformed array, -2 (errno ENOMEM) to stop the load.
+ * The hash_ids array, as the trace spells the ids (any 64-bit value), in a
+ * malloc'ed array @ids of @n entries.  Returns 0, -1 for a malformed
+ * array, -2 (errno ENOMEM) to stop the load.
  */
-static int jids(struct jcur *c, uint32_t **ids, uint32_t *n)
+static int jids(struct jcur *c, uint64_t **ids, uint32_t *n)
 {
-	uint32_t *v = NULL, cnt = 0, cap = 0;
-	uint64_t x;
+	uint64_t *v = NULL, x;
+	uint32_t cnt = 0, cap = 0;
 
 	*ids = NULL;
 	*n = 0;
@@ -282,15 +295,10 @@ static int jids(struct jcur *c, uint32_t **ids, uint32_t *n)
 	}
 	for (;;) {
 		jws(c);
-		if (jint(c, "hash_ids", (uint64_t)UINT32_MAX << 8, &x))
+		if (jint(c, "hash_ids", UINT64_MAX, &x))
 			goto fail;
-		if (x >= RP_MAX_BLOCK_ID) {
-			jfail(c, "hash_ids: id %llu not below %u", (unsigned long long)x,
-			      (unsigned int)RP_MAX_BLOCK_ID);
-			goto fail;
-		}
 		if (cnt == cap) {
-			uint32_t *w;
+			uint64_t *w;
 
 			if (cap >= UINT32_MAX / 2) {
 				jfail(c, "hash_ids: too many ids");
@@ -305,7 +313,7 @@ static int jids(struct jcur *c, uint32_t **ids, uint32_t *n)
 			}
 			v = w;
 		}
-		v[cnt++] = (uint32_t)x;
+		v[cnt++] = x;
 		jws(c);
 		if (c->p < c->end && *c->p == ',') {
 			c->p++;
@@ -326,6 +334,81 @@ fail:
 	return -1;
 }
 
+/* ------------------------------------------------------------ the id map */
+
+/* splitmix64's finaliser: hash ids may be anything, sequential or not. */
+static inline size_t id_hash(uint64_t k, size_t mask)
+{
+	k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
+	k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;
+	return (size_t)(k ^ (k >> 31)) & mask;
+}
+
+/* Double the table (or make the first); -1 with errno ENOMEM. */
+static int id_grow(struct rp_loader *ld)
+{
+	size_t cap = ld->id_cap ? ld->id_cap * 2 : 1024, i, h;
+	uint64_t *key;
+	uint32_t *val;
+
+	if (cap > SIZE_MAX / sizeof(*key) || !(key = malloc(cap * sizeof(*key))))
+		goto nomem;
+	if (!(val = calloc(cap, sizeof(*val)))) {
+		free(key);
+		goto nomem;
+	}
+	for (i = 0; i < ld->id_cap; i++) {
+		if (!ld->id_val[i])
+			continue;
+		for (h = id_hash(ld->id_key[i], cap - 1); val[h]; h = (h + 1) & (cap - 1))
+			;
+		key[h] = ld->id_key[i];
+		val[h] = ld->id_val[i];
+	}
+	free(ld->id_key);
+	free(ld->id_val);
+	ld->id_key = key;
+	ld->id_val = val;
+	ld->id_cap = cap;
+	return 0;
+nomem:
+	errno = ENOMEM;
+	return -1;
+}
+
+/*
+ * The dense id of trace id @k, a new one (the next in order) when @k is
+ * new.  Returns 0, 1 when the dense ids are exhausted (RP_MAX_BLOCK_ID of
+ * them: token ids must fit an int32), -1 with errno ENOMEM.
+ */
+static int id_map(struct rp_loader *ld, uint64_t k, uint32_t *dense)
+{
+	size_t h;
+
+	if ((ld->id_n + 1) * 2 > ld->id_cap && id_grow(ld) < 0)
+		return -1;
+	for (h = id_hash(k, ld->id_cap - 1); ld->id_val[h]; h = (h + 1) & (ld->id_cap - 1))
+		if (ld->id_key[h] == k) {
+			*dense = ld->id_val[h] - 1;
+			return 0;
+		}
+	if (ld->id_n >= RP_MAX_BLOCK_ID)
+		return 1;
+	ld->id_key[h] = k;
+	ld->id_val[h] = (uint32_t)++ld->id_n;
+	*dense = (uint32_t)(ld->id_n - 1);
+	return 0;
+}
+
+void rp_mooncake_done(struct rp_loader *ld)
+{
+	free(ld->id_key);
+	free(ld->id_val);
+	ld->id_key = NULL;
+	ld->id_val = NULL;
+	ld->id_cap = ld->id_n = 0;
+}
+
 enum { K_TS, K_IN, K_OUT, K_IDS, K_N };
 static const char *const jkeys[K_N] = {"timestamp", "input_length", "output_length", "hash_ids"};
 
@@ -339,10 +422,13 @@ int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len)
 	bool seen[K_N] = {false};
 	double ts = 0;
 	uint64_t in = 0, out = 0;
-	uint32_t *ids = NULL, nids = 0;
+	uint64_t *ids = NULL;
+	uint32_t *dense = NULL, nids = 0, i;
 	uint64_t need;
 	double arrival;
 	int k, rc;
+	/* The key whose value is being read, to name it in an error. */
+	char field[48] = "";
 
 	jws(&c);
 	if (c.p >= c.end || *c.p != '{') {
@@ -359,9 +445,11 @@ int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len)
 		const char *key;
 		size_t kn;
 
+		field[0] = 0;
 		jws(&c);
 		if (jstring(&c, &key, &kn))
 			goto bad;
+		snprintf(field, sizeof(field), "%.*s", (int)(kn < 40 ? kn : 40), key);
 		jws(&c);
 		if (c.p >= c.end || *c.p != ':') {
 			jwhere(&c, "':'");
@@ -412,6 +500,7 @@ int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len)
 		goto bad;
 	}
 closed:
+	field[0] = 0;
 	jws(&c);
 	if (c.p < c.end) {
 		jfail(&c, "garbage after the object at column %ld", (long)(c.p - c.beg) + 1);
@@ -436,6 +525,28 @@ closed:
 		      (unsigned long long)in, (unsigned long long)need);
 		goto bad;
 	}
+	/* Only a line found good takes dense ids, so a bad one leaves no gap. */
+	dense = malloc((size_t)nids * sizeof(*dense));
+	if (!dense) {
+		free(ids);
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < nids; i++) {
+		rc = id_map(ld, ids[i], &dense[i]);
+		if (rc < 0) {
+			free(ids);
+			free(dense);
+			return -1;
+		}
+		if (rc > 0) {
+			jfail(&c, "hash_ids: more than %u distinct ids in the trace (id %llu)",
+			      (unsigned int)RP_MAX_BLOCK_ID, (unsigned long long)ids[i]);
+			free(dense);
+			goto bad;
+		}
+	}
+	free(ids);
 	if (!ld->have_first) {
 		ld->have_first = true;
 		ld->first_ts = ts;
@@ -443,8 +554,11 @@ closed:
 	arrival = ts - ld->first_ts;
 	if (!isfinite(arrival))
 		arrival = ld->last_arrival;
-	return rp_add_req(ld, arrival, (uint32_t)in, (uint32_t)out, ids, nids);
+	return rp_add_req(ld, arrival, (uint32_t)in, (uint32_t)out, dense, nids);
 bad:
 	free(ids);
+	/* Name the field, unless the message does already. */
+	if (field[0] && c.err && strncmp(c.err, field, strlen(field)) != 0)
+		return rp_bad_line(ld, "%s: %s", field, c.err);
 	return rp_bad_line(ld, "%s", c.err ? c.err : "malformed line");
 }
