@@ -453,9 +453,9 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	p->lib = cuda_load(&p->cu, &path, &missing, &why);
 	if (!p->lib) {
 		if (missing)
-			kvsi_drv_set_detail(drv, "dlsym %s: not found in %s", missing, path);
+			kvsi_drv_set_detail(drv, "dlsym %s: symbol not found in %s", missing, path);
 		else
-			kvsi_drv_set_detail(drv, "dlopen: %s", why);
+			kvsi_drv_set_detail(drv, "libcuda not loadable: dlopen: %s", why);
 		err = ENODEV;
 		goto out_free;
 	}
@@ -468,6 +468,11 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	r = p->cu.DeviceGetCount(&count);
 	if (r != CUDA_SUCCESS) {
 		err = cuda_note(drv, p, r, "cuDeviceGetCount");
+		goto out_dlclose;
+	}
+	if (count == 0) {
+		kvsi_drv_set_detail(drv, "cuDeviceGetCount: no CUDA device");
+		err = ENODEV;
 		goto out_dlclose;
 	}
 	if (p->ordinal < 0 || p->ordinal >= count) {

@@ -175,11 +175,29 @@ static const char *default_name(void)
 	return env && *env ? env : "auto";
 }
 
+/* The detail of this thread's last failed kvs_drv_open(): there is no
+ * driver left to hold it, so it lives here, one per thread. */
+static _Thread_local char open_error[192];
+
+__attribute__((format(printf, 2, 3)))
+static void *open_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(open_error, sizeof(open_error), fmt, ap);
+	va_end(ap);
+	errno = err;
+	return NULL;
+}
+
 /**
  * kvs_drv_open() - open a driver by name.
  * @name: "host", "cuda", "auto" or NULL (auto: cuda when a device is usable,
  *        else host; the environment variable KVSLAB_DRIVER names the default).
  * @attr: attributes, or NULL for the defaults.
+ *
+ * On failure the cause in words is kept for kvs_drv_open_error().
  *
  * Context: any thread; may load libcuda.
  * Return: a driver, or NULL with errno set (ENOENT unknown name, ENODEV no
@@ -206,39 +224,56 @@ KVS_EXPORT kvs_drv_t *kvs_drv_open(const char *name, const kvs_drv_attr_t *attr)
 			if (b && (!b->probe || b->probe()))
 				be = b;
 		}
-		if (!be) {
-			errno = ENODEV;
-			return NULL;
-		}
+		if (!be)
+			return open_fail(ENODEV, "auto: no built backend finds a usable device");
+		name = be->name;
 	} else {
 		for (i = 0; i < kvsi_nbackends; i++)
 			if (strcmp(name, kvsi_backends[i].name) == 0)
 				break;
-		if (i == kvsi_nbackends) {
-			errno = ENOENT;
-			return NULL;
-		}
+		if (i == kvsi_nbackends)
+			return open_fail(ENOENT, "no driver named \"%.64s\" (cuda, host or auto)",
+					 name);
 		be = kvsi_backends[i].be;
-		if (!be) {
-			errno = ENODEV;	/* known, but not built into this library */
-			return NULL;
-		}
+		if (!be)	/* known, but not built into this library */
+			return open_fail(ENODEV, "%s: backend not built into this library "
+					 "(configured without it)", name);
 	}
 
 	d = kvsi_drv_new(be, attr);
-	if (!d) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!d)
+		return open_fail(ENOMEM, "%s: no memory for the driver", name);
 	if (be->open(d, attr) < 0) {
 		int e = errno;
 
+		/* The backend's detail dies with @d: keep it first, named by
+		 * the backend unless it names itself. */
+		if (d->errdetail[0] && !strncmp(d->errdetail, name, strlen(name)) &&
+		    d->errdetail[strlen(name)] == ':')
+			open_fail(e, "%s", d->errdetail);
+		else if (d->errdetail[0])
+			open_fail(e, "%s: %s", name, d->errdetail);
+		else
+			open_fail(e, "%s: %s", name, strerror(e));
 		pthread_mutex_destroy(&d->lock);
 		free(d);
 		errno = e;
 		return NULL;
 	}
 	return d;
+}
+
+/**
+ * kvs_drv_open_error() - why this thread's last kvs_drv_open() failed.
+ *
+ * Context: any thread; reads only the calling thread's copy.
+ * Return: the detail of the last failed kvs_drv_open() on the calling
+ * thread ("cuda: cuInit: CUDA_ERROR_NO_DEVICE"), or "" if none failed.
+ * A later successful open leaves it as it is.
+ */
+KVS_EXPORT const char *kvs_drv_open_error(void)
+{
+	return open_error;
 }
 
 /* Find the range holding [addr, addr + size); call with drv->lock held. */

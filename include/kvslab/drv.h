@@ -70,6 +70,7 @@ const char *kvs_drv_name(const kvs_drv_t *drv);
 size_t kvs_drv_granularity(const kvs_drv_t *drv);
 int kvs_drv_mem_info(kvs_drv_t *drv, size_t *free_bytes, size_t *total_bytes);
 const char *kvs_drv_strerror(const kvs_drv_t *drv);
+const char *kvs_drv_open_error(void);
 
 int kvs_drv_reserve(kvs_drv_t *drv, size_t size, kvs_devptr_t *base);
 int kvs_drv_unreserve(kvs_drv_t *drv, kvs_devptr_t base);

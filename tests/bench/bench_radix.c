@@ -12,16 +12,23 @@
  * 30% and 100% of the trace's unique tokens and prints, per run, the hit
  * ratio (tokens matched / tokens requested) beside the ideal one computed
  * directly from the trace (tokens whose page-aligned prefix an earlier
- * request held), requests per second, and mean and p99 ns per match,
- * insert and eviction call.
+ * request held), requests per second, and the median ns per request of
+ * each step timed apart: expanding the key, the match, the eviction (0 for
+ * a request that needed none; also the median of the evicting requests),
+ * the pool allocation and the insert.  The capacity printed is the pool's
+ * own (kvs_pool_capacity: whole slabs), not the one asked for.
  *
  * Usage: bench_radix [TRACE.jsonl ...]   (default: the conversation and
- * synthetic traces in $KVSLAB_SHARED/traces; exits 77 when none is there)
+ * synthetic traces in $KVSLAB_SHARED/traces, else in the "shared" folder
+ * beside any folder above $KVSLAB_TOP_SRCDIR, $KVSLAB_TOP_BUILDDIR or the
+ * current one, as ../shared sits beside a checkout, or several levels up
+ * from a VPATH or distcheck build; exits 77 when none is found)
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <kvslab.h>
 
@@ -147,32 +154,31 @@ static void ideal(const struct trace *t, uint32_t ps, uint64_t *unique, double *
 	*hit = (double)matched / (double)req;
 }
 
+/* Per-request times of one step; a request that skips the step counts 0. */
 struct stat_ns {
 	uint64_t *v;
 	size_t n, cap;
-	uint64_t sum;
 };
 
 static void rec(struct stat_ns *s, uint64_t ns)
 {
 	if (s->n == s->cap) {
+		uint64_t *v;
+
 		s->cap = s->cap ? 2 * s->cap : 4096;
-		s->v = realloc(s->v, s->cap * sizeof(uint64_t));
+		v = realloc(s->v, s->cap * sizeof(uint64_t));
+		if (!v) {
+			perror("bench_radix");
+			exit(1);
+		}
+		s->v = v;
 	}
 	s->v[s->n++] = ns;
-	s->sum += ns;
 }
 
-static void show(const char *name, struct stat_ns *s)
+static uint64_t median(struct stat_ns *s)
 {
-	if (!s->n) {
-		printf(" %s -", name);
-		return;
-	}
-	printf(" %s %.0f/%llu", name, (double)s->sum / (double)s->n,
-	       (unsigned long long)bench_quantile(s->v, s->n, 0.99));
-	free(s->v);
-	memset(s, 0, sizeof(*s));
+	return bench_quantile(s->v, s->n, 0.5);
 }
 
 static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ideal_hit,
@@ -185,7 +191,8 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	kvs_radix_t *r;
 	int32_t *key = malloc((t->max_len + 16) * sizeof(int32_t));
 	int32_t *locs = malloc((t->max_len + 16) * sizeof(int32_t));
-	struct stat_ns sm = {0}, si = {0}, se = {0};
+	/* expand, match, evict (every request), evict (evicting ones), alloc, insert */
+	struct stat_ns sx = {0}, sm = {0}, se = {0}, sec = {0}, sa = {0}, si = {0};
 	uint64_t req_tokens = 0, hit_tokens = 0, t0, wall;
 	size_t i;
 
@@ -208,27 +215,37 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		const struct treq *q = &t->r[i];
 		uint32_t n = q->len / ps * ps;
 		kvs_radix_node_t *last;
-		uint64_t a = bench_ns(), b;
+		uint64_t a = bench_ns(), b, ev = 0;
 		ssize_t m, got;
 		size_t need;
+		int ok;
 
 		expand(q, key);
-		m = kvs_radix_match(r, 0, key, q->len, locs, &last);
 		b = bench_ns();
-		rec(&sm, b - a);
+		rec(&sx, b - a);
+		m = kvs_radix_match(r, 0, key, q->len, locs, &last);
+		a = bench_ns();
+		rec(&sm, a - b);
 		if (m < 0)
 			return 1;
 		kvs_radix_lock(r, last);
 		hit_tokens += (uint64_t)m;
 		req_tokens += q->len;
-		need = n - (size_t)m;
+		/* A match past the aligned length (page > 1) needs nothing more. */
+		need = n > (size_t)m ? n - (size_t)m : 0;
 		if (need > kvs_pool_available(pool)) {
 			a = bench_ns();
 			kvs_radix_evict(r, need - kvs_pool_available(pool));
-			rec(&se, bench_ns() - a);
+			ev = bench_ns() - a;
+			rec(&sec, ev);
 		}
-		if (need && kvs_pool_alloc(pool, need, locs + m) < 0) {
+		rec(&se, ev);
+		a = bench_ns();
+		ok = !need || kvs_pool_alloc(pool, need, locs + m) == 0;
+		rec(&sa, bench_ns() - a);
+		if (!ok) {
 			kvs_radix_unlock(r, last); /* larger than the whole cache: skip */
+			rec(&si, 0);
 			continue;
 		}
 		a = bench_ns();
@@ -239,14 +256,21 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		kvs_radix_unlock(r, last);
 	}
 	wall = bench_ns() - t0;
-	printf("%-13s page %2u cap %9llu (%s): hit %.4f (ideal %.4f) %8.0f req/s  ns mean/p99:",
-	       "", ps, (unsigned long long)capacity, label, (double)hit_tokens / (double)req_tokens,
+	printf("  page %2u cap %9llu (%s asked, %llu): hit %.4f (ideal %.4f) %8.0f req/s\n",
+	       ps, (unsigned long long)kvs_pool_capacity(pool), label,
+	       (unsigned long long)(capacity / ps * ps), (double)hit_tokens / (double)req_tokens,
 	       ideal_hit, (double)t->n / ((double)wall / 1e9));
-	printf(" (%zu evict calls)", se.n);
-	show("match", &sm);
-	show("insert", &si);
-	show("evict", &se);
-	printf("\n");
+	printf("    median ns/request: expand %llu  match %llu  evict %llu (%llu over %zu "
+	       "evicting)  alloc %llu  insert %llu\n",
+	       (unsigned long long)median(&sx), (unsigned long long)median(&sm),
+	       (unsigned long long)median(&se), (unsigned long long)median(&sec), sec.n,
+	       (unsigned long long)median(&sa), (unsigned long long)median(&si));
+	free(sx.v);
+	free(sm.v);
+	free(se.v);
+	free(sec.v);
+	free(sa.v);
+	free(si.v);
 	kvs_radix_destroy(r);
 	kvs_pool_destroy(pool);
 	kvs_drv_close(d);
@@ -287,11 +311,39 @@ static int bench_trace(const char *path)
 	return 0;
 }
 
+/*
+ * The traces folder: $KVSLAB_SHARED/traces, else "shared/traces" beside
+ * @start or any folder above it.  Returns 0 with the folder in @out.
+ */
+static int find_traces(const char *start, char *out, size_t size)
+{
+	char dir[4096], *slash;
+
+	if (!start || !*start || strlen(start) >= sizeof(dir))
+		return -1;
+	snprintf(dir, sizeof(dir), "%s", start);
+	for (;;) {
+		FILE *f;
+
+		snprintf(out, size, "%s/shared/traces/conversation_trace.jsonl", dir);
+		if ((f = fopen(out, "r"))) {
+			fclose(f);
+			snprintf(out, size, "%s/shared/traces", dir);
+			return 0;
+		}
+		slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			return -1;
+		*slash = 0;
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *shared = getenv("KVSLAB_SHARED");
-	char path[2][4096];
-	int i, ran = 0;
+	const char *starts[3] = {getenv("KVSLAB_TOP_SRCDIR"), getenv("KVSLAB_TOP_BUILDDIR"), NULL};
+	char cwd[4096], dir[4096], path[2][4200];
+	int i, ran = 0, found = 0;
 
 	if (argc > 1) {
 		for (i = 1; i < argc; i++)
@@ -299,10 +351,20 @@ int main(int argc, char **argv)
 				return 1;
 		return 0;
 	}
-	snprintf(path[0], sizeof(path[0]), "%s/traces/conversation_trace.jsonl",
-		 shared ? shared : "../shared");
-	snprintf(path[1], sizeof(path[1]), "%s/traces/synthetic_trace.jsonl",
-		 shared ? shared : "../shared");
+	if (shared && *shared) {
+		snprintf(dir, sizeof(dir), "%s/traces", shared);
+		found = 1;
+	}
+	starts[2] = getcwd(cwd, sizeof(cwd));
+	for (i = 0; i < 3 && !found; i++)
+		found = find_traces(starts[i], dir, sizeof(dir)) == 0;
+	if (!found) {
+		fprintf(stderr, "bench_radix: no shared/traces beside any folder above the source, "
+				"build or current folder, and KVSLAB_SHARED is not set: skipped\n");
+		return 77;
+	}
+	snprintf(path[0], sizeof(path[0]), "%s/conversation_trace.jsonl", dir);
+	snprintf(path[1], sizeof(path[1]), "%s/synthetic_trace.jsonl", dir);
 	for (i = 0; i < 2; i++) {
 		FILE *f = fopen(path[i], "r");
 
@@ -314,8 +376,7 @@ int main(int argc, char **argv)
 		ran++;
 	}
 	if (!ran) {
-		fprintf(stderr, "bench_radix: no trace under %s/traces: skipped\n",
-			shared ? shared : "../shared");
+		fprintf(stderr, "bench_radix: no trace under %s: skipped\n", dir);
 		return 77;
 	}
 	return 0;

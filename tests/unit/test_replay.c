@@ -3,9 +3,15 @@
  * tests/unit/test_replay.c - the replay simulator: accounting on a tiny
  * hand-checked trace, infinite-capacity hit ratio against the ideal
  * computed from the trace, live never above mapped under pressure, and a
- * drained slab run ending at one pre-mapping watermark.
+ * drained slab run ending at one pre-mapping watermark; requests too large
+ * for the budget or the request table rejected with their reason and the
+ * table sized by what runs; the tool's exit status and error messages (the
+ * tool run as a subprocess).
  */
 #include <errno.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -268,6 +274,245 @@ START_TEST(test_bad_options)
 }
 END_TEST
 
+/* ------------------------------------------------------ robustness */
+
+/* Three small requests (1024 in, 3 out) and @extra, all at time 0. */
+static void trace_with(struct rp_trace *t, struct rp_req *r, uint32_t in, uint32_t out)
+{
+	static uint32_t b[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+	int k;
+
+	memset(t, 0, sizeof(*t));
+	for (k = 0; k < 3; k++)
+		r[k] = (struct rp_req){0, 1024, 3, 2, b[k]};
+	/* The big one's blocks are never read: it must be turned away first. */
+	r[3] = (struct rp_req){0, in, out, 0, NULL};
+	t->req = r;
+	t->n = 4;
+	t->max_input = in > 1024 ? in : 1024;
+	t->max_output = out > 3 ? out : 3;
+	t->next_block = 7;
+}
+
+/* Input and output near 2^31 (their sum past 2^32) among normal requests:
+ * the normal ones complete, the big one is rejected as over the budget,
+ * and the request table is sized by the requests that fit. */
+START_TEST(test_huge_lengths_rejected)
+{
+	struct rp_trace t;
+	struct rp_req r[4];
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_SLAB, 16, "slab:16");
+	struct rp_result res;
+
+	trace_with(&t, r, INT32_MAX, INT32_MAX);
+	tiny_opts(&o);
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), 0);
+	ck_assert_uint_eq(res.requests_done, 3);
+	ck_assert_uint_eq(res.rejected, 1);
+	ck_assert_uint_eq(res.rejects[RP_REJECT_over_budget], 1);
+	ck_assert_uint_eq(res.rejects[RP_REJECT_over_table], 0);
+	ck_assert_uint_eq(res.table_rows, o.max_running);
+	ck_assert_uint_eq(res.table_cols, 1024 + 3 + 1 + RP_TABLE_SLACK);
+	ck_assert_int_eq(rp_result_verdict(&res, (char[64]){0}, 64), 0);
+	rp_result_free(&res);
+}
+END_TEST
+
+/* A 2^22-token output: over the budget of the tiny pool, over what a
+ * table row may be with a budget that holds it; either way it is turned
+ * away at once and the table stays the size of the small requests. */
+START_TEST(test_long_output_rejected)
+{
+	struct rp_trace t;
+	struct rp_req r[4];
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_PAGED, 16, "paged:16");
+	struct rp_result res;
+
+	trace_with(&t, r, 100, 1u << 22);
+	tiny_opts(&o);
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), 0);
+	ck_assert_uint_eq(res.requests_done, 3);
+	ck_assert_uint_eq(res.rejects[RP_REJECT_over_budget], 1);
+	ck_assert_uint_eq(res.table_cols, 1024 + 3 + 1 + RP_TABLE_SLACK);
+	ck_assert(res.wall_s < 5.0);
+	rp_result_free(&res);
+
+	/* 2^30 bytes of 2-byte tokens hold it; 1024 rows of 2^22 columns
+	 * would be 16 GiB of table, over RP_TABLE_MAX_BYTES. */
+	o.kv_bytes = 1ull << 30;
+	o.max_running = 1024;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), 0);
+	ck_assert_uint_eq(res.requests_done, 3);
+	ck_assert_uint_eq(res.rejects[RP_REJECT_over_table], 1);
+	ck_assert_uint_eq(res.rejects[RP_REJECT_over_budget], 0);
+	ck_assert_uint_eq(res.table_cols, 1024 + 3 + 1 + RP_TABLE_SLACK);
+	ck_assert(res.wall_s < 5.0);
+	rp_result_free(&res);
+}
+END_TEST
+
+/* Nothing fits: the run itself succeeds, its verdict is a failure that
+ * counts the reasons. */
+START_TEST(test_nothing_completes)
+{
+	struct rp_trace t;
+	struct rp_req r[4];
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_SLAB, 1, "slab:1");
+	struct rp_result res;
+	char msg[256];
+
+	trace_with(&t, r, 100, 1u << 22);
+	tiny_opts(&o);
+	o.kv_bytes = 8192; /* one slab of 4096 tokens: the small ones do not fit either */
+	for (int k = 0; k < 3; k++)
+		r[k].input_len = 4096;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), 0);
+	ck_assert_uint_eq(res.requests_done, 0);
+	ck_assert_uint_eq(res.rejected, 4);
+	ck_assert_int_eq(rp_result_verdict(&res, msg, sizeof(msg)), -1);
+	ck_assert_str_eq(msg, "no request completed: 4 rejected (4 over_budget)");
+	rp_result_free(&res);
+}
+END_TEST
+
+/* ------------------------------------------------------ messages */
+
+START_TEST(test_error_messages)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_SLAB, 16, "slab:16");
+	struct rp_result res;
+	char b[32];
+
+	tiny_trace(&t);
+	tiny_opts(&o);
+	o.kv_bytes = 4096; /* half a slab of 4096 tokens */
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_msg(strstr(res.error, "budget 4 KiB is smaller than one slab of 8 KiB"), "%s",
+		      res.error);
+	o.kv_bytes = 1;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), -1);
+	ck_assert_msg(strstr(res.error, "budget 1 byte is smaller than one page of 32 bytes"),
+		      "%s", res.error);
+	tiny_opts(&o);
+	o.driver = "nope";
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &res, NULL, NULL), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_msg(strstr(res.error, "cannot open driver \"nope\": no driver named \"nope\""),
+		      "%s", res.error);
+	ck_assert_str_eq(kvs_drv_open_error(), "no driver named \"nope\" (cuda, host or auto)");
+	rp_fmt_bytes(128ull << 20, b, sizeof(b));
+	ck_assert_str_eq(b, "128 MiB");
+	rp_fmt_bytes(1536, b, sizeof(b));
+	ck_assert_str_eq(b, "1.5 KiB");
+	/* llama-3-8b: 1024 tokens of 128 KiB a slab with 2 MiB granules. */
+	kvs_model_preset("llama-3-8b", &o.model);
+	ck_assert_uint_eq(rp_slab_tokens(&o.model, 16, 2u << 20, 1), 1024);
+}
+END_TEST
+
+/* Run the tool with @args; its exit status, its output (stdout and stderr) in @out. */
+static int tool(const char *args, char *out, size_t size)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char cmd[4096];
+	FILE *p;
+	size_t n = 0;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "'%s/tools/kvslab-replay' --no-progress %s 2>&1",
+		 top && *top ? top : ".", args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (n + 1 < size && fgets(out + n, (int)(size - n), p))
+		n += strlen(out + n);
+	out[n] = 0;
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	ck_assert(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static char *tmp_trace(const char *text)
+{
+	const char *dir = getenv("TMPDIR");
+	char *path;
+	FILE *f;
+	int fd;
+
+	ck_assert_int_ne(asprintf(&path, "%s/kvslab-replay-XXXXXX", dir && *dir ? dir : "/tmp"), -1);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+/* The tool itself: exit status and messages. */
+START_TEST(test_tool_exit_and_messages)
+{
+	static char out[1 << 16];
+	char args[512], *path;
+	int rc;
+
+	/* One request of near 2^31 output among normal ones: they complete,
+	 * it is counted, exit 0. */
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
+			 "{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 2147483647, \"hash_ids\": [18446744073709551615]}\n"
+			 "{\"timestamp\": 2, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 3]}\n");
+	snprintf(args, sizeof(args), "-m tiny -M 64M -s slab:16 --json=- %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "1 over_budget"), "%s", out);
+	ck_assert_msg(strstr(out, "\"rejects\": {\"over_budget\": 1, \"over_table\": 0}"), "%s", out);
+	ck_assert_msg(strstr(out, "\"requests_done\": 2"), "%s", out);
+	unlink(path);
+	free(path);
+
+	/* Nothing can complete: exit 1, the reasons counted. */
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 2147483647, \"hash_ids\": [7]}\n");
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -s paged:16 %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out, "paged:16: no request completed: 1 rejected (1 over_budget)"),
+		      "%s", out);
+
+	/* A budget below one slab names both sizes. */
+	snprintf(args, sizeof(args), "-q -M 100M -s slab:16 %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out, "budget 100 MiB is smaller than one slab of 128 MiB"), "%s", out);
+
+	/* A driver that cannot open says why (unless this machine has a GPU). */
+	snprintf(args, sizeof(args), "-q -d cuda -m tiny -M 1G %s", path);
+	rc = tool(args, out, sizeof(out));
+	if (rc != 0 && !strstr(out, "no request completed"))
+		ck_assert_msg(strstr(out, "cannot open driver \"cuda\": cuda: "), "%s", out);
+	unlink(path);
+	free(path);
+
+	/* Parse errors name the file, the line and the field. */
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
+			 "{\"timestamp\": 1, \"input_length\": 12x, \"output_length\": 4, \"hash_ids\": [1]}\n");
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M --strict %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	snprintf(args, sizeof(args), "%s:2: input_length: expected ',' or '}' at column 36", path);
+	ck_assert_msg(strstr(out, args), "%s", out);
+	ck_assert_msg(strstr(out, "stopped at the malformed line reported above (--strict)"), "%s",
+		      out);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -279,6 +524,11 @@ int main(void)
 	tcase_add_loop_test(tc, test_infinite_capacity_hit_is_ideal, 0, 2);
 	tcase_add_test(tc, test_pressure_invariants);
 	tcase_add_test(tc, test_bad_options);
+	tcase_add_test(tc, test_huge_lengths_rejected);
+	tcase_add_test(tc, test_long_output_rejected);
+	tcase_add_test(tc, test_nothing_completes);
+	tcase_add_test(tc, test_error_messages);
+	tcase_add_test(tc, test_tool_exit_and_messages);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

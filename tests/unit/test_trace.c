@@ -140,36 +140,39 @@ START_TEST(test_mooncake_good)
 	ck_assert_double_eq(t.req[2].arrival_ms, 500.5);
 	ck_assert_uint_eq(t.req[0].input_len, 700);
 	ck_assert_uint_eq(t.req[0].output_len, 5);
+	/* Trace ids 3, 9, 10, 11, 42 are dense ids 0..4, in the order seen. */
 	ck_assert_uint_eq(t.req[0].nblocks, 2);
-	ck_assert_uint_eq(t.req[0].blocks[0], 3);
-	ck_assert_uint_eq(t.req[0].blocks[1], 9);
+	ck_assert_uint_eq(t.req[0].blocks[0], 0);
+	ck_assert_uint_eq(t.req[0].blocks[1], 1);
 	ck_assert_uint_eq(t.req[1].input_len, 1536);
 	ck_assert_uint_eq(t.req[1].output_len, 0);
 	ck_assert_uint_eq(t.req[1].nblocks, 3);
-	ck_assert_uint_eq(t.req[1].blocks[2], 11);
+	ck_assert_uint_eq(t.req[1].blocks[0], 0);
+	ck_assert_uint_eq(t.req[1].blocks[1], 2);
+	ck_assert_uint_eq(t.req[1].blocks[2], 3);
 	ck_assert_uint_eq(t.req[2].input_len, 1);
 	ck_assert_uint_eq(t.req[2].output_len, 7);
-	ck_assert_uint_eq(t.req[2].blocks[0], 42);
+	ck_assert_uint_eq(t.req[2].blocks[0], 4);
 	ck_assert_uint_eq(t.max_input, 1536);
 	ck_assert_uint_eq(t.max_output, 7);
-	ck_assert_uint_eq(t.next_block, 43);
+	ck_assert_uint_eq(t.next_block, 5);
 
-	/* 700 tokens: block 3 whole (1536..2047), then 188 of block 9
-	 * (4608..4795); the guard past the end stays untouched. */
+	/* 700 tokens: block 0 whole (0..511), then 188 of block 1
+	 * (512..699); the guard past the end stays untouched. */
 	for (j = 0; j < 1536; j++)
 		tok[j] = -7;
 	rp_req_input(&t.req[0], tok);
-	ck_assert_int_eq(tok[0], 3 * 512);
-	ck_assert_int_eq(tok[511], 3 * 512 + 511);
-	ck_assert_int_eq(tok[512], 9 * 512);
-	ck_assert_int_eq(tok[699], 9 * 512 + 187);
+	ck_assert_int_eq(tok[0], 0 * 512);
+	ck_assert_int_eq(tok[511], 0 * 512 + 511);
+	ck_assert_int_eq(tok[512], 1 * 512);
+	ck_assert_int_eq(tok[699], 1 * 512 + 187);
 	ck_assert_int_eq(tok[700], -7);
 	for (j = 1; j < 700; j++)
 		if (j != 512)
 			ck_assert_int_eq(tok[j], tok[j - 1] + 1);
 	rp_req_input(&t.req[2], tok);
-	ck_assert_int_eq(tok[0], 42 * 512);
-	ck_assert_int_eq(tok[1], 3 * 512 + 1);	/* untouched from before */
+	ck_assert_int_eq(tok[0], 4 * 512);
+	ck_assert_int_eq(tok[1], 0 * 512 + 1);	/* untouched from before */
 
 	rp_trace_free(&t);
 	ck_assert_ptr_null(t.req);
@@ -208,7 +211,8 @@ static char *mooncake_bad_file(void)
 	/* 8 */ fputs("{\"timestamp\": 1, \"input_length\": 0, \"output_length\": 1, \"hash_ids\": [1]}\n", m.f);
 	/* 9 */ fputs("{\"timestamp\": 1, \"input_length\": 5, \"output_length\": -3, \"hash_ids\": [1]}\n", m.f);
 	/* 10 */ fputs("{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": []}\n", m.f);
-	/* 11 */ fputs("{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [4194304]}\n", m.f);
+	/* 11: good, an id far above 2^22 (dense id 1) */
+	fputs("{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [4194304]}\n", m.f);
 	/* 12 */ fputs("{\"timestamp\": 1, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [-1]}\n", m.f);
 	/* 13 */ fputs("{\"timestamp\": 1, \"input_length\": 99999999999999999999999999, \"output_length\": 1, \"hash_ids\": [1]}\n", m.f);
 	/* 14 */ fputs("{\"timestamp\": 1e999, \"input_length\": 100, \"output_length\": 1, \"hash_ids\": [1]}\n", m.f);
@@ -251,7 +255,6 @@ static const struct badline mooncake_bad[] = {
 	{8, "input_length: must be at least 1"},
 	{9, "output_length: negative"},
 	{10, "hash_ids: empty"},
-	{11, "hash_ids: id 4194304 not below 4194304"},
 	{12, "hash_ids: negative"},
 	{13, "input_length: out of range"},
 	{14, "timestamp: out of range"},
@@ -274,15 +277,18 @@ START_TEST(test_mooncake_malformed)
 	mem_open(&e);
 	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 0, e.f, &t), 0);
 	mem_close(&e);
-	/* The good lines kept, in order, the bad ones skipped and counted. */
-	ck_assert_uint_eq(t.n, 2);
+	/* The good lines kept, in order, the bad ones skipped and counted;
+	 * only good lines take dense ids. */
+	ck_assert_uint_eq(t.n, 3);
 	ck_assert_uint_eq(t.malformed, nbad);
 	ck_assert_uint_eq(t.req[0].blocks[0], 0);
-	ck_assert_double_eq(t.req[1].arrival_ms, 250.0);
-	ck_assert_uint_eq(t.req[1].nblocks, 5000);
-	ck_assert_uint_eq(t.req[1].blocks[4999], 5099);
+	ck_assert_uint_eq(t.req[1].blocks[0], 1);
+	ck_assert_double_eq(t.req[2].arrival_ms, 250.0);
+	ck_assert_uint_eq(t.req[2].nblocks, 5000);
+	ck_assert_uint_eq(t.req[2].blocks[0], 2);
+	ck_assert_uint_eq(t.req[2].blocks[4999], 5001);
 	ck_assert_uint_eq(t.max_input, 2559999);
-	ck_assert_uint_eq(t.next_block, 5100);
+	ck_assert_uint_eq(t.next_block, 5002);
 	/* One report a bad line, each at its line. */
 	ck_assert_uint_eq(count_lines(e.buf), nbad);
 	for (k = 0; k < nbad; k++)
@@ -292,9 +298,53 @@ START_TEST(test_mooncake_malformed)
 
 	/* With no report stream the same load just counts. */
 	ck_assert_int_eq(rp_trace_load(path, RP_FMT_MOONCAKE, 0, NULL, &t), 0);
-	ck_assert_uint_eq(t.n, 2);
+	ck_assert_uint_eq(t.n, 3);
 	ck_assert_uint_eq(t.malformed, nbad);
 	rp_trace_free(&t);
+	drop_tmp(path);
+}
+END_TEST
+
+/*
+ * Hash ids of any 64-bit value (near 2^63, 2^64 - 1, 0) are mapped to
+ * dense ids in the order first seen, equal ids to equal dense ids; one
+ * past 2^64 - 1 is out of range.
+ */
+START_TEST(test_mooncake_wide_ids)
+{
+	static const char text[] =
+		"{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, "
+		"\"hash_ids\": [9223372036854775807, 18446744073709551615]}\n"
+		"{\"timestamp\": 1, \"input_length\": 1500, \"output_length\": 1, "
+		"\"hash_ids\": [9223372036854775807, 9223372036854775808, 0]}\n"
+		"{\"timestamp\": 2, \"input_length\": 600, \"output_length\": 1, "
+		"\"hash_ids\": [18446744073709551615, 9223372036854775808]}\n"
+		"{\"timestamp\": 3, \"input_length\": 10, \"output_length\": 1, "
+		"\"hash_ids\": [18446744073709551616]}\n";
+	char *path = write_str(text);
+	struct rp_trace t;
+	struct mem e;
+	uint64_t uniq;
+
+	mem_open(&e);
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_MOONCAKE, 0, e.f, &t), 0);
+	mem_close(&e);
+	ck_assert_uint_eq(t.n, 3);
+	ck_assert_uint_eq(t.malformed, 1);
+	assert_report(e.buf, path, 4, "hash_ids: out of range (18446744073709551616)");
+	ck_assert_uint_eq(t.req[0].blocks[0], 0);	/* 2^63 - 1 */
+	ck_assert_uint_eq(t.req[0].blocks[1], 1);	/* 2^64 - 1 */
+	ck_assert_uint_eq(t.req[1].blocks[0], 0);
+	ck_assert_uint_eq(t.req[1].blocks[1], 2);	/* 2^63 */
+	ck_assert_uint_eq(t.req[1].blocks[2], 3);	/* 0 */
+	ck_assert_uint_eq(t.req[2].blocks[0], 1);
+	ck_assert_uint_eq(t.req[2].blocks[1], 2);
+	ck_assert_uint_eq(t.next_block, 4);
+	/* Sharing survives the mapping: request 1 finds request 0's first block. */
+	ck_assert(rp_trace_ideal_hit(&t, 1, &uniq) > 0);
+	ck_assert_uint_eq(uniq, 512 + 512 + 512 + 476);
+	rp_trace_free(&t);
+	mem_free(&e);
 	drop_tmp(path);
 }
 END_TEST
@@ -535,8 +585,8 @@ START_TEST(test_auto_detect)
 
 	ck_assert_int_eq(rp_trace_load(pj, RP_FMT_AUTO, 1, NULL, &t), 0);
 	ck_assert_uint_eq(t.n, 1);
-	ck_assert_uint_eq(t.req[0].blocks[0], 5);
-	ck_assert_uint_eq(t.next_block, 6);
+	ck_assert_uint_eq(t.req[0].blocks[0], 0);	/* trace id 5, the first seen */
+	ck_assert_uint_eq(t.next_block, 1);
 	rp_trace_free(&t);
 	ck_assert_int_eq(rp_trace_load(pc, RP_FMT_AUTO, 1, NULL, &t), 0);
 	ck_assert_uint_eq(t.n, 1);
@@ -944,6 +994,7 @@ static Suite *trace_suite(void)
 
 	tcase_add_test(tc, test_mooncake_good);
 	tcase_add_test(tc, test_mooncake_malformed);
+	tcase_add_test(tc, test_mooncake_wide_ids);
 	tcase_add_test(tc, test_stop_on_error);
 	tcase_add_test(tc, test_load_errors);
 	tcase_add_test(tc, test_mooncake_fuzz);

@@ -3,7 +3,8 @@
  * tools/replay/main.c - kvslab-replay: memory fragmentation and prefix-hit
  * testing of a serving setup on a request trace.  See kvslab-replay(1).
  *
- * Exit status: 0 success, 2 bad usage, 1 a failed run.
+ * Exit status: 0 success, 2 bad usage, 1 a failed run (including a
+ * strategy that completed no request).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -383,13 +384,22 @@ int main(int argc, char **argv)
 	if (o.trace_path) {
 		if (rp_trace_load(o.trace_path, o.fmt, o.strict, stderr, &t) < 0) {
 			fprintf(stderr, "kvslab-replay: %s: %s\n", o.trace_path,
-				errno == EINVAL ? "no usable request (or a malformed line with --strict)"
-						: strerror(errno));
+				errno != EINVAL ? strerror(errno)
+				: o.strict	? "stopped at the malformed line reported above (--strict)"
+						: "no usable request: the file is empty, or every line "
+						  "is blank or malformed (reported above)");
 			return 1;
 		}
 	} else if (rp_trace_synth(&o.synth, &t) < 0) {
-		fprintf(stderr, "kvslab-replay: generator: %s\n", strerror(errno));
-		return errno == EINVAL ? 2 : 1;
+		int e = errno;
+
+		fprintf(stderr, "kvslab-replay: generator: %s\n",
+			e == EINVAL ? "inconsistent options (a mean above its maximum, or arrivals "
+				      "so sparse that time overflows)"
+			: e == ENOMEM ? "out of memory, or more than 2^22 distinct blocks of 512 "
+					"tokens (lower --requests or --input-max)"
+				      : strerror(e));
+		return e == EINVAL ? 2 : 1;
 	}
 	ideal = rp_trace_ideal_hit(&t, 1, &unique);
 	if (!o.quiet) {
@@ -405,12 +415,19 @@ int main(int argc, char **argv)
 	for (i = 0; i < ns; i++) {
 		struct progress p = {strats[i].name, o.progress};
 
+		char verdict[256];
+
 		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, &p) < 0) {
-			fprintf(stderr, "\nkvslab-replay: %s: %s\n", strats[i].name, strerror(errno));
+			fprintf(stderr, "%skvslab-replay: %s: %s\n", o.progress ? "\n" : "",
+				strats[i].name, res[i].error[0] ? res[i].error : strerror(errno));
 			while (i-- > 0)
 				rp_result_free(&res[i]);
 			rp_trace_free(&t);
 			return 1;
+		}
+		if (rp_result_verdict(&res[i], verdict, sizeof(verdict)) < 0) {
+			fprintf(stderr, "kvslab-replay: %s: %s\n", strats[i].name, verdict);
+			rc = 1;
 		}
 		if (res[i].live_over_mapped) {
 			fprintf(stderr, "kvslab-replay: %s: live bytes exceeded mapped bytes at %llu "

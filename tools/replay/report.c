@@ -55,6 +55,21 @@ void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
 			(unsigned long long)r->drv_calls, r->drv_ns / 1e6, a, m,
 			mib((double)r->end_mapped));
 	}
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+		int k;
+
+		if (!r->rejected)
+			continue;
+		fprintf(f, "\n%s: %llu rejected:", r->strat.name, (unsigned long long)r->rejected);
+		for (k = 0; k < RP_REJECT__COUNT; k++)
+			if (r->rejects[k])
+				fprintf(f, " %llu %s (%s);", (unsigned long long)r->rejects[k],
+					rp_reject_name((enum rp_reject)k),
+					rp_reject_desc((enum rp_reject)k));
+		fprintf(f, " capacity %llu tokens, request table %u x %u\n",
+			(unsigned long long)r->capacity_tokens, r->table_rows, r->table_cols);
+	}
 }
 
 int rp_report_csv(const char *path, const struct rp_result *res, size_t n)
@@ -100,6 +115,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 {
 	FILE *f = strcmp(path, "-") == 0 ? stdout : fopen(path, "w");
 	size_t i;
+	int k;
 
 	if (!f)
 		return -1;
@@ -125,7 +141,8 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 			"\"requests_done\": %llu, \"preempted\": %llu, \"rejected\": %llu,\n"
 			"     \"driver_calls\": %llu, \"driver_ms\": %.3f, \"alloc_p50_ns\": %llu, "
 			"\"alloc_p99_ns\": %llu, \"match_p50_ns\": %llu, \"match_p99_ns\": %llu, "
-			"\"wall_seconds\": %.3f}%s\n",
+			"\"wall_seconds\": %.3f,\n     \"table_rows\": %u, \"table_cols\": %u, "
+			"\"rejects\": {",
 			r->strat.page_size, (unsigned long long)r->capacity_tokens,
 			(unsigned long long)r->steps, r->sim_ms / 1e3,
 			(unsigned long long)r->mapped_peak, r->mapped_mean,
@@ -136,7 +153,11 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 			(unsigned long long)r->rejected, (unsigned long long)r->drv_calls,
 			r->drv_ns / 1e6, (unsigned long long)r->alloc_p50_ns,
 			(unsigned long long)r->alloc_p99_ns, (unsigned long long)r->match_p50_ns,
-			(unsigned long long)r->match_p99_ns, r->wall_s, i + 1 < n ? "," : "");
+			(unsigned long long)r->match_p99_ns, r->wall_s, r->table_rows, r->table_cols);
+		for (k = 0; k < RP_REJECT__COUNT; k++)
+			fprintf(f, "%s\"%s\": %llu", k ? ", " : "", rp_reject_name((enum rp_reject)k),
+				(unsigned long long)r->rejects[k]);
+		fprintf(f, "}}%s\n", i + 1 < n ? "," : "");
 	}
 	fprintf(f, "  ]\n}\n");
 	if (f != stdout && fclose(f) != 0)

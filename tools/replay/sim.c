@@ -27,6 +27,8 @@
  * tokens of the tree.  Fragmentation = 1 - live / mapped.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +64,7 @@ struct sim {
 	size_t next;			/* next trace request not yet admitted */
 	int32_t out_next;		/* output token ids */
 	uint8_t *counted;		/* hit accounted on first admission */
+	uint8_t *verdict;		/* per request: 0 may run, else rp_reject + 1 */
 	struct sreq *head;		/* the waiting head, built, not admitted */
 	struct lat alloc_lat, match_lat;
 	double t_ms;
@@ -246,22 +249,19 @@ static uint64_t reserved(const struct sim *s)
 static int admit(struct sim *s)
 {
 	uint32_t ps = kvs_pool_page_size(s->pool);
-	uint64_t cap = s->res->capacity_tokens;
 
 	while (s->nrun < s->o->max_running) {
 		size_t idx = peek_waiting(s);
-		const struct rp_req *q;
 		struct sreq *r;
 		uint64_t avail, need, t0;
 		ssize_t m;
 
 		if (idx == SIZE_MAX)
 			break;
-		q = &s->t->req[idx];
-		if ((uint64_t)round_up(q->input_len + q->output_len, ps) + ps > cap ||
-		    q->input_len + q->output_len + 1 > kvs_reqtab_max_context(s->tab)) {
+		if (s->verdict[idx]) {
 			pop_waiting(s); /* can never fit */
 			s->res->rejected++;
+			s->res->rejects[s->verdict[idx] - 1]++;
 			continue;
 		}
 		/* The head of the queue is built once and kept while it waits. */
@@ -468,27 +468,102 @@ static int sample(struct sim *s, uint64_t step)
 
 /* ---------------------------------------------------------------- setup */
 
+__attribute__((format(printf, 2, 3)))
+static int fail_msg(struct sim *s, const char *fmt, ...)
+{
+	int e = errno;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->res->error, sizeof(s->res->error), fmt, ap);
+	va_end(ap);
+	errno = e;
+	return -1;
+}
+
+/*
+ * Sort the trace's requests into those that may run and those that never
+ * can, before anything is sized by them: a request whose input + output
+ * (in 64 bits: each may be near 2^31) rounded to pages, plus a page of
+ * slack, exceeds the pool's capacity is over_budget; one that fits but
+ * would make the request table's row longer than RP_TABLE_MAX_BYTES allow
+ * for max_running rows is over_table.  The table's columns are then the
+ * longest request that may run, plus RP_TABLE_SLACK: sized by what the
+ * run admits, never by the trace's worst line.
+ */
+static int classify(struct sim *s, uint32_t *cols)
+{
+	uint64_t cap = s->res->capacity_tokens, ps = s->res->strat.page_size;
+	uint64_t col_max = RP_TABLE_MAX_BYTES / ((uint64_t)s->o->max_running * sizeof(int32_t));
+	uint64_t longest = 0;
+	size_t i;
+
+	if (col_max > (uint64_t)INT32_MAX)
+		col_max = INT32_MAX;
+	s->verdict = calloc(s->t->n + 1, 1);
+	if (!s->verdict) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < s->t->n; i++) {
+		const struct rp_req *q = &s->t->req[i];
+		uint64_t len = (uint64_t)q->input_len + q->output_len;	/* < 2^33 */
+
+		if ((len + ps - 1) / ps * ps + ps > cap)
+			s->verdict[i] = RP_REJECT_over_budget + 1;
+		else if (len + 1 + RP_TABLE_SLACK > col_max)
+			s->verdict[i] = RP_REJECT_over_table + 1;
+		else if (len > longest)
+			longest = len;
+	}
+	*cols = (uint32_t)(longest + 1 + RP_TABLE_SLACK);	/* <= col_max <= INT32_MAX */
+	return 0;
+}
+
 static int setup(struct sim *s)
 {
 	const struct rp_sim_opts *o = s->o;
 	const struct rp_strategy *st = &s->res->strat;
 	kvs_drv_attr_t da;
 	kvs_pool_attr_t pa;
-	uint64_t tokens;
+	uint64_t tokens, slab_tok;
+	uint32_t cols;
+	char b1[32], b2[32];
 
 	kvs_drv_attr_init(&da);
 	da.flags = KVS_DRV_F_LAZY; /* host: account, never touch (see the man page) */
 	da.granularity = o->granularity;
 	s->drv = kvs_drv_open(o->driver, &da);
-	if (!s->drv)
-		return -1;
+	if (!s->drv) {
+		const char *why = kvs_drv_open_error();
+
+		return fail_msg(s, "cannot open driver \"%s\": %s%s%s%s", o->driver,
+				*why ? why : strerror(errno), *why ? " (" : "",
+				*why ? strerror(errno) : "", *why ? ")" : "");
+	}
+	rp_fmt_bytes(o->kv_bytes, b1, sizeof(b1));
 	tokens = o->kv_bytes / s->res->cell;
 	if (tokens > (1u << 30)) /* locations are int32: keep room for rounding */
 		tokens = 1u << 30;
 	tokens = tokens / st->page_size * st->page_size;
 	if (tokens == 0) {
 		errno = EINVAL;
-		return -1;
+		rp_fmt_bytes((uint64_t)st->page_size * s->res->cell, b2, sizeof(b2));
+		return fail_msg(s, "budget %s is smaller than one page of %s (%u token%s at %zu "
+				   "bytes a token)", b1, b2, st->page_size,
+				st->page_size == 1 ? "" : "s", s->res->cell);
+	}
+	slab_tok = rp_slab_tokens(&o->model, st->page_size, kvs_drv_granularity(s->drv),
+				  st->slab_granules ? st->slab_granules : 1);
+	if (slab_tok && slab_tok <= UINT64_MAX / s->res->cell &&
+	    slab_tok * s->res->cell > o->kv_bytes) {
+		rp_fmt_bytes(slab_tok * s->res->cell, b2, sizeof(b2));
+		errno = EINVAL;
+		return fail_msg(s, "budget %s is smaller than one slab of %s (%llu tokens at %zu "
+				   "bytes a token: pages of %u, %u granule%s of %zu bytes a buffer)",
+				b1, b2, (unsigned long long)slab_tok, s->res->cell, st->page_size,
+				st->slab_granules ? st->slab_granules : 1,
+				st->slab_granules > 1 ? "s" : "", kvs_drv_granularity(s->drv));
 	}
 	kvs_pool_attr_init(&pa);
 	pa.model = o->model;
@@ -512,16 +587,28 @@ static int setup(struct sim *s)
 		pa.slab_flags = KVS_SLAB_F_STATIC;
 	}
 	s->pool = kvs_pool_create(s->drv, &pa);
-	if (!s->pool)
-		return -1;
+	if (!s->pool) {
+		const char *why = kvs_drv_strerror(s->drv);
+
+		return fail_msg(s, "cannot create a pool of %llu tokens (pages of %u) within %s: "
+				   "%s%s%s", (unsigned long long)tokens, st->page_size, b1,
+				strerror(errno), *why ? ": " : "", why);
+	}
 	s->res->capacity_tokens =
 		kvs_slab_available(kvs_pool_slab(s->pool)) * (uint64_t)st->page_size;
 	if (s->res->capacity_tokens > tokens)
 		s->res->capacity_tokens = tokens;
-	s->tab = kvs_reqtab_create(s->drv, o->max_running,
-				   s->t->max_input + s->t->max_output + 8);
-	if (!s->tab)
-		return -1;
+	if (classify(s, &cols) < 0)
+		return fail_msg(s, "no memory to sort %zu requests", s->t->n);
+	s->res->table_rows = o->max_running;
+	s->res->table_cols = cols;
+	s->tab = kvs_reqtab_create(s->drv, o->max_running, cols);
+	if (!s->tab) {
+		const char *why = kvs_drv_strerror(s->drv);
+
+		return fail_msg(s, "cannot create the request table (%u rows of %u tokens): %s%s%s",
+				o->max_running, cols, strerror(errno), *why ? ": " : "", why);
+	}
 	{
 		kvs_radix_attr_t ra;
 
@@ -530,16 +617,16 @@ static int setup(struct sim *s)
 		s->radix = kvs_radix_create(s->pool, &ra);
 	}
 	if (!s->radix)
-		return -1;
+		return fail_msg(s, "cannot create the radix cache: %s", strerror(errno));
 	s->flow = kvs_flow_create(s->pool, s->tab, s->radix);
 	if (!s->flow)
-		return -1;
+		return fail_msg(s, "cannot create the request flows: %s", strerror(errno));
 	s->run = calloc(o->max_running + 1, sizeof(*s->run));
 	s->requeue = calloc(o->max_running + 1, sizeof(*s->requeue));
 	s->counted = calloc(s->t->n + 1, 1);
 	if (!s->run || !s->requeue || !s->counted) {
 		errno = ENOMEM;
-		return -1;
+		return fail_msg(s, "no memory for %u running requests", o->max_running);
 	}
 	return 0;
 }
@@ -561,6 +648,7 @@ static void teardown(struct sim *s)
 	free(s->run);
 	free(s->requeue);
 	free(s->counted);
+	free(s->verdict);
 	free(s->alloc_lat.v);
 	free(s->match_lat.v);
 }
@@ -645,4 +733,108 @@ void rp_result_free(struct rp_result *res)
 	free(res->samples);
 	res->samples = NULL;
 	res->nsamples = res->cap_samples = 0;
+}
+
+static const char *const reject_names[] = {
+#define RP_X_NAME(n, d) #n,
+	RP_REJECTS(RP_X_NAME)
+#undef RP_X_NAME
+};
+
+static const char *const reject_descs[] = {
+#define RP_X_DESC(n, d) d,
+	RP_REJECTS(RP_X_DESC)
+#undef RP_X_DESC
+};
+
+const char *rp_reject_name(enum rp_reject r)
+{
+	return (unsigned int)r < RP_REJECT__COUNT ? reject_names[r] : "?";
+}
+
+const char *rp_reject_desc(enum rp_reject r)
+{
+	return (unsigned int)r < RP_REJECT__COUNT ? reject_descs[r] : "?";
+}
+
+int rp_result_verdict(const struct rp_result *res, char *msg, size_t size)
+{
+	size_t len;
+	int k, first = 1;
+
+	if (size)
+		msg[0] = 0;
+	if (res->requests_done)
+		return 0;
+	len = (size_t)snprintf(msg, size, "no request completed: %llu rejected",
+			       (unsigned long long)res->rejected);
+	for (k = 0; k < RP_REJECT__COUNT && len < size; k++) {
+		if (!res->rejects[k])
+			continue;
+		len += (size_t)snprintf(msg + len, size - len, "%s%llu %s", first ? " (" : ", ",
+					(unsigned long long)res->rejects[k],
+					rp_reject_name((enum rp_reject)k));
+		first = 0;
+	}
+	if (!first && len < size)
+		snprintf(msg + len, size - len, ")");
+	return -1;
+}
+
+void rp_fmt_bytes(uint64_t b, char *buf, size_t size)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+	int k;
+
+	for (k = 3; k >= 0; k--) {
+		uint64_t u = 1ull << (10 * (k + 1));
+
+		if (b >= u) {
+			if (b % u == 0)
+				snprintf(buf, size, "%llu %s", (unsigned long long)(b / u), unit[k]);
+			else
+				snprintf(buf, size, "%.1f %s", (double)b / (double)u, unit[k]);
+			return;
+		}
+	}
+	snprintf(buf, size, "%llu byte%s", (unsigned long long)b, b == 1 ? "" : "s");
+}
+
+static uint64_t gcd64(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* As lib/slab.c's slab_tokens(), for the pool's equal buffers. */
+uint64_t rp_slab_tokens(const kvs_model_t *m, uint32_t page_size, size_t granularity,
+			uint32_t granules)
+{
+	size_t cell = kvs_model_cell_size(m);
+	uint64_t nbuf = (uint64_t)m->layers * (m->attn == KVS_ATTN_MLA ? 1 : 2), tb, need, t, k;
+	uint64_t want;
+
+	if (!cell || !nbuf || !granularity || !page_size)
+		return 0;
+	tb = cell / nbuf;
+	if (!tb)
+		return 0;
+	need = granularity / gcd64(granularity, tb);
+	t = page_size / gcd64(page_size, need);
+	if (__builtin_mul_overflow(t, need, &t) || t > (1ull << 32))
+		return 0;
+	if (__builtin_mul_overflow((uint64_t)(granules ? granules : 1), (uint64_t)granularity,
+				   &want))
+		return 0;
+	k = want / tb / t + 1;
+	if (tb <= UINT64_MAX / t && want % (t * tb) == 0)
+		k = want / (t * tb);
+	if (k == 0)
+		k = 1;
+	return t * k;
 }

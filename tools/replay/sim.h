@@ -5,6 +5,7 @@
 #ifndef KVSLAB_REPLAY_SIM_H
 #define KVSLAB_REPLAY_SIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <kvslab.h>
@@ -41,6 +42,30 @@ struct rp_sim_opts {
 
 void rp_sim_defaults(struct rp_sim_opts *o);
 
+/*
+ * Why a request was turned away before it ran, one counter each in
+ * struct rp_result: name (for the CSV/JSON keys and the table) and what
+ * it means.
+ */
+#define RP_REJECTS(X)                                                              \
+	X(over_budget, "input + output need more KV memory than the whole budget")  \
+	X(over_table, "input + output longer than a request-table row may be")
+
+enum rp_reject {
+#define RP_X_ENUM(n, d) RP_REJECT_##n,
+	RP_REJECTS(RP_X_ENUM)
+#undef RP_X_ENUM
+	RP_REJECT__COUNT
+};
+
+const char *rp_reject_name(enum rp_reject r);
+const char *rp_reject_desc(enum rp_reject r);
+
+/* The request table's bytes at most: rows x columns x 4. */
+#define RP_TABLE_MAX_BYTES (1ull << 30)
+/* Columns past the longest admitted request. */
+#define RP_TABLE_SLACK 8
+
 /** One point of the time series. */
 struct rp_sample {
 	uint64_t step;
@@ -57,6 +82,8 @@ struct rp_result {
 	size_t nsamples, cap_samples;
 	/* Summary. */
 	uint64_t steps, requests_done, preempted, rejected;
+	uint64_t rejects[RP_REJECT__COUNT];	/* rejected, by reason */
+	uint32_t table_rows, table_cols;	/* the request table made */
 	uint64_t mapped_peak, live_peak, held_peak;
 	double mapped_mean, live_mean, held_mean, cached_mean;
 	double frag_peak, frag_mean, internal_frag_mean;
@@ -67,12 +94,38 @@ struct rp_result {
 	double sim_ms, wall_s;
 	/* Invariant checks made at every step. */
 	uint64_t live_over_mapped;
+	/* Why rp_simulate() failed, in words ("" when it did not, or when
+	 * errno says all). */
+	char error[320];
 };
 
 typedef void (*rp_progress_cb)(void *arg, size_t done, size_t total);
 
+/*
+ * Replay @t with strategy @s into @res.  Returns 0 (even when no request
+ * completed: see rp_result_verdict()), or -1 with errno and, where the
+ * tool knows the cause, res->error.
+ */
 int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		const struct rp_strategy *s, struct rp_result *res, rp_progress_cb cb, void *arg);
 void rp_result_free(struct rp_result *res);
+
+/*
+ * A run that completed no request failed: 0 when @res completed any, else
+ * -1 with "no request completed: N rejected (...)" in @msg.
+ */
+int rp_result_verdict(const struct rp_result *res, char *msg, size_t size);
+
+/* "128 MiB", "8 GiB", "100 bytes": exact where it can be. */
+void rp_fmt_bytes(uint64_t b, char *buf, size_t size);
+
+/*
+ * The tokens and bytes of one slab as the slab allocator sizes it (the
+ * least multiple of the page whose bytes in each of the model's buffers
+ * are whole granules, times @granules): for messages.  0 when the shape
+ * overflows.
+ */
+uint64_t rp_slab_tokens(const kvs_model_t *m, uint32_t page_size, size_t granularity,
+			uint32_t granules);
 
 #endif

@@ -8,8 +8,10 @@
  * blocks.  Token j of block id h is h * 512 + j; the last block holds
  * input_len - 512 * (nblocks - 1) tokens (the Mooncake traces' convention).
  * Block ids of Mooncake traces are chained hashes, so equal ids mean equal
- * prefixes; formats without prefix data (Azure) get fresh ids, so requests
- * share nothing; the generator draws shared prefixes from a pool.
+ * prefixes (the loader maps them, whatever 64-bit values they are, to
+ * dense ids in the order first seen); formats without prefix data (Azure)
+ * get fresh ids, so requests share nothing; the generator draws shared
+ * prefixes from a pool.
  */
 #ifndef KVSLAB_REPLAY_TRACE_H
 #define KVSLAB_REPLAY_TRACE_H
