@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "evict_heap.h"
+#include "internal.h"
 #include "kvslab/radix.h"
 
 /* Should @a be evicted before @b under @policy? */
@@ -83,19 +84,31 @@ static void heap_down(struct evict_heap *h, size_t i)
 	heap_set(h, i, k);
 }
 
+/* Make room for @n keys, so that pushes up to that many never allocate.
+ * Returns 0, or -1 with errno ENOMEM (the heap is unchanged). */
+int evict_heap_reserve(struct evict_heap *h, size_t n)
+{
+	size_t cap = h->cap ? h->cap : 256;
+	struct evict_key **a;
+
+	if (n <= h->cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	a = realloc(h->a, cap * sizeof(*a));
+	if (!a)
+		return kvs_fail(ENOMEM);
+	h->a = a;
+	h->cap = cap;
+	return 0;
+}
+
 /* Add @k (not in the heap).  Returns 0, or -1 when the array cannot grow
- * (the heap is unchanged). */
+ * (the heap is unchanged); never allocates within a reserve. */
 int evict_heap_push(struct evict_heap *h, struct evict_key *k)
 {
-	if (h->n == h->cap) {
-		size_t cap = h->cap ? 2 * h->cap : 256;
-		struct evict_key **a = realloc(h->a, cap * sizeof(*a));
-
-		if (!a)
-			return -1;
-		h->a = a;
-		h->cap = cap;
-	}
+	if (h->n == h->cap && evict_heap_reserve(h, h->n + 1) < 0)
+		return -1;
 	heap_set(h, h->n++, k);
 	heap_up(h, h->n - 1);
 	return 0;

@@ -41,6 +41,7 @@ static inline struct evict_key *evict_heap_top(const struct evict_heap *h)
 }
 
 bool evict_before(int policy, const struct evict_key *a, const struct evict_key *b);
+int evict_heap_reserve(struct evict_heap *h, size_t n);
 int evict_heap_push(struct evict_heap *h, struct evict_key *k);
 void evict_heap_remove(struct evict_heap *h, struct evict_key *k);
 void evict_heap_update(struct evict_heap *h, struct evict_key *k);

@@ -200,11 +200,33 @@ static inline struct rkids *kids_of(const struct rnode *n)
 	return atomic_load_explicit(&((struct rnode *)n)->kids, memory_order_acquire);
 }
 
+/*
+ * A children array is changed in place only by eviction, which removes an
+ * entry by moving the later ones down inside a write section: a reader may
+ * see it half moved, and the sequence count sends it back.  Readers load
+ * the count and the entries with relaxed atomics, the writer stores them
+ * so, and every other change publishes a new array.
+ */
+static inline uint32_t kid_count(const struct rkids *k)
+{
+	return __atomic_load_n(&k->n, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t kid_h(const struct rkids *k, uint32_t i)
+{
+	return __atomic_load_n(&k->e[i].h, __ATOMIC_RELAXED);
+}
+
+static inline struct rnode *kid_node(const struct rkids *k, uint32_t i)
+{
+	return __atomic_load_n(&k->e[i].node, __ATOMIC_RELAXED);
+}
+
 static inline uint32_t nkids(const struct rnode *n)
 {
 	struct rkids *k = kids_of(n);
 
-	return k ? k->n : 0;
+	return k ? kid_count(k) : 0;
 }
 
 /* Find the child of @n whose first page is @t under @extra.  Safe for
@@ -214,22 +236,22 @@ static struct rnode *find_child(const struct kvs_radix *r, const struct rnode *n
 {
 	struct rkids *k = kids_of(n);
 	uint64_t h;
-	uint32_t lo = 0, hi;
+	uint32_t lo = 0, hi, n0;
 
 	if (!k)
 		return NULL;
 	h = child_hash(r, extra, t);
-	hi = k->n;
+	n0 = hi = kid_count(k);
 	while (lo < hi) {
 		uint32_t mid = (lo + hi) / 2;
 
-		if (k->e[mid].h < h)
+		if (kid_h(k, mid) < h)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	for (; lo < k->n && k->e[lo].h == h; lo++) {
-		struct rnode *c = k->e[lo].node;
+	for (; lo < n0 && kid_h(k, lo) == h; lo++) {
+		struct rnode *c = kid_node(k, lo);
 		struct rseg *s = seg_of(c);
 
 		if (c->extra == extra && s->len >= r->ps &&
@@ -250,6 +272,18 @@ static int kids_update(struct rnode *n, struct rnode *add, struct rnode *del)
 	if (nn == 0) {
 		atomic_store_explicit(&n->kids, NULL, memory_order_release);
 		goto retire;
+	}
+	if (!add && old) {
+		/* A removal, in place: eviction never allocates.  The caller is
+		 * inside a write section (see kid_count()). */
+		for (i = 0; i < on && old->e[i].node != del; i++)
+			;
+		for (; i + 1 < on; i++) {
+			__atomic_store_n(&old->e[i].h, old->e[i + 1].h, __ATOMIC_RELAXED);
+			__atomic_store_n(&old->e[i].node, old->e[i + 1].node, __ATOMIC_RELAXED);
+		}
+		__atomic_store_n(&old->n, on - 1, __ATOMIC_RELAXED);
+		return 0;
 	}
 	nw = malloc(sizeof(*nw) + nn * sizeof(nw->e[0]));
 	if (!nw)
@@ -317,8 +351,14 @@ static void heap_fix(struct kvs_radix *r, struct rnode *n)
 static struct rnode *node_new(struct kvs_radix *r, struct rnode *parent, uint64_t extra,
 			      struct rseg *seg)
 {
-	struct rnode *n = calloc(1, sizeof(*n));
+	struct rnode *n;
 
+	/* The heap holds at most every node: room for one more now, so that
+	 * eviction, which pushes the parents it turns into leaves, never
+	 * allocates. */
+	if (evict_heap_reserve(&r->heap, r->nnodes + 1) < 0)
+		return NULL;
+	n = calloc(1, sizeof(*n));
 	if (!n)
 		return NULL;
 	atomic_store_explicit(&n->seg, seg, memory_order_relaxed);

@@ -261,12 +261,12 @@ static void pre_insert_fail(struct env *e)
 	accounted_extra = 0;
 }
 
-static __attribute__((unused)) int op_evict(struct env *e)
+static int op_evict(struct env *e)
 {
 	return (int)kvs_radix_evict(e->r, 100);
 }
 
-static __attribute__((unused)) void post_evict(struct env *e, ssize_t rc)
+static void post_evict(struct env *e, ssize_t rc)
 {
 	(void)e;
 	/* Eviction never allocates: it frees all it was asked for. */
@@ -290,6 +290,7 @@ static const struct scenario scenarios[] = {
 	{"cache_finished", setup_running, op_finish, post_finish, 0},
 	{"cache_unfinished", setup_running, op_unfinished, NULL, 1},
 	{"insert with split", setup_insert, op_insert_split, post_insert, 1},
+	{"evict", setup_full, op_evict, post_evict, 0},
 };
 
 static void run_one(const struct scenario *sc, int mode, uint64_t arg)
