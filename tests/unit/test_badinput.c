@@ -251,6 +251,43 @@ START_TEST(test_pool_flow)
 	r2 = kvs_radix_create(p2, NULL);
 	ck_assert_ptr_nonnull(r2);
 	CASE_NULL("flow", "kvs_flow_create", "tab NULL", kvs_flow_create(p, NULL, r), EINVAL);
+	CASE_NULL("flow", "kvs_flow_create", "a cache over another pool", kvs_flow_create(p, t, r2),
+		  EINVAL);
+	/* The radix cache: what insert takes, and whose nodes it locks. */
+	{
+		int32_t key[8] = {1, 2, 3, 4, 5, 6, 7, 8}, own[8];
+		kvs_radix_node_t *last;
+
+		ck_assert_int_eq(kvs_pool_alloc(p, 8, own), 0);
+		locs[0] = own[0], locs[1] = own[1], locs[2] = own[2], locs[3] = own[3];
+		locs[4] = own[0], locs[5] = own[1], locs[6] = own[2], locs[7] = own[3];
+		CASE("radix", "kvs_radix_insert", "the same page twice",
+		     kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), EINVAL);
+		memcpy(locs, own, sizeof(own));
+		locs[1] = own[5];
+		CASE("radix", "kvs_radix_insert", "a page straddling two pool pages",
+		     kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), EINVAL);
+		memcpy(locs, own, sizeof(own));
+		locs[0] = -7;
+		CASE("radix", "kvs_radix_insert", "a location -7",
+		     kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), EINVAL);
+		locs[0] = 1 << 30;
+		CASE("radix", "kvs_radix_insert", "a location beyond the pool",
+		     kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), EINVAL);
+		for (int i = 0; i < 8; i++)
+			locs[i] = 200 + i; /* pages the caller does not hold */
+		CASE("radix", "kvs_radix_insert", "pages the caller does not hold",
+		     kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), EINVAL);
+		ck_assert_uint_eq(kvs_radix_tokens(r), 0);
+		ck_assert_int_ge(kvs_radix_insert_lock(r2, 0, key, 0, own, 0, &last), 0);
+		CASE("radix", "kvs_radix_lock", "a node of another tree (its root)",
+		     kvs_radix_lock(r, kvs_radix_root(r2)), EINVAL);
+		CASE("radix", "kvs_radix_unlock", "NULL", kvs_radix_unlock(r, NULL), EINVAL);
+		CASE("radix", "kvs_radix_match_lock", "last NULL",
+		     kvs_radix_match_lock(r, 0, key, 8, locs, NULL), EINVAL);
+		ck_assert_int_eq(kvs_radix_validate(r), 0);
+		ck_assert_int_eq(kvs_pool_free(p, 8, own), 0);
+	}
 	f = kvs_flow_create(p, t, r);
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(kvs_req_init(&q, tok, 8, 0, 0), 0);
