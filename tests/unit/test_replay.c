@@ -336,7 +336,6 @@ START_TEST(test_long_output_rejected)
 	ck_assert_uint_eq(res.requests_done, 3);
 	ck_assert_uint_eq(res.rejects[RP_REJECT_over_budget], 1);
 	ck_assert_uint_eq(res.table_cols, 1024 + 3 + 1 + RP_TABLE_SLACK);
-	ck_assert(res.wall_s < 5.0);
 	rp_result_free(&res);
 
 	/* 2^30 bytes of 2-byte tokens hold it; 1024 rows of 2^22 columns
@@ -348,7 +347,6 @@ START_TEST(test_long_output_rejected)
 	ck_assert_uint_eq(res.rejects[RP_REJECT_over_table], 1);
 	ck_assert_uint_eq(res.rejects[RP_REJECT_over_budget], 0);
 	ck_assert_uint_eq(res.table_cols, 1024 + 3 + 1 + RP_TABLE_SLACK);
-	ck_assert(res.wall_s < 5.0);
 	rp_result_free(&res);
 }
 END_TEST
