@@ -4,7 +4,7 @@
 # Usage: scripts/deps.sh [extra packages...]
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config check liburcu-dev \
-libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox python3-cbor2 $*"
+libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox python3-cbor2 python3-xxhash $*"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

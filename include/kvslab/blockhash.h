@@ -27,10 +27,14 @@ enum kvs_hash_fn {
 
 /* A block hash: the digest's first len bytes, as vLLM's bytes object holds
  * them (the 64-bit form: the integer big-endian). */
+#ifndef KVS_BLOCK_HASH_DEFINED
+#define KVS_BLOCK_HASH_DEFINED
+/* Also declared, identically, by <kvslab/hashcache.h>. */
 typedef struct kvs_block_hash {
-	uint8_t bytes[KVS_BLOCK_HASH_MAX];
+	uint8_t bytes[32];
 	uint32_t len;
 } kvs_block_hash_t;
+#endif
 
 /* A multimodal item of the request (vLLM's mm feature): its identifier (the
  * mm hash) and the tokens it covers, counted from the request's start. */
