@@ -14,5 +14,6 @@
 #include <kvslab/reqtab.h>
 #include <kvslab/radix.h>
 #include <kvslab/flow.h>
+#include <kvslab/kvpub.h>
 
 #endif /* KVSLAB_H */
