@@ -179,6 +179,54 @@ START_TEST(test_queue_bounds)
 }
 END_TEST
 
+/* Directly a cache's event callback: the cache's events become batches. */
+START_TEST(test_radix_callback)
+{
+	kvs_kvpub_attr_t a;
+	kvs_pool_attr_t pa;
+	kvs_radix_attr_t ra;
+	kvs_kvpub_t *p;
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_radix_t *r;
+	int32_t key[8], locs[8];
+
+	kvs_kvpub_attr_init(&a);
+	a.endpoint = "inproc://kvpub-radix";
+	a.flush_interval_ms = 0;
+	p = kvs_kvpub_create(&a);
+	ck_assert_ptr_nonnull(p);
+	d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(d);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.page_size = 4;
+	pa.max_tokens = 64;
+	pool = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(pool);
+	kvs_radix_attr_init(&ra);
+	ra.event_cb = kvs_kvpub_event_cb;
+	ra.event_arg = p;
+	r = kvs_radix_create(pool, &ra);
+	ck_assert_ptr_nonnull(r);
+
+	for (int i = 0; i < 8; i++)
+		key[i] = i + 1;
+	ck_assert_int_eq(kvs_pool_alloc(pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), 0);
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockStored */
+	ck_assert_int_ge(kvs_radix_evict(r, 8), 8);
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockRemoved */
+	ck_assert_int_eq(kvs_radix_reset(r), 0);
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* AllBlocksCleared */
+	ck_assert_int_eq(kvs_radix_destroy(r), 0);
+	ck_assert_uint_eq(kvs_kvpub_dropped(p), 0);
+	ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
+	kvs_pool_destroy(pool);
+	kvs_drv_close(d);
+}
+END_TEST
+
 static const char *python;
 
 /* A python3 that imports zmq and msgpack: $PYTHON, python3, /usr/bin/python3. */
@@ -282,6 +330,7 @@ int main(void)
 
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_queue_bounds);
+	tcase_add_test(tc, test_radix_callback);
 	suite_add_tcase(s, tc);
 	python = find_python();
 	if (python) {
