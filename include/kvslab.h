@@ -15,5 +15,6 @@
 #include <kvslab/radix.h>
 #include <kvslab/flow.h>
 #include <kvslab/blockhash.h>
+#include <kvslab/kvpub.h>
 
 #endif /* KVSLAB_H */

@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh [extra packages...]
 set -eu
 pkgs="build-essential autoconf automake libtool pkg-config check liburcu-dev \
-libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox python3-cbor2 python3-xxhash $*"
+libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox \
+libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack python3-cbor2 python3-xxhash $*"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/*
+ * lib/kvpub.c - publish KV events as vLLM's ZmqEventPublisher does
+ * (vllm/distributed/kv_events.py), so that routers written for vLLM and
+ * SGLang (llm-d, Dynamo) read kvslab's events unchanged.
+ *
+ * Wire format (kvslab-kvevents(7) has the field-by-field mapping):
+ *  - PUB socket, one three-frame message per batch: the topic, the batch's
+ *    sequence number as 8 bytes big-endian (0, 1, 2, ...), the payload;
+ *  - the payload is msgpack, as msgspec encodes vLLM's array_like structs:
+ *    KVEventBatch = [ts (float64), [event...], data_parallel_rank], and each
+ *    event, a tagged array_like struct, is an array whose first element is
+ *    the tag, the class name: ["BlockStored", block_hashes,
+ *    parent_block_hash, token_ids, block_size, lora_id, medium],
+ *    ["BlockRemoved", block_hashes, medium], ["AllBlocksCleared"];
+ *  - ROUTER socket for replay: a request [identity, "", start_seq (8 bytes
+ *    big-endian)] is answered with [identity, "", seq, payload] for every
+ *    buffered batch whose seq >= start_seq, oldest first, then
+ *    [identity, "", -1 as 8 bytes, ""].
+ *
+ * Threads: kvs_kvpub_event_cb() only copies the event into a preallocated
+ * queue under a short mutex (it may run inside a cache's writer section,
+ * where nothing may block or allocate); the sockets are used only under
+ * the send lock, by the background thread or by kvs_kvpub_flush().
+ * ZeroMQ sockets may move between threads with a full barrier between
+ * uses, which that lock gives.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include <kvslab/kvpub.h>
+
+#define DEF_ENDPOINT "tcp://*:5557"
+
+KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
+{
+	if (!attr) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(attr, 0, sizeof(*attr));
+	attr->endpoint = DEF_ENDPOINT;
+	attr->bind = KVS_KVPUB_AUTO;
+	attr->replay_endpoint = NULL;
+	attr->topic = "";
+	attr->buffer_steps = 10000;
+	attr->max_batch_events = 1024;
+	attr->max_queue = 100000;
+	attr->flush_interval_ms = 10;
+	attr->hwm = 100000;
+	attr->data_parallel_rank = 0;
+	return 0;
+}
+
+#ifndef KVS_HAVE_KVPUB
+
+/* Built without libzmq and msgpack-c: the same API, nothing published. */
+KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
+{
+	(void)attr;
+	errno = ENOTSUP;
+	return NULL;
+}
+
+KVS_EXPORT int kvs_kvpub_destroy(kvs_kvpub_t *pub)
+{
+	if (!pub)
+		return 0;
+	errno = ENOTSUP;
+	return -1;
+}
+
+KVS_EXPORT void kvs_kvpub_event_cb(void *pub, const kvs_kv_event_t *ev)
+{
+	(void)pub;
+	(void)ev;
+}
+
+KVS_EXPORT int kvs_kvpub_flush(kvs_kvpub_t *pub)
+{
+	(void)pub;
+	errno = ENOTSUP;
+	return -1;
+}
+
+KVS_EXPORT uint64_t kvs_kvpub_dropped(kvs_kvpub_t *pub)
+{
+	(void)pub;
+	return 0;
+}
+
+#else /* KVS_HAVE_KVPUB */
+
+#include <pthread.h>
+#include <time.h>
+
+#include <msgpack.h>
+#include <zmq.h>
+
+struct kvpub_batch {
+	uint64_t seq;
+	char *buf;
+	size_t len;
+};
+
+struct kvs_kvpub {
+	/* The queue, under qlock. */
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	kvs_kv_event_t *q;
+	size_t qcap, qhead, qlen;
+	uint64_t dropped;
+	int stop;
+
+	/* Sending, under slock. */
+	pthread_mutex_t slock;
+	void *ctx, *pub, *replay;
+	char *topic;
+	size_t topic_len;
+	struct kvpub_batch *ring;	/* the last buffer_steps batches */
+	size_t ringcap, ringhead, ringlen;
+	uint64_t next_seq;
+	kvs_kv_event_t *batch;		/* max_batch scratch */
+	size_t max_batch;
+	int dp_rank;
+	msgpack_sbuffer sbuf;
+
+	uint32_t interval_ms;
+	int has_thread;
+	pthread_t thread;
+};
+
+static void put_be64(unsigned char *b, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		b[i] = (unsigned char)(v & 0xff);
+		v >>= 8;
+	}
+}
+
+static int pack_str(msgpack_packer *pk, const char *s)
+{
+	size_t n = strlen(s);
+	return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, s, n);
+}
+
+/* One event, as msgspec encodes a tagged array_like struct. */
+static int pack_event(msgpack_packer *pk, const kvs_kv_event_t *ev)
+{
+	int r = 0;
+
+	switch (ev->type) {
+	case KVS_KV_STORED:
+		r |= msgpack_pack_array(pk, 7);
+		r |= pack_str(pk, "BlockStored");
+		r |= msgpack_pack_array(pk, 1);			/* block_hashes */
+		r |= msgpack_pack_uint64(pk, ev->hash);
+		if (ev->parent_hash)				/* parent_block_hash */
+			r |= msgpack_pack_uint64(pk, ev->parent_hash);
+		else
+			r |= msgpack_pack_nil(pk);
+		r |= msgpack_pack_array(pk, 0);			/* token_ids: not carried */
+		r |= msgpack_pack_uint32(pk, ev->tokens);	/* block_size */
+		r |= msgpack_pack_nil(pk);			/* lora_id */
+		r |= pack_str(pk, "GPU");			/* medium */
+		break;
+	case KVS_KV_REMOVED:
+		r |= msgpack_pack_array(pk, 3);
+		r |= pack_str(pk, "BlockRemoved");
+		r |= msgpack_pack_array(pk, 1);
+		r |= msgpack_pack_uint64(pk, ev->hash);
+		r |= pack_str(pk, "GPU");
+		break;
+	default: /* KVS_KV_ALL_CLEARED; the queue holds no other type */
+		r |= msgpack_pack_array(pk, 1);
+		r |= pack_str(pk, "AllBlocksCleared");
+		break;
+	}
+	return r;
+}
+
+static int encode_batch(struct kvs_kvpub *p, size_t n)
+{
+	struct timespec ts;
+	msgpack_packer pk;
+	int r = 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	msgpack_sbuffer_clear(&p->sbuf);
+	msgpack_packer_init(&pk, &p->sbuf, msgpack_sbuffer_write);
+	r |= msgpack_pack_array(&pk, 3);
+	r |= msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+	r |= msgpack_pack_array(&pk, n);
+	for (size_t i = 0; i < n; i++)
+		r |= pack_event(&pk, &p->batch[i]);
+	r |= msgpack_pack_int(&pk, p->dp_rank);
+	return r ? -1 : 0;
+}
+
+/* Keeps a copy of a batch for replay; the oldest goes when the ring is full. */
+static int ring_push(struct kvs_kvpub *p, uint64_t seq, const char *buf, size_t len)
+{
+	char *copy;
+	struct kvpub_batch *b;
+
+	if (!p->ringcap)
+		return 0;
+	copy = malloc(len ? len : 1);
+	if (!copy)
+		return -1;
+	memcpy(copy, buf, len);
+	if (p->ringlen == p->ringcap) {
+		b = &p->ring[p->ringhead];
+		free(b->buf);
+		p->ringhead = (p->ringhead + 1) % p->ringcap;
+		p->ringlen--;
+	}
+	b = &p->ring[(p->ringhead + p->ringlen) % p->ringcap];
+	b->seq = seq;
+	b->buf = copy;
+	b->len = len;
+	p->ringlen++;
+	return 0;
+}
+
+/* Answers the waiting replay requests; never waits for one. */
+static void service_replay(struct kvs_kvpub *p)
+{
+	static const unsigned char end_seq[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+
+	for (;;) {
+		zmq_msg_t part[4];
+		size_t nparts = 0, i;
+		int more = 1, ok = 1;
+		uint64_t start = 0;
+
+		while (more) {
+			zmq_msg_t m;
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, p->replay, nparts ? 0 : ZMQ_DONTWAIT) < 0) {
+				zmq_msg_close(&m);
+				if (!nparts)
+					return; /* nothing waiting */
+				ok = 0;
+				break;
+			}
+			more = zmq_msg_more(&m);
+			if (nparts < 4)
+				part[nparts] = m;
+			else
+				zmq_msg_close(&m);
+			nparts++;
+		}
+		/* vLLM: exactly [identity, "", start_seq]; anything else is ignored. */
+		if (ok && nparts == 3) {
+			const unsigned char *s = zmq_msg_data(&part[2]);
+			size_t len = zmq_msg_size(&part[2]);
+			/* int.from_bytes(start_seq_bytes, "big"): any length, unsigned */
+			for (i = 0; i < len; i++) {
+				if (start >> 56) {
+					start = UINT64_MAX;
+					break;
+				}
+				start = (start << 8) | s[i];
+			}
+			const void *id = zmq_msg_data(&part[0]);
+			size_t idlen = zmq_msg_size(&part[0]);
+			for (i = 0; i < p->ringlen; i++) {
+				const struct kvpub_batch *b = &p->ring[(p->ringhead + i) % p->ringcap];
+				unsigned char seq[8];
+				if (b->seq < start)
+					continue;
+				put_be64(seq, b->seq);
+				/* ROUTER drops what it cannot route or queue: never blocks. */
+				zmq_send(p->replay, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+				zmq_send(p->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+				zmq_send(p->replay, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+				zmq_send(p->replay, b->buf, b->len, ZMQ_DONTWAIT);
+			}
+			zmq_send(p->replay, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(p->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(p->replay, end_seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+			zmq_send(p->replay, "", 0, ZMQ_DONTWAIT);
+		}
+		for (i = 0; i < nparts && i < 4; i++)
+			zmq_msg_close(&part[i]);
+	}
+}
+
+/* Sends what is queued, in batches; under slock.  Returns batches sent. */
+static int flush_locked(struct kvs_kvpub *p)
+{
+	int sent = 0, err = 0;
+
+	if (p->replay)
+		service_replay(p);
+	for (;;) {
+		size_t n = 0;
+		unsigned char seq[8];
+
+		pthread_mutex_lock(&p->qlock);
+		while (n < p->max_batch && p->qlen) {
+			p->batch[n++] = p->q[p->qhead];
+			p->qhead = (p->qhead + 1) % p->qcap;
+			p->qlen--;
+		}
+		pthread_mutex_unlock(&p->qlock);
+		if (!n)
+			break;
+		if (encode_batch(p, n)) {
+			err = ENOMEM;
+			break;
+		}
+		put_be64(seq, p->next_seq);
+		/* A PUB socket drops, never blocks, at its high-water mark. */
+		if (zmq_send(p->pub, p->topic, p->topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+		    zmq_send(p->pub, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+		    zmq_send(p->pub, p->sbuf.data, p->sbuf.size, ZMQ_DONTWAIT) < 0)
+			err = zmq_errno();
+		/* Kept for replay even if the PUB send failed. */
+		if (ring_push(p, p->next_seq, p->sbuf.data, p->sbuf.size))
+			err = ENOMEM;
+		p->next_seq++;
+		sent++;
+	}
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return sent;
+}
+
+static void *kvpub_thread(void *arg)
+{
+	struct kvs_kvpub *p = arg;
+
+	pthread_mutex_lock(&p->qlock);
+	while (!p->stop) {
+		struct timespec ts;
+
+		pthread_mutex_unlock(&p->qlock);
+		pthread_mutex_lock(&p->slock);
+		flush_locked(p);
+		pthread_mutex_unlock(&p->slock);
+		pthread_mutex_lock(&p->qlock);
+		if (p->stop || p->qlen >= p->max_batch)
+			continue;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += p->interval_ms / 1000;
+		ts.tv_nsec += (long)(p->interval_ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&p->qcond, &p->qlock, &ts);
+	}
+	pthread_mutex_unlock(&p->qlock);
+	return NULL;
+}
+
+/* vLLM's heuristic: bind stable endpoints, connect to volatile ones. */
+static int endpoint_binds(const char *ep)
+{
+	return strchr(ep, '*') || strstr(ep, "::") || !strncmp(ep, "ipc://", 6) ||
+	       !strncmp(ep, "inproc://", 9);
+}
+
+static void kvpub_free(struct kvs_kvpub *p)
+{
+	int linger = 100; /* ms: the last batches get a chance, not a hang */
+
+	if (p->pub) {
+		zmq_setsockopt(p->pub, ZMQ_LINGER, &linger, sizeof(linger));
+		zmq_close(p->pub);
+	}
+	if (p->replay) {
+		linger = 0;
+		zmq_setsockopt(p->replay, ZMQ_LINGER, &linger, sizeof(linger));
+		zmq_close(p->replay);
+	}
+	if (p->ctx)
+		zmq_ctx_term(p->ctx);
+	for (size_t i = 0; i < p->ringlen; i++)
+		free(p->ring[(p->ringhead + i) % p->ringcap].buf);
+	msgpack_sbuffer_destroy(&p->sbuf);
+	free(p->ring);
+	free(p->batch);
+	free(p->q);
+	free(p->topic);
+	pthread_cond_destroy(&p->qcond);
+	pthread_mutex_destroy(&p->qlock);
+	pthread_mutex_destroy(&p->slock);
+	free(p);
+}
+
+KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
+{
+	kvs_kvpub_attr_t def;
+	struct kvs_kvpub *p;
+	pthread_condattr_t ca;
+	int err = ENOMEM, hwm, bind;
+
+	if (!attr) {
+		kvs_kvpub_attr_init(&def);
+		attr = &def;
+	}
+	if (!attr->endpoint || !*attr->endpoint || !attr->topic || attr->bind < KVS_KVPUB_AUTO ||
+	    attr->bind > KVS_KVPUB_CONNECT || !attr->max_batch_events || !attr->max_queue ||
+	    attr->hwm < 0 || attr->data_parallel_rank < 0 ||
+	    (attr->replay_endpoint && !*attr->replay_endpoint)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&p->qlock, NULL);
+	pthread_mutex_init(&p->slock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->qcond, &ca);
+	pthread_condattr_destroy(&ca);
+	msgpack_sbuffer_init(&p->sbuf);
+	p->qcap = attr->max_queue;
+	p->max_batch = attr->max_batch_events;
+	p->ringcap = attr->buffer_steps;
+	p->dp_rank = attr->data_parallel_rank;
+	p->interval_ms = attr->flush_interval_ms;
+	p->topic_len = strlen(attr->topic);
+	p->q = calloc(p->qcap, sizeof(*p->q));
+	p->batch = calloc(p->max_batch, sizeof(*p->batch));
+	p->ring = p->ringcap ? calloc(p->ringcap, sizeof(*p->ring)) : NULL;
+	p->topic = strdup(attr->topic);
+	if (!p->q || !p->batch || (p->ringcap && !p->ring) || !p->topic)
+		goto fail;
+
+	p->ctx = zmq_ctx_new();
+	if (!p->ctx)
+		goto fail_zmq;
+	p->pub = zmq_socket(p->ctx, ZMQ_PUB);
+	if (!p->pub)
+		goto fail_zmq;
+	hwm = attr->hwm;
+	if (zmq_setsockopt(p->pub, ZMQ_SNDHWM, &hwm, sizeof(hwm)))
+		goto fail_zmq;
+	bind = attr->bind == KVS_KVPUB_BIND ||
+	       (attr->bind == KVS_KVPUB_AUTO && endpoint_binds(attr->endpoint));
+	if ((bind ? zmq_bind : zmq_connect)(p->pub, attr->endpoint))
+		goto fail_zmq;
+	if (attr->replay_endpoint) {
+		p->replay = zmq_socket(p->ctx, ZMQ_ROUTER);
+		if (!p->replay || zmq_bind(p->replay, attr->replay_endpoint))
+			goto fail_zmq;
+	}
+	if (p->interval_ms) {
+		err = pthread_create(&p->thread, NULL, kvpub_thread, p);
+		if (err)
+			goto fail;
+		p->has_thread = 1;
+	}
+	return p;
+
+fail_zmq:
+	err = zmq_errno();
+	/* zmq's own codes (EPROTONOSUPPORT aside) are not ours to pass on */
+	if (err >= ZMQ_HAUSNUMERO)
+		err = EINVAL;
+fail:
+	kvpub_free(p);
+	errno = err;
+	return NULL;
+}
+
+KVS_EXPORT void kvs_kvpub_event_cb(void *arg, const kvs_kv_event_t *ev)
+{
+	struct kvs_kvpub *p = arg;
+
+	if (!p || !ev || ev->type < KVS_KV_STORED || ev->type > KVS_KV_ALL_CLEARED)
+		return;
+	pthread_mutex_lock(&p->qlock);
+	if (p->stop || p->qlen == p->qcap) {
+		p->dropped++;
+	} else {
+		p->q[(p->qhead + p->qlen) % p->qcap] = *ev;
+		p->qlen++;
+		if (p->has_thread && p->qlen == p->max_batch)
+			pthread_cond_signal(&p->qcond);
+	}
+	pthread_mutex_unlock(&p->qlock);
+}
+
+KVS_EXPORT int kvs_kvpub_flush(kvs_kvpub_t *p)
+{
+	int r;
+
+	if (!p) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&p->slock);
+	r = flush_locked(p);
+	pthread_mutex_unlock(&p->slock);
+	return r;
+}
+
+KVS_EXPORT uint64_t kvs_kvpub_dropped(kvs_kvpub_t *p)
+{
+	uint64_t d;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->qlock);
+	d = p->dropped;
+	pthread_mutex_unlock(&p->qlock);
+	return d;
+}
+
+KVS_EXPORT int kvs_kvpub_destroy(kvs_kvpub_t *p)
+{
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&p->qlock);
+	p->stop = 1;
+	pthread_cond_signal(&p->qcond);
+	pthread_mutex_unlock(&p->qlock);
+	if (p->has_thread)
+		pthread_join(p->thread, NULL);
+	/* What was queued before destroy goes out. */
+	pthread_mutex_lock(&p->slock);
+	flush_locked(p);
+	pthread_mutex_unlock(&p->slock);
+	kvpub_free(p);
+	return 0;
+}
+
+#endif /* KVS_HAVE_KVPUB */
