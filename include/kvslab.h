@@ -14,5 +14,6 @@
 #include <kvslab/reqtab.h>
 #include <kvslab/radix.h>
 #include <kvslab/flow.h>
+#include <kvslab/hashcache.h>
 
 #endif /* KVSLAB_H */
