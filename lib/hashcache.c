@@ -29,6 +29,13 @@
  * section with acquire loads and take no lock.  Duplicate hashes are
  * allowed, as in vLLM: a second block with the same hash gets an entry of
  * its own, in front of the first.
+ *
+ * Locking (the library's lock order is in common/common.h): hc->lock, the
+ * writer lock, sits where radix->wlock does, above slab->lock: it is held
+ * across kvs_pool_alloc() and kvs_pool_free() and across the event
+ * callbacks, which may only call kvs_hcache_match_ro().  It is never held
+ * together with a radix or flow lock.  (common/common.h's list does not
+ * name it yet.)
  */
 #include <limits.h>
 #include <pthread.h>
