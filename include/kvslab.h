@@ -16,5 +16,6 @@
 #include <kvslab/flow.h>
 #include <kvslab/blockhash.h>
 #include <kvslab/kvpub.h>
+#include <kvslab/hashcache.h>
 
 #endif /* KVSLAB_H */
