@@ -15,7 +15,11 @@
  *  2. radix->wlock (lib/radix.c): the prefix cache's single writer.  Held
  *     across frees of evicted pages (so it comes before slab->lock) and
  *     across KV-event callbacks, which may only read (kvs_radix_match_ro).
- *     RCU readers take no lock and may be inside any of these.
+ *     hc->lock (lib/hashcache.c), the hashed block cache's writer lock,
+ *     sits at the same level: the two caches never nest.  The KV event
+ *     publisher's queue lock (lib/kvpub.c) is taken inside either, for an
+ *     event's copy only.  RCU readers take no lock and may be inside any
+ *     of these.
  *  3. slab->lock (lib/slab*.c): pages, lists, the chunk pool, the
  *     magazine registry.  Never held across a driver call, a fence
  *     callback, or a wait for the device: whoever maps, unmaps, records
