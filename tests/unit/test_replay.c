@@ -144,6 +144,70 @@ START_TEST(test_hand_checked_paged)
 }
 END_TEST
 
+/*
+ * The hashed block cache on the same trace, pages (blocks) of 16:
+ *  step 0: R0 prefills 64 blocks, all full, all cached as they fill;
+ *     decode takes a 65th block: 1040 tokens held, 1025 live.
+ *  step 1: R0 finishes: its 64 hashed blocks go to the free queue
+ *     (evictable, 1024 tokens), the partial 65th back to the pool.
+ *  step 2: R1's first 32 block hashes hit (block 1 of the trace, 512
+ *     tokens); 32 new blocks are cached as they fill, decode takes one
+ *     more, which goes back at the finish: 96 blocks cached, all free.
+ * The same memory as the radix cache's run (test_hand_checked_paged).
+ */
+START_TEST(test_hand_checked_hash)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_PAGED, 16, "paged:16/hash");
+	struct rp_result r;
+
+	s.cache = RP_CACHE_HASH;
+	tiny_trace(&t);
+	tiny_opts(&o);
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.steps, 3);
+	ck_assert_uint_eq(r.requests_done, 2);
+	ck_assert_uint_eq(r.hit_tokens, 512);
+	ck_assert_uint_eq(r.req_tokens, 2048);
+	ck_assert_uint_eq(r.samples[0].live, 1025 * 2);
+	ck_assert_uint_eq(r.samples[0].held, 1040 * 2);
+	ck_assert_uint_eq(r.samples[0].cached, 0);
+	ck_assert_uint_eq(r.samples[1].live, 1024 * 2);
+	ck_assert_uint_eq(r.samples[1].held, 1024 * 2);
+	ck_assert_uint_eq(r.samples[1].cached, 1024 * 2);
+	ck_assert_uint_eq(r.samples[2].live, 1536 * 2);
+	ck_assert_uint_eq(r.samples[2].held, 1536 * 2);
+	ck_assert_uint_eq(r.samples[2].cached, 1536 * 2);
+	ck_assert_uint_gt(r.cache_ns, r.hash_ns);
+	ck_assert_uint_gt(r.hash_ns, 0);
+	ck_assert_uint_eq(r.end_mapped, 16384); /* static: never unmapped */
+	rp_result_free(&r);
+}
+END_TEST
+
+/* The hashed cache disabled (vLLM without prefix caching): nothing hits,
+ * nothing is kept, nothing is hashed. */
+START_TEST(test_hash_no_cache)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_SLAB, 16, "slab:16/hash");
+	struct rp_result r;
+
+	s.cache = RP_CACHE_HASH;
+	tiny_trace(&t);
+	tiny_opts(&o);
+	o.no_cache = 1;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.requests_done, 2);
+	ck_assert_uint_eq(r.hit_tokens, 0);
+	ck_assert_uint_eq(r.hash_ns, 0);
+	ck_assert_uint_eq(r.samples[1].live, 0);
+	ck_assert_uint_eq(r.samples[1].cached, 0);
+	rp_result_free(&r);
+}
+END_TEST
 
 /* Requests one at a time into an unbounded cache hit exactly what the trace
  * says was seen before, capped as the flows cap it (n - 1, page-aligned). */
@@ -182,7 +246,7 @@ START_TEST(test_infinite_capacity_hit_is_ideal)
 	struct rp_synth_opts so;
 	struct rp_sim_opts o;
 	struct rp_trace t;
-	uint32_t ps = _i ? 16 : 1;
+	uint32_t ps = _i & 1 ? 16 : 1;
 	struct rp_strategy s = strat(RP_SLAB, ps, "slab");
 	struct rp_result r;
 	double hit;
@@ -194,6 +258,7 @@ START_TEST(test_infinite_capacity_hit_is_ideal)
 	so.output_max = 64;
 	so.seed = 7;
 	ck_assert_int_eq(rp_trace_synth(&so, &t), 0);
+	s.cache = _i & 2 ? RP_CACHE_HASH : RP_CACHE_RADIX; /* either cache, the same hits */
 	rp_sim_defaults(&o);
 	kvs_model_preset("tiny", &o.model);
 	o.kv_bytes = 1ull << 30; /* far more than the trace's tokens */
@@ -231,11 +296,12 @@ START_TEST(test_pressure_invariants)
 	o.kv_bytes = 64 * 1024; /* 32768 tokens: a handful of requests */
 	o.max_running = 16;
 	o.reserve = 16;
-	for (k = 0; k < 3; k++) {
-		struct rp_strategy s = strat(kinds[k], k == 0 ? 1 : 16, "x");
+	for (k = 0; k < 6; k++) { /* each strategy with the radix, then the hashed cache */
+		struct rp_strategy s = strat(kinds[k % 3], k % 3 == 0 ? (k < 3 ? 1 : 16) : 16, "x");
 		struct rp_result r;
 		size_t i;
 
+		s.cache = k < 3 ? RP_CACHE_RADIX : RP_CACHE_HASH;
 		ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), 0);
 		ck_assert_uint_eq(r.requests_done + r.rejected, 200);
 		ck_assert_uint_eq(r.live_over_mapped, 0);
@@ -245,7 +311,7 @@ START_TEST(test_pressure_invariants)
 			ck_assert_uint_le(r.samples[i].mapped, o.kv_bytes);
 		}
 		ck_assert_uint_gt(r.mapped_peak, 0);
-		if (kinds[k] == RP_SLAB)
+		if (kinds[k % 3] == RP_SLAB)
 			ck_assert_uint_le(r.end_mapped, (uint64_t)o.min_empty * 8192);
 		else
 			ck_assert_uint_eq(r.end_mapped, r.mapped_peak);
@@ -496,6 +562,30 @@ START_TEST(test_tool_exit_and_messages)
 	unlink(path);
 	free(path);
 
+	/* Both caches side by side, the budget as a share of the trace. */
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
+			 "{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 3]}\n");
+	snprintf(args, sizeof(args), "-M 300%% -s paged:16 --cache radix,hash "
+		 "--block-hash xxh3_128 --json=- %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "(300% of the unique tokens)"), "%s", out);
+	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/radix\", \"cache\": \"radix\""), "%s", out);
+	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/hash\", \"cache\": \"hash\""), "%s", out);
+	/* 512 of 1200 tokens hit, in either cache. */
+	ck_assert_msg(strstr(out, "\"hit_ratio\": 0.426667, \"requests_done\": 2"), "%s", out);
+	ck_assert_msg(strstr(strstr(out, "paged:16/hash\", \"cache\""),
+			     "\"hit_ratio\": 0.426667, \"requests_done\": 2"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --cache radix,radix %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "invalid value 'radix,radix' for --cache"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --cache hash --block-hash md5 %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny -M 0%% %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	unlink(path);
+	free(path);
+
 	/* Parse errors name the file, the line and the field. */
 	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
 			 "{\"timestamp\": 1, \"input_length\": 12x, \"output_length\": 4, \"hash_ids\": [1]}\n");
@@ -519,7 +609,9 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_hand_checked_slab);
 	tcase_add_test(tc, test_hand_checked_paged);
-	tcase_add_loop_test(tc, test_infinite_capacity_hit_is_ideal, 0, 2);
+	tcase_add_loop_test(tc, test_infinite_capacity_hit_is_ideal, 0, 4);
+	tcase_add_test(tc, test_hand_checked_hash);
+	tcase_add_test(tc, test_hash_no_cache);
 	tcase_add_test(tc, test_pressure_invariants);
 	tcase_add_test(tc, test_bad_options);
 	tcase_add_test(tc, test_huge_lengths_rejected);

@@ -21,12 +21,15 @@
 #include "trace.h"
 
 #define MAX_STRATEGIES 8
+/* Strategies times caches. */
+#define MAX_RUNS (2 * MAX_STRATEGIES)
 
 struct opts {
-	const char *trace_path, *csv, *plot, *json, *model_name, *strategies;
+	const char *trace_path, *csv, *plot, *json, *model_name, *strategies, *caches;
 	enum rp_format fmt;
 	int strict, quiet, progress;
 	uint32_t granules;
+	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
 	struct rp_synth_opts synth;
 	struct rp_sim_opts sim;
 };
@@ -55,7 +58,8 @@ static void usage(FILE *f)
 		"  -m, --model=NAME        llama-3-8b, llama-3-70b-tp8, qwen2.5-7b, deepseek-v3-tp8,\n"
 		"                          tiny                                    [llama-3-8b]\n"
 		"      --layers=N --kv-heads=N --head-dim=N --dtype-size=N --tp=N  override the shape\n"
-		"  -M, --kv-mem=SIZE       KV memory budget, e.g. 8G, 512M         [8G]\n"
+		"  -M, --kv-mem=SIZE       KV memory budget, e.g. 8G, 512M, or 30%% of the\n"
+		"                          trace's unique tokens' KV               [8G]\n"
 		"  -d, --driver=NAME       host, cuda or auto                      [host]\n"
 		"Serving loop:\n"
 		"      --max-running=N     running requests at most                [128]\n"
@@ -65,6 +69,10 @@ static void usage(FILE *f)
 		"      --step-ms=F         simulated time of one step              [25]\n"
 		"      --no-timestamps     ignore arrival times: all arrive at once\n"
 		"      --no-cache          disable the prefix cache (finished requests free all)\n"
+		"      --cache=LIST        prefix cache: radix (SGLang's tree), hash (vLLM's hashed\n"
+		"                          blocks) or radix,hash for both side by side  [radix]\n"
+		"      --block-hash=FN     hash: sha256_cbor, sha256_cbor_64 or xxh3_128\n"
+		"                                                                  [sha256_cbor]\n"
 		"Strategies:\n"
 		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
 		"                          [static:1,paged:16,slab:16]\n"
@@ -89,7 +97,7 @@ enum {
 	O_STRICT = 256, O_REQUESTS, O_RATE, O_IN_MEAN, O_IN_MAX, O_OUT_MEAN, O_OUT_MAX, O_SHARED,
 	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
-	O_SAMPLE, O_NOPROG, O_NOCACHE
+	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH
 };
 
 static const struct option longopts[] = {
@@ -113,7 +121,8 @@ static const struct option longopts[] = {
 	{"shrink-quiet", required_argument, 0, O_QUIET}, {"worker", no_argument, 0, O_WORKER},    {"csv", required_argument, 0, O_CSV},
 	{"plot", required_argument, 0, O_PLOT},  {"json", required_argument, 0, O_JSON},
 	{"sample-every", required_argument, 0, O_SAMPLE}, {"quiet", no_argument, 0, 'q'},
-	{"no-progress", no_argument, 0, O_NOPROG}, {"no-cache", no_argument, 0, O_NOCACHE}, {"help", no_argument, 0, 'h'},
+	{"no-progress", no_argument, 0, O_NOPROG}, {"no-cache", no_argument, 0, O_NOCACHE},
+	{"cache", required_argument, 0, O_CACHE}, {"block-hash", required_argument, 0, O_BLOCKHASH}, {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -235,6 +244,34 @@ static int parse_strategies(const char *list, uint32_t granules, struct rp_strat
 	return rc;
 }
 
+/* "radix", "hash" or both, comma-separated, each at most once. */
+static int parse_caches(const char *list, enum rp_cache *out, size_t *n)
+{
+	const char *p = list;
+
+	*n = 0;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		enum rp_cache c;
+		size_t k;
+
+		if (len == 5 && strncmp(p, "radix", 5) == 0)
+			c = RP_CACHE_RADIX;
+		else if (len == 4 && strncmp(p, "hash", 4) == 0)
+			c = RP_CACHE_HASH;
+		else
+			return bad("--cache", list);
+		for (k = 0; k < *n; k++)
+			if (out[k] == c)
+				return bad("--cache", list);
+		out[(*n)++] = c;
+		p += len;
+		if (*p == ',' && *++p == 0)
+			return bad("--cache", list);
+	}
+	return *n ? 0 : bad("--cache", list);
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
 	int c;
@@ -247,6 +284,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	memset(&o->sim.model, 0, sizeof(o->sim.model));
 	o->model_name = "llama-3-8b";
 	o->strategies = "static:1,paged:16,slab:16";
+	o->caches = "radix";
 	o->granules = 1;
 	o->progress = isatty(STDERR_FILENO);
 	while ((c = getopt_long(argc, argv, "f:m:M:d:s:qhV", longopts, NULL)) != -1) {
@@ -283,7 +321,19 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_DIM: r = parse_u32("--head-dim", optarg, 1, 65536, &o->sim.model.head_dim); break;
 		case O_DTYPE: r = parse_u32("--dtype-size", optarg, 1, 16, &o->sim.model.dtype_size); break;
 		case O_TP: r = parse_u32("--tp", optarg, 1, 1024, &o->sim.model.tp_size); break;
-		case 'M': r = parse_size("--kv-mem", optarg, &o->sim.kv_bytes); break;
+		case 'M':
+			o->kv_share = 0;
+			if (*optarg && optarg[strlen(optarg) - 1] == '%') {
+				char *pct = strndup(optarg, strlen(optarg) - 1);
+
+				r = pct ? parse_double("--kv-mem", pct, 1e-6, 1e6, &o->kv_share) : -1;
+				free(pct);
+				if (r < 0 && pct)
+					r = bad("--kv-mem", optarg);
+			} else {
+				r = parse_size("--kv-mem", optarg, &o->sim.kv_bytes);
+			}
+			break;
 		case 'd':
 			if (strcmp(optarg, "host") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
 				r = bad("--driver", optarg);
@@ -311,6 +361,17 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'q': o->quiet = 1; o->progress = 0; break;
 		case O_NOPROG: o->progress = 0; break;
 		case O_NOCACHE: o->sim.no_cache = 1; break;
+		case O_CACHE: o->caches = optarg; break;
+		case O_BLOCKHASH:
+			if (strcmp(optarg, "sha256_cbor") == 0)
+				o->sim.hash_fn = KVS_HASH_SHA256_CBOR;
+			else if (strcmp(optarg, "sha256_cbor_64") == 0)
+				o->sim.hash_fn = KVS_HASH_SHA256_CBOR_64;
+			else if (strcmp(optarg, "xxh3_128") == 0)
+				o->sim.hash_fn = KVS_HASH_XXH3_128;
+			else
+				r = bad("--block-hash", optarg);
+			break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;
@@ -354,8 +415,10 @@ static void show_progress(void *arg, size_t done, size_t total)
 
 int main(int argc, char **argv)
 {
-	struct rp_strategy strats[MAX_STRATEGIES];
-	struct rp_result res[MAX_STRATEGIES];
+	struct rp_strategy strats[MAX_RUNS];
+	struct rp_result res[MAX_RUNS];
+	enum rp_cache caches[2];
+	size_t nc, k;
 	struct rp_trace t;
 	struct opts o;
 	struct rp_meta meta;
@@ -378,8 +441,23 @@ int main(int argc, char **argv)
 	if (o.sim.model.dtype_size) model.dtype_size = o.sim.model.dtype_size;
 	if (o.sim.model.tp_size) model.tp_size = o.sim.model.tp_size;
 	o.sim.model = model;
-	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0)
+	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0 ||
+	    parse_caches(o.caches, caches, &nc) < 0)
 		return 2;
+	/* Each strategy with each cache; named by the cache unless it is
+	 * the radix cache alone. */
+	for (i = ns; i-- > 0;)
+		for (k = nc; k-- > 0;) {
+			struct rp_strategy *d = &strats[i * nc + k];
+
+			if (d != &strats[i])
+				*d = strats[i];
+			d->cache = caches[k];
+			if (nc > 1 || caches[k] != RP_CACHE_RADIX)
+				snprintf(d->name + strlen(d->name), sizeof(d->name) - strlen(d->name),
+					 "/%s", caches[k] == RP_CACHE_HASH ? "hash" : "radix");
+		}
+	ns *= nc;
 
 	if (o.trace_path) {
 		if (rp_trace_load(o.trace_path, o.fmt, o.strict, stderr, &t) < 0) {
@@ -402,15 +480,28 @@ int main(int argc, char **argv)
 		return e == EINVAL ? 2 : 1;
 	}
 	ideal = rp_trace_ideal_hit(&t, 1, &unique);
+	if (o.kv_share > 0) {
+		double b = (double)unique * o.kv_share / 100.0 * (double)kvs_model_cell_size(&model);
+
+		if (!(b >= 1.0) || b > 1e18) {
+			fprintf(stderr, "kvslab-replay: --kv-mem %g%% of %llu unique tokens is %s\n",
+				o.kv_share, (unsigned long long)unique, b < 1.0 ? "no memory" : "too much");
+			rp_trace_free(&t);
+			return 2;
+		}
+		o.sim.kv_bytes = (uint64_t)b;
+	}
 	if (!o.quiet) {
 		printf("trace: %s, %zu requests", o.trace_path ? o.trace_path : "built-in generator",
 		       t.n);
 		if (t.malformed)
 			printf(" (%llu malformed lines skipped)", (unsigned long long)t.malformed);
 		printf(", %llu unique tokens, ideal hit %.4f\n", (unsigned long long)unique, ideal);
-		printf("model: %s, %zu bytes of KV a token; KV memory %.1f GiB; driver %s\n",
-		       o.model_name, kvs_model_cell_size(&model), o.sim.kv_bytes / 1073741824.0,
-		       o.sim.driver);
+		printf("model: %s, %zu bytes of KV a token; KV memory %.1f GiB", o.model_name,
+		       kvs_model_cell_size(&model), o.sim.kv_bytes / 1073741824.0);
+		if (o.kv_share > 0)
+			printf(" (%g%% of the unique tokens)", o.kv_share);
+		printf("; driver %s\n", o.sim.driver);
 	}
 	for (i = 0; i < ns; i++) {
 		struct progress p = {strats[i].name, o.progress};

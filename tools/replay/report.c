@@ -22,38 +22,49 @@ static double hit_ratio(const struct rp_result *r)
 	return r->req_tokens ? (double)r->hit_tokens / (double)r->req_tokens : 0;
 }
 
+/* Completed requests a second of time spent in the prefix cache's calls. */
+static double cache_rps(const struct rp_result *r)
+{
+	return r->cache_ns ? (double)r->requests_done * 1e9 / (double)r->cache_ns : 0;
+}
+
+static const char *cache_name(const struct rp_result *r)
+{
+	return r->strat.cache == RP_CACHE_HASH ? "hash" : "radix";
+}
+
 void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
 {
 	size_t i;
 
-	fprintf(f, "\n%-10s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "strategy", "page",
+	fprintf(f, "\n%-16s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "strategy", "page",
 		"capacity", "peak mapd", "mean mapd", "peak live", "mean live", "frag pk",
 		"frag mn", "intfrag", "cached mn");
-	fprintf(f, "%-10s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "", "", "tokens",
+	fprintf(f, "%-16s %4s %10s %11s %11s %11s %11s %7s %7s %7s %10s\n", "", "", "tokens",
 		"MiB", "MiB", "MiB", "MiB", "", "", "mean", "MiB");
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
 
-		fprintf(f, "%-10s %4u %10llu %11.1f %11.1f %11.1f %11.1f %7.3f %7.3f %7.3f %10.1f\n",
+		fprintf(f, "%-16s %4u %10llu %11.1f %11.1f %11.1f %11.1f %7.3f %7.3f %7.3f %10.1f\n",
 			r->strat.name, r->strat.page_size, (unsigned long long)r->capacity_tokens,
 			mib((double)r->mapped_peak), mib(r->mapped_mean), mib((double)r->live_peak),
 			mib(r->live_mean), r->frag_peak, r->frag_mean, r->internal_frag_mean,
 			mib(r->cached_mean));
 	}
-	fprintf(f, "\n%-10s %7s %8s %8s %9s %10s %9s %15s %15s %9s\n", "strategy", "hit",
-		"done", "preempt", "rejected", "drv calls", "drv ms", "alloc p50/p99 us",
-		"match p50/p99 us", "end MiB");
+	fprintf(f, "\n%-16s %5s %7s %8s %8s %9s %10s %9s %15s %15s %11s %9s\n", "strategy",
+		"cache", "hit", "done", "preempt", "rejected", "drv calls", "drv ms",
+		"alloc p50/p99 us", "match p50/p99 us", "cache req/s", "end MiB");
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
 		char a[32], m[32];
 
 		snprintf(a, sizeof(a), "%.1f/%.1f", r->alloc_p50_ns / 1e3, r->alloc_p99_ns / 1e3);
 		snprintf(m, sizeof(m), "%.1f/%.1f", r->match_p50_ns / 1e3, r->match_p99_ns / 1e3);
-		fprintf(f, "%-10s %7.4f %8llu %8llu %9llu %10llu %9.1f %15s %15s %9.1f\n",
-			r->strat.name, hit_ratio(r), (unsigned long long)r->requests_done,
-			(unsigned long long)r->preempted, (unsigned long long)r->rejected,
-			(unsigned long long)r->drv_calls, r->drv_ns / 1e6, a, m,
-			mib((double)r->end_mapped));
+		fprintf(f, "%-16s %5s %7.4f %8llu %8llu %9llu %10llu %9.1f %15s %15s %11.0f %9.1f\n",
+			r->strat.name, cache_name(r), hit_ratio(r),
+			(unsigned long long)r->requests_done, (unsigned long long)r->preempted,
+			(unsigned long long)r->rejected, (unsigned long long)r->drv_calls,
+			r->drv_ns / 1e6, a, m, cache_rps(r), mib((double)r->end_mapped));
 	}
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
@@ -132,6 +143,9 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 
 		fprintf(f, "    {\"name\": ");
 		json_str(f, r->strat.name);
+		fprintf(f, ", \"cache\": \"%s\", \"cache_ns\": %llu, \"hash_ns\": %llu, "
+			"\"cache_requests_per_s\": %.1f", cache_name(r), (unsigned long long)r->cache_ns,
+			(unsigned long long)r->hash_ns, cache_rps(r));
 		fprintf(f,
 			", \"page_size\": %u, \"capacity_tokens\": %llu, \"steps\": %llu, "
 			"\"sim_seconds\": %.3f,\n     \"mapped_peak\": %llu, \"mapped_mean\": %.0f, "

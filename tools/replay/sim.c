@@ -34,9 +34,11 @@
 #include <time.h>
 
 #include "sim.h"
+#include "sim_hash.h"
 
 struct sreq {
 	kvs_req_t req;
+	struct rp_hreq *hq;		/* --cache hash: its blocks and hashes */
 	int32_t *tokens;
 	size_t idx;
 	uint32_t input, out, generated;
@@ -57,6 +59,7 @@ struct sim {
 	kvs_reqtab_t *tab;
 	kvs_radix_t *radix;
 	kvs_flow_t *flow;
+	struct rp_hsim *hs;		/* --cache hash, instead of radix and flow */
 	struct sreq **run;
 	size_t nrun;
 	size_t *requeue;		/* preempted requests, taken before new ones */
@@ -95,6 +98,7 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->max_empty = 4;
 	o->shrink_quiet = 65536;
 	o->sample_every = 1;
+	o->hash_fn = KVS_HASH_SHA256_CBOR;
 }
 
 static int lat_add(struct lat *l, uint64_t ns)
@@ -152,12 +156,18 @@ static struct sreq *sreq_new(struct sim *s, size_t idx)
 		r->tokens[r->input + k] = RP_OUTPUT_BASE + s->out_next++ % (1 << 29);
 	kvs_req_init(&r->req, r->tokens, 0, 0, 0);
 	r->prefilling = 1;
+	if (s->hs && !(r->hq = rp_hreq_new(s->hs, r->input + r->out + 1))) {
+		free(r->tokens);
+		free(r);
+		return NULL;
+	}
 	return r;
 }
 
 static void sreq_free(struct sreq *r)
 {
 	if (r) {
+		rp_hreq_free(r->hq);
 		free(r->tokens);
 		free(r);
 	}
@@ -169,6 +179,87 @@ static void run_remove(struct sim *s, size_t i)
 	s->nrun--;
 }
 
+/*
+ * The prefix cache's side of the loop, either cache: the request flows over
+ * the radix cache, or vLLM's manager over the hashed block cache.  Each
+ * call's time counts in res->cache_ns.
+ */
+static ssize_t c_match(struct sim *s, struct sreq *r)
+{
+	uint64_t t0 = now_ns();
+	ssize_t m = s->hs ? rp_hsim_match(s->hs, r->hq, &r->req) : kvs_flow_match(s->flow, &r->req);
+
+	s->res->cache_ns += now_ns() - t0;
+	return m;
+}
+
+static void c_release(struct sim *s, struct sreq *r)
+{
+	uint64_t t0 = now_ns();
+
+	if (s->hs)
+		rp_hsim_release(s->hs, r->hq, &r->req);
+	else
+		kvs_flow_release(s->flow, &r->req);
+	s->res->cache_ns += now_ns() - t0;
+}
+
+static int c_finish(struct sim *s, struct sreq *r)
+{
+	uint64_t t0 = now_ns();
+	int rc = 0;
+
+	if (s->hs)
+		rp_hsim_release(s->hs, r->hq, &r->req);
+	else
+		rc = kvs_flow_cache_finished(s->flow, &r->req);
+	s->res->cache_ns += now_ns() - t0;
+	return rc;
+}
+
+/* New tokens for a batch: extend (prefill) or decode. */
+static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp_hreq **hb,
+		   size_t n, int extend)
+{
+	uint64_t t0 = now_ns();
+	int rc;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		batch[i] = &rs[i]->req;
+		hb[i] = rs[i]->hq;
+	}
+	if (s->hs)
+		rc = extend ? rp_hsim_extend(s->hs, hb, batch, n) : rp_hsim_decode(s->hs, hb, batch, n);
+	else if (extend)
+		rc = kvs_flow_prepare_extend(s->flow, batch, n, NULL) < 0 ? -1 : 0;
+	else
+		rc = kvs_flow_prepare_decode(s->flow, batch, n, NULL);
+	t0 = now_ns() - t0;
+	s->res->cache_ns += t0;
+	lat_add(&s->alloc_lat, t0);
+	return rc;
+}
+
+static int c_cache_unfinished(struct sim *s, struct sreq *r)
+{
+	uint64_t t0;
+	int rc;
+
+	if (s->hs)
+		return 0; /* blocks are cached as they fill */
+	t0 = now_ns();
+	rc = kvs_flow_cache_unfinished(s->flow, &r->req);
+	s->res->cache_ns += now_ns() - t0;
+	return rc;
+}
+
+/* Tokens the cache could give back (evictable). */
+static uint64_t c_evictable(struct sim *s)
+{
+	return s->hs ? rp_hsim_evictable(s->hs) : kvs_radix_evictable(s->radix);
+}
+
 /* Release the newest running request and send it back to the queue. */
 static int preempt_newest(struct sim *s)
 {
@@ -177,7 +268,7 @@ static int preempt_newest(struct sim *s)
 	if (s->nrun == 0)
 		return -1;
 	r = s->run[s->nrun - 1];
-	kvs_flow_release(s->flow, &r->req);
+	c_release(s, r);
 	s->requeue[s->nrequeue++] = r->idx;
 	s->res->preempted++;
 	sreq_free(r);
@@ -189,7 +280,7 @@ static int finish(struct sim *s, size_t i)
 {
 	struct sreq *r = s->run[i];
 
-	if (kvs_flow_cache_finished(s->flow, &r->req) < 0)
+	if (c_finish(s, r) < 0)
 		return -1;
 	s->res->requests_done++;
 	sreq_free(r);
@@ -275,14 +366,14 @@ static int admit(struct sim *s)
 			return -1;
 		r->req.ntokens = r->input;
 		t0 = now_ns();
-		m = kvs_flow_match(s->flow, &r->req);
+		m = c_match(s, r);
 		lat_add(&s->match_lat, now_ns() - t0);
 		if (m < 0) {
 			sreq_free(r);
 			return -1;
 		}
 		need = round_up(r->input - (uint32_t)m, ps) + decode_reserve(s, r->out, 0);
-		avail = kvs_pool_available(s->pool) + kvs_radix_evictable(s->radix);
+		avail = kvs_pool_available(s->pool) + c_evictable(s);
 		if (need + reserved(s) > avail && s->nrun > 0) {
 			s->head = r;
 			break; /* wait for memory: the head of the queue blocks */
@@ -299,16 +390,19 @@ static int admit(struct sim *s)
 static int prefill(struct sim *s)
 {
 	kvs_req_t **batch = NULL;
+	struct rp_hreq **hb = NULL;
+	struct sreq **rs = NULL;
 	size_t i, n = 0;
 	int rc = 0;
 
 	batch = malloc((s->nrun + 1) * sizeof(*batch));
-	if (!batch)
-		return -1;
+	hb = malloc((s->nrun + 1) * sizeof(*hb));
+	rs = malloc((s->nrun + 1) * sizeof(*rs));
+	if (!batch || !hb || !rs) {
+		rc = -1;
+		goto out;
+	}
 	for (;;) {
-		uint64_t t0;
-		ssize_t got;
-
 		n = 0;
 		for (i = 0; i < s->nrun; i++) {
 			struct sreq *r = s->run[i];
@@ -319,14 +413,11 @@ static int prefill(struct sim *s)
 				r->req.ntokens = r->req.kv_len + s->o->chunk < r->input
 							 ? r->req.kv_len + s->o->chunk
 							 : r->input;
-			batch[n++] = &r->req;
+			rs[n++] = r;
 		}
 		if (!n)
 			break;
-		t0 = now_ns();
-		got = kvs_flow_prepare_extend(s->flow, batch, n, NULL);
-		lat_add(&s->alloc_lat, now_ns() - t0);
-		if (got >= 0)
+		if (c_batch(s, rs, batch, hb, n, 1) == 0)
 			break;
 		if (errno != ENOMEM || preempt_newest(s) < 0) {
 			rc = -1;
@@ -343,41 +434,45 @@ static int prefill(struct sim *s)
 			s->res->hit_tokens += r->req.prefix_len;
 			s->res->req_tokens += r->input;
 		}
-		if (r->req.kv_len < r->input) {
-			if (kvs_flow_cache_unfinished(s->flow, &r->req) < 0) {
-				rc = -1;
-				goto out;
-			}
-			continue;
+		/* As SGLang's scheduler does after every prefill (chunk) of a
+		 * request that goes on: its tokens enter the tree, so that
+		 * requests admitted next can match them. */
+		if ((r->req.kv_len < r->input || r->out > 1) && c_cache_unfinished(s, r) < 0) {
+			rc = -1;
+			goto out;
 		}
+		if (r->req.kv_len < r->input)
+			continue;
 		r->prefilling = 0;
 		r->generated = r->out ? 1 : 0;
 	}
 out:
 	free(batch);
+	free(hb);
+	free(rs);
 	return rc;
 }
 
 static int decode(struct sim *s)
 {
 	kvs_req_t **batch = malloc((s->nrun + 1) * sizeof(*batch));
+	struct rp_hreq **hb = malloc((s->nrun + 1) * sizeof(*hb));
+	struct sreq **rs = malloc((s->nrun + 1) * sizeof(*rs));
 	size_t i, n;
 	int rc = 0;
 
-	if (!batch)
-		return -1;
+	if (!batch || !hb || !rs) {
+		rc = -1;
+		goto out;
+	}
 	for (;;) {
-		uint64_t t0;
-
 		n = 0;
 		for (i = 0; i < s->nrun; i++)
 			if (!s->run[i]->prefilling && s->run[i]->generated < s->run[i]->out)
-				batch[n++] = &s->run[i]->req;
+				rs[n++] = s->run[i];
 		if (!n)
 			break;
-		t0 = now_ns();
-		if (kvs_flow_prepare_decode(s->flow, batch, n, NULL) == 0) {
-			lat_add(&s->alloc_lat, now_ns() - t0);
+		if (c_batch(s, rs, batch, hb, n, 0) == 0) {
 			for (i = 0; i < s->nrun; i++)
 				if (!s->run[i]->prefilling && s->run[i]->generated < s->run[i]->out)
 					s->run[i]->generated++;
@@ -388,7 +483,10 @@ static int decode(struct sim *s)
 			break;
 		}
 	}
+out:
 	free(batch);
+	free(hb);
+	free(rs);
 	if (rc)
 		return rc;
 	for (i = 0; i < s->nrun;) {
@@ -412,12 +510,23 @@ static int sample(struct sim *s, uint64_t step)
 	uint32_t ps = kvs_pool_page_size(s->pool);
 	size_t i, waiting;
 
-	for (i = 0; i < s->nrun; i++)
-		own += s->run[i]->req.kv_len - s->run[i]->req.prefix_len;
 	mapped = kvs_slab_stat(sl, KVS_SLAB_STAT_bytes_mapped);
-	live = (own + kvs_radix_tokens(s->radix)) * res->cell;
+	if (s->hs) {
+		/* Every block is a page: whole blocks less the unwritten tails
+		 * of the running requests' last blocks (a shared block is full). */
+		uint64_t tail = 0;
+
+		for (i = 0; i < s->nrun; i++)
+			if (s->run[i]->req.slot >= 0 && s->run[i]->req.kv_len % ps)
+				tail += ps - s->run[i]->req.kv_len % ps;
+		live = (rp_hsim_block_tokens(s->hs) - tail) * res->cell;
+	} else {
+		for (i = 0; i < s->nrun; i++)
+			own += s->run[i]->req.kv_len - s->run[i]->req.prefix_len;
+		live = (own + kvs_radix_tokens(s->radix)) * res->cell;
+	}
 	held = kvs_slab_stat(sl, KVS_SLAB_STAT_objects) * ps * res->cell;
-	cached = kvs_radix_evictable(s->radix) * res->cell;
+	cached = c_evictable(s) * res->cell;
 	if (live > mapped)
 		res->live_over_mapped++;
 	if (mapped > res->mapped_peak)
@@ -609,18 +718,25 @@ static int setup(struct sim *s)
 		return fail_msg(s, "cannot create the request table (%u rows of %u tokens): %s%s%s",
 				o->max_running, cols, strerror(errno), *why ? ": " : "", why);
 	}
-	{
+	if (st->cache == RP_CACHE_HASH) {
+		s->hs = rp_hsim_create(s->pool, o->hash_fn, o->no_cache);
+		if (!s->hs)
+			return fail_msg(s, "cannot create the hashed block cache: %s",
+					errno == ENOTSUP ? "this build has no library for the chosen "
+							   "--block-hash"
+							 : strerror(errno));
+	} else {
 		kvs_radix_attr_t ra;
 
 		kvs_radix_attr_init(&ra);
 		ra.disabled = o->no_cache;
 		s->radix = kvs_radix_create(s->pool, &ra);
+		if (!s->radix)
+			return fail_msg(s, "cannot create the radix cache: %s", strerror(errno));
+		s->flow = kvs_flow_create(s->pool, s->tab, s->radix);
+		if (!s->flow)
+			return fail_msg(s, "cannot create the request flows: %s", strerror(errno));
 	}
-	if (!s->radix)
-		return fail_msg(s, "cannot create the radix cache: %s", strerror(errno));
-	s->flow = kvs_flow_create(s->pool, s->tab, s->radix);
-	if (!s->flow)
-		return fail_msg(s, "cannot create the request flows: %s", strerror(errno));
 	s->run = calloc(o->max_running + 1, sizeof(*s->run));
 	s->requeue = calloc(o->max_running + 1, sizeof(*s->requeue));
 	s->counted = calloc(s->t->n + 1, 1);
@@ -636,10 +752,14 @@ static void teardown(struct sim *s)
 	size_t i;
 
 	for (i = 0; i < s->nrun; i++) {
-		kvs_flow_release(s->flow, &s->run[i]->req);
+		if (s->hs)
+			rp_hsim_release(s->hs, s->run[i]->hq, &s->run[i]->req);
+		else if (s->flow)
+			kvs_flow_release(s->flow, &s->run[i]->req);
 		sreq_free(s->run[i]);
 	}
 	sreq_free(s->head);
+	rp_hsim_destroy(s->hs);
 	kvs_flow_destroy(s->flow);
 	kvs_radix_destroy(s->radix);
 	kvs_reqtab_destroy(s->tab);
@@ -711,7 +831,12 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	lat_quantiles(&s.alloc_lat, &res->alloc_p50_ns, &res->alloc_p99_ns);
 	lat_quantiles(&s.match_lat, &res->match_p50_ns, &res->match_p99_ns);
 	/* Drain: empty the cache and give back what the allocator can. */
-	kvs_radix_evict(s.radix, UINT64_MAX / 2);
+	if (s.hs) {
+		res->hash_ns = rp_hsim_hash_ns(s.hs);
+		rp_hsim_drain(s.hs);
+	}
+	else
+		kvs_radix_evict(s.radix, UINT64_MAX / 2);
 	kvs_slab_flush(kvs_pool_slab(s.pool));
 	kvs_slab_shrink(kvs_pool_slab(s.pool));
 	res->end_mapped = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_bytes_mapped);

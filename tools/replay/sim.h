@@ -14,9 +14,13 @@
 
 enum rp_kind { RP_STATIC, RP_PAGED, RP_SLAB };
 
-/** One memory strategy to compare. */
+/* The prefix cache: SGLang's radix tree, or vLLM's hashed blocks. */
+enum rp_cache { RP_CACHE_RADIX, RP_CACHE_HASH };
+
+/** One memory strategy (and prefix cache) to compare. */
 struct rp_strategy {
 	enum rp_kind kind;
+	enum rp_cache cache;
 	uint32_t page_size;
 	uint32_t slab_granules;		/* chunk size in granules (>= 1) */
 	char name[32];
@@ -37,6 +41,7 @@ struct rp_sim_opts {
 	uint64_t shrink_quiet;		/* slab: pages freed since growth before unmapping */
 	int worker;			/* slab: map ahead on a worker thread */
 	int no_cache;			/* a disabled prefix cache: nothing kept */
+	int hash_fn;			/* --cache hash: enum kvs_hash_fn */
 	uint64_t sample_every;		/* steps between samples (>= 1) */
 };
 
@@ -91,6 +96,8 @@ struct rp_result {
 	uint64_t hit_tokens, req_tokens;
 	uint64_t drv_calls, drv_ns;
 	uint64_t alloc_p50_ns, alloc_p99_ns, match_p50_ns, match_p99_ns;
+	uint64_t cache_ns;		/* in the prefix cache's calls: match, extend, decode, finish */
+	uint64_t hash_ns;		/* of which hashing blocks (--cache hash) */
 	double sim_ms, wall_s;
 	/* Invariant checks made at every step. */
 	uint64_t live_over_mapped;

@@ -1,0 +1,59 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# tests/bench/bench_caches.sh - the radix cache (SGLang) and the hashed
+# block cache (vLLM) side by side on the Mooncake conversation trace: the
+# same serving loop, pages of 16, KV memory for 10%, 30% and 100% of the
+# trace's unique tokens.  Prints each cache's hit ratio and completed
+# requests per second of time spent in the cache's calls (match, extend,
+# decode, finish; for the hashed cache, block hashing is shown apart).
+#
+# Usage: bench_caches.sh [TRACE.jsonl]   (default: the conversation trace
+# in $KVSLAB_SHARED/traces, else in a "shared" folder beside the source or
+# one of its parents).  Exit 77 when there is no trace or no python3.
+set -eu
+
+top_src=${KVSLAB_TOP_SRCDIR:-.}
+top_build=${KVSLAB_TOP_BUILDDIR:-.}
+replay="$top_build/tools/kvslab-replay"
+trace=${1:-}
+if [ -z "$trace" ]; then
+	if [ -n "${KVSLAB_SHARED:-}" ]; then
+		trace="$KVSLAB_SHARED/traces/conversation_trace.jsonl"
+	else
+		d=$(cd "$top_src" && pwd)
+		while [ "$d" != / ]; do
+			d=$(dirname "$d")
+			if [ -f "$d/shared/traces/conversation_trace.jsonl" ]; then
+				trace="$d/shared/traces/conversation_trace.jsonl"
+				break
+			fi
+		done
+	fi
+fi
+if [ -z "$trace" ] || [ ! -f "$trace" ]; then
+	echo "bench_caches: no conversation trace (set KVSLAB_SHARED)" >&2
+	exit 77
+fi
+command -v python3 >/dev/null || { echo "bench_caches: no python3" >&2; exit 77; }
+
+echo "bench_caches: $trace, pages of 16, model tiny (KV bytes do not matter here)"
+printf '%-9s %-17s %8s %12s %12s %10s %9s\n' capacity cache hit "req/s cache" "req/s w/o h" "hash %" preempt
+for pct in 10 30 100; do
+	for fn in sha256_cbor xxh3_128; do
+		caches=radix,hash
+		[ $fn = sha256_cbor ] || caches=hash
+		"$replay" -q --no-progress -m tiny -M "$pct%" -s paged:16 --cache $caches \
+			--block-hash $fn --json - "$trace" |
+		python3 -c '
+import json, sys
+pct, fn = sys.argv[1], sys.argv[2]
+for s in json.load(sys.stdin)["strategies"]:
+    c = s["cache"] + ("/" + fn if s["cache"] == "hash" else "")
+    rest = s["cache_ns"] - s["hash_ns"]
+    print("%-9s %-17s %8.4f %12.0f %12.0f %10.1f %9d" % (pct + "%", c, s["hit_ratio"],
+          s["cache_requests_per_s"], s["requests_done"] * 1e9 / rest if rest else 0,
+          100.0 * s["hash_ns"] / s["cache_ns"] if s["cache_ns"] else 0, s["preempted"]))
+' "$pct" "$fn"
+	done
+done
