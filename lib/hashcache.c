@@ -162,14 +162,19 @@ static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 
 /* ---------------------------------------------------------------- events */
 
+/* @tokens: a stored event's n * ps token ids, or NULL; the events point
+ * into it (the caller's array, valid for the callbacks' duration). */
 static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
-		 const kvs_block_hash_t *parent, uint64_t extra)
+		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
 {
+	bool stored = type == KVS_KV_STORED;
+
 	if (hc->attr.event_cb) {
 		kvs_hcache_event_t ev = {
 			.type = type, .hashes = h, .nhashes = n, .parent = parent,
-			.tokens = type == KVS_KV_STORED ? (uint32_t)(n * hc->ps) : 0,
-			.block_size = hc->ps, .extra_key = type == KVS_KV_STORED ? extra : 0,
+			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
+			.block_size = hc->ps, .extra_key = stored ? extra : 0,
+			.token_ids = stored ? tokens : NULL,
 		};
 		hc->attr.event_cb(hc->attr.event_arg, &ev);
 	}
@@ -185,9 +190,10 @@ static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n
 			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
 
 			ev.hash = hash_low64(&h[i]);
-			ev.parent_hash = type == KVS_KV_STORED && p ? hash_low64(p) : 0;
+			ev.parent_hash = stored && p ? hash_low64(p) : 0;
 			ev.tokens = hc->ps;
-			ev.extra_key = type == KVS_KV_STORED ? extra : 0;
+			ev.extra_key = stored ? extra : 0;
+			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
 			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
 		}
 	}
@@ -236,7 +242,7 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 
 	q_remove(hc, i);
 	if (event)
-		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0);
+		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
 	tbl_remove(hc, b->ent);
 	b->ent = NULL;
 	hc->ncached--;
@@ -537,6 +543,9 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  * @hashes: their hashes, in the same order.
  * @parent: the hash of the block before @blocks[0] in the request, or NULL.
  * @extra_key: passed to the stored event (a LoRA id, say).
+ * @tokens: the @n * block size token ids of the blocks, @blocks[0]'s first,
+ *          for the stored event; or NULL (the event carries none).  Only
+ *          the event reads them, during the call.
  *
  * Each block enters the table (beside any other block of the same hash);
  * one stored event names them all.
@@ -547,7 +556,7 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  */
 KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 				const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
-				uint64_t extra_key)
+				uint64_t extra_key, const int32_t *tokens)
 {
 	struct hent **ents;
 	size_t i;
@@ -589,7 +598,7 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 			ents[i] = NULL;
 		}
 		hc->ncached += n;
-		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key);
+		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
 	}
 	pthread_mutex_unlock(&hc->lock);
 out:
@@ -696,7 +705,7 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	drop_all(hc);
 	hc->wpos = hc->wfill = 0;
 	hc->wsum_q = hc->wsum_h = 0;
-	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0);
+	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
 }
