@@ -24,11 +24,12 @@
  * once published: caching a block allocates an entry and publishes it at
  * the head of its chain with a release store; removing one unlinks it with
  * a release store and frees it through call_rcu() (liburcu, bulletproof
- * flavour, as lib/radix.c).  Writers are serialized by one mutex; readers
- * (kvs_hcache_match_ro()) walk the chains inside an RCU read-side critical
- * section with acquire loads and take no lock.  Duplicate hashes are
- * allowed, as in vLLM: a second block with the same hash gets an entry of
- * its own, in front of the first.
+ * flavour, as lib/radix.c), whose worker thread kvs_hcache_create() has
+ * liburcu make, so that no later call allocates inside liburcu.  Writers
+ * are serialized by one mutex; readers (kvs_hcache_match_ro()) walk the
+ * chains inside an RCU read-side critical section with acquire loads and
+ * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
+ * with the same hash gets an entry of its own, in front of the first.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
@@ -306,6 +307,11 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	}
 	while (nb < pages)
 		nb <<= 1;
+	/* liburcu makes its call_rcu worker on the first call_rcu() of the
+	 * process, with malloc(), and ends the process if that fails: have it
+	 * made here, so that evicting, which retires entries through
+	 * call_rcu(), never allocates. */
+	get_default_call_rcu_data();
 	hc = calloc(1, sizeof(*hc));
 	if (!hc)
 		return NULL;
