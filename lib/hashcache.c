@@ -24,11 +24,12 @@
  * once published: caching a block allocates an entry and publishes it at
  * the head of its chain with a release store; removing one unlinks it with
  * a release store and frees it through call_rcu() (liburcu, bulletproof
- * flavour, as lib/radix.c).  Writers are serialized by one mutex; readers
- * (kvs_hcache_match_ro()) walk the chains inside an RCU read-side critical
- * section with acquire loads and take no lock.  Duplicate hashes are
- * allowed, as in vLLM: a second block with the same hash gets an entry of
- * its own, in front of the first.
+ * flavour, as lib/radix.c), whose worker thread kvs_hcache_create() has
+ * liburcu make, so that no later call allocates inside liburcu.  Writers
+ * are serialized by one mutex; readers (kvs_hcache_match_ro()) walk the
+ * chains inside an RCU read-side critical section with acquire loads and
+ * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
+ * with the same hash gets an entry of its own, in front of the first.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
@@ -162,14 +163,19 @@ static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 
 /* ---------------------------------------------------------------- events */
 
+/* @tokens: a stored event's n * ps token ids, or NULL; the events point
+ * into it (the caller's array, valid for the callbacks' duration). */
 static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
-		 const kvs_block_hash_t *parent, uint64_t extra)
+		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
 {
+	bool stored = type == KVS_KV_STORED;
+
 	if (hc->attr.event_cb) {
 		kvs_hcache_event_t ev = {
 			.type = type, .hashes = h, .nhashes = n, .parent = parent,
-			.tokens = type == KVS_KV_STORED ? (uint32_t)(n * hc->ps) : 0,
-			.block_size = hc->ps, .extra_key = type == KVS_KV_STORED ? extra : 0,
+			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
+			.block_size = hc->ps, .extra_key = stored ? extra : 0,
+			.token_ids = stored ? tokens : NULL,
 		};
 		hc->attr.event_cb(hc->attr.event_arg, &ev);
 	}
@@ -185,9 +191,10 @@ static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n
 			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
 
 			ev.hash = hash_low64(&h[i]);
-			ev.parent_hash = type == KVS_KV_STORED && p ? hash_low64(p) : 0;
+			ev.parent_hash = stored && p ? hash_low64(p) : 0;
 			ev.tokens = hc->ps;
-			ev.extra_key = type == KVS_KV_STORED ? extra : 0;
+			ev.extra_key = stored ? extra : 0;
+			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
 			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
 		}
 	}
@@ -236,7 +243,7 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 
 	q_remove(hc, i);
 	if (event)
-		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0);
+		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
 	tbl_remove(hc, b->ent);
 	b->ent = NULL;
 	hc->ncached--;
@@ -300,6 +307,11 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	}
 	while (nb < pages)
 		nb <<= 1;
+	/* liburcu makes its call_rcu worker on the first call_rcu() of the
+	 * process, with malloc(), and ends the process if that fails: have it
+	 * made here, so that evicting, which retires entries through
+	 * call_rcu(), never allocates. */
+	get_default_call_rcu_data();
 	hc = calloc(1, sizeof(*hc));
 	if (!hc)
 		return NULL;
@@ -537,6 +549,9 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  * @hashes: their hashes, in the same order.
  * @parent: the hash of the block before @blocks[0] in the request, or NULL.
  * @extra_key: passed to the stored event (a LoRA id, say).
+ * @tokens: the @n * block size token ids of the blocks, @blocks[0]'s first,
+ *          for the stored event; or NULL (the event carries none).  Only
+ *          the event reads them, during the call.
  *
  * Each block enters the table (beside any other block of the same hash);
  * one stored event names them all.
@@ -547,7 +562,7 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  */
 KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 				const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
-				uint64_t extra_key)
+				uint64_t extra_key, const int32_t *tokens)
 {
 	struct hent **ents;
 	size_t i;
@@ -589,7 +604,7 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 			ents[i] = NULL;
 		}
 		hc->ncached += n;
-		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key);
+		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
 	}
 	pthread_mutex_unlock(&hc->lock);
 out:
@@ -696,7 +711,7 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	drop_all(hc);
 	hc->wpos = hc->wfill = 0;
 	hc->wsum_q = hc->wsum_h = 0;
-	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0);
+	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
 }

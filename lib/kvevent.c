@@ -21,7 +21,9 @@
 
 /* Chained hashes of the pages keys[from, to) after a page that hashed to
  * @h (0: the prefix starts here); emits one event of @type per page when
- * @type is set and the sink has a callback.  Returns the last hash. */
+ * @type is set and the sink has a callback.  A stored event points at the
+ * page's keys, its token ids, which are valid for the callback's duration
+ * (the caller's key or a node's).  Returns the last hash. */
 uint64_t kvev_chain(const struct kvev_sink *sink, uint64_t h, uint64_t extra,
 		    const int32_t *keys, uint32_t from, uint32_t to, int type)
 {
@@ -35,7 +37,8 @@ uint64_t kvev_chain(const struct kvev_sink *sink, uint64_t h, uint64_t extra,
 					     .hash = nh,
 					     .parent_hash = h,
 					     .tokens = sink->ps,
-					     .extra_key = extra};
+					     .extra_key = extra,
+					     .token_ids = type == KVS_KV_STORED ? keys + i : NULL};
 
 			sink->cb(sink->arg, &ev);
 		}

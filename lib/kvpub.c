@@ -4,24 +4,34 @@
  * (vllm/distributed/kv_events.py), so that routers written for vLLM and
  * SGLang (llm-d, Dynamo) read kvslab's events unchanged.
  *
- * Wire format (kvslab-kvevents(7) has the field-by-field mapping):
+ * Wire format (kvslab-kvevents(7) has the field-by-field mapping and the
+ * vLLM version each form follows):
  *  - PUB socket, one three-frame message per batch: the topic, the batch's
  *    sequence number as 8 bytes big-endian (0, 1, 2, ...), the payload;
- *  - the payload is msgpack, as msgspec encodes vLLM's array_like structs:
- *    KVEventBatch = [ts (float64), [event...], data_parallel_rank], and each
- *    event, a tagged array_like struct, is an array whose first element is
- *    the tag, the class name: ["BlockStored", block_hashes,
- *    parent_block_hash, token_ids, block_size, lora_id, medium],
- *    ["BlockRemoved", block_hashes, medium], ["AllBlocksCleared"];
+ *  - the payload is msgpack, as msgspec encodes vLLM's structs: the batch,
+ *    an array_like struct, is [ts (float64), [event...], data_parallel_rank];
+ *    each event is a tagged struct, by default (KVS_KVPUB_FORMAT_MAP, vLLM
+ *    since its PR #42892) a map whose first key, "type", holds the tag, the
+ *    class name, followed by the fields by name: {"type": "BlockStored",
+ *    "block_hashes", "parent_block_hash", "token_ids", "block_size",
+ *    "lora_id", "medium", "lora_name"}, {"type": "BlockRemoved",
+ *    "block_hashes", "medium"}, {"type": "AllBlocksCleared"}; or
+ *    (KVS_KVPUB_FORMAT_ARRAY, vLLM's array_like events before that) an
+ *    array of the tag and the same fields in the same order;
  *  - ROUTER socket for replay: a request [identity, "", start_seq (8 bytes
  *    big-endian)] is answered with [identity, "", seq, payload] for every
  *    buffered batch whose seq >= start_seq, oldest first, then
  *    [identity, "", -1 as 8 bytes, ""].
  *
  * Threads: kvs_kvpub_event_cb() only copies the event into a preallocated
- * queue under a short mutex (it may run inside a cache's writer section,
- * where nothing may block or allocate); the sockets are used only under
- * the send lock, by the background thread or by kvs_kvpub_flush().
+ * queue, and a stored event's token ids into a preallocated ring of
+ * max_queue_tokens ids, under a short mutex (it may run inside a cache's
+ * writer section, where nothing may block or allocate); what does not fit
+ * is dropped and counted.  The ring is FIFO like the queue: the ids of the
+ * events a flush takes are the ring's oldest, and they stay reserved until
+ * the batch is encoded, so producers never overwrite what is being read.
+ * The sockets are used only under the send lock, by the background thread
+ * or by kvs_kvpub_flush().
  * ZeroMQ sockets may move between threads with a full barrier between
  * uses, which that lock gives.
  */
@@ -51,6 +61,8 @@ KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 	attr->flush_interval_ms = 10;
 	attr->hwm = 100000;
 	attr->data_parallel_rank = 0;
+	attr->format = KVS_KVPUB_FORMAT_MAP;
+	attr->max_queue_tokens = (size_t)1 << 20;
 	return 0;
 }
 
@@ -105,12 +117,21 @@ struct kvpub_batch {
 	size_t len;
 };
 
+/* A queued event; its token ids (ntok of them) are in the token ring, right
+ * after those of the events queued before it. */
+struct kvpub_ev {
+	kvs_kv_event_t ev;		/* ev.token_ids is not used */
+	size_t ntok;
+};
+
 struct kvs_kvpub {
-	/* The queue, under qlock. */
+	/* The queue and the token ring, under qlock. */
 	pthread_mutex_t qlock;
 	pthread_cond_t qcond;
-	kvs_kv_event_t *q;
+	struct kvpub_ev *q;
 	size_t qcap, qhead, qlen;
+	int32_t *tok;			/* max_queue_tokens ids */
+	size_t tokcap, tokhead, toklen;	/* toklen counts the ids a flush reads */
 	uint64_t dropped;
 	int stop;
 
@@ -122,9 +143,10 @@ struct kvs_kvpub {
 	struct kvpub_batch *ring;	/* the last buffer_steps batches */
 	size_t ringcap, ringhead, ringlen;
 	uint64_t next_seq;
-	kvs_kv_event_t *batch;		/* max_batch scratch */
+	struct kvpub_ev *batch;		/* max_batch scratch */
 	size_t max_batch;
 	int dp_rank;
+	int map;			/* KVS_KVPUB_FORMAT_MAP */
 	msgpack_sbuffer sbuf;
 
 	uint32_t interval_ms;
@@ -146,42 +168,81 @@ static int pack_str(msgpack_packer *pk, const char *s)
 	return msgpack_pack_str(pk, n) || msgpack_pack_str_body(pk, s, n);
 }
 
-/* One event, as msgspec encodes a tagged array_like struct. */
-static int pack_event(msgpack_packer *pk, const kvs_kv_event_t *ev)
+/* A tagged struct's head: msgspec puts the tag first, under "type" in a
+ * map, as the first element of an array; @nfields follow. */
+static int pack_head(msgpack_packer *pk, int map, const char *tag, size_t nfields)
 {
-	int r = 0;
+	if (map)
+		return msgpack_pack_map(pk, nfields + 1) | pack_str(pk, "type") | pack_str(pk, tag);
+	return msgpack_pack_array(pk, nfields + 1) | pack_str(pk, tag);
+}
+
+/* A field's name, in a map only; its value follows. */
+static int pack_key(msgpack_packer *pk, int map, const char *name)
+{
+	return map ? pack_str(pk, name) : 0;
+}
+
+/* @n token ids from the ring, from index @at on. */
+static int pack_tokens(msgpack_packer *pk, const struct kvs_kvpub *p, size_t at, size_t n)
+{
+	int r = msgpack_pack_array(pk, n);
+
+	for (size_t j = 0; j < n; j++, at++) {
+		if (at == p->tokcap)
+			at = 0;
+		r |= msgpack_pack_int32(pk, p->tok[at]);
+	}
+	return r;
+}
+
+/* One event, as msgspec encodes vLLM's tagged structs; its token ids at
+ * ring index @at. */
+static int pack_event(msgpack_packer *pk, const struct kvs_kvpub *p, const struct kvpub_ev *q,
+		      size_t at)
+{
+	const kvs_kv_event_t *ev = &q->ev;
+	int map = p->map, r = 0;
 
 	switch (ev->type) {
 	case KVS_KV_STORED:
-		r |= msgpack_pack_array(pk, 7);
-		r |= pack_str(pk, "BlockStored");
-		r |= msgpack_pack_array(pk, 1);			/* block_hashes */
+		r |= pack_head(pk, map, "BlockStored", 7);
+		r |= pack_key(pk, map, "block_hashes");
+		r |= msgpack_pack_array(pk, 1);
 		r |= msgpack_pack_uint64(pk, ev->hash);
-		if (ev->parent_hash)				/* parent_block_hash */
+		r |= pack_key(pk, map, "parent_block_hash");
+		if (ev->parent_hash)
 			r |= msgpack_pack_uint64(pk, ev->parent_hash);
 		else
 			r |= msgpack_pack_nil(pk);
-		r |= msgpack_pack_array(pk, 0);			/* token_ids: not carried */
-		r |= msgpack_pack_uint32(pk, ev->tokens);	/* block_size */
-		r |= msgpack_pack_nil(pk);			/* lora_id */
-		r |= pack_str(pk, "GPU");			/* medium */
+		r |= pack_key(pk, map, "token_ids");
+		r |= pack_tokens(pk, p, at, q->ntok);
+		r |= pack_key(pk, map, "block_size");
+		r |= msgpack_pack_uint32(pk, ev->tokens);
+		r |= pack_key(pk, map, "lora_id");
+		r |= msgpack_pack_nil(pk);
+		r |= pack_key(pk, map, "medium");
+		r |= pack_str(pk, "GPU");
+		r |= pack_key(pk, map, "lora_name");
+		r |= msgpack_pack_nil(pk);
 		break;
 	case KVS_KV_REMOVED:
-		r |= msgpack_pack_array(pk, 3);
-		r |= pack_str(pk, "BlockRemoved");
+		r |= pack_head(pk, map, "BlockRemoved", 2);
+		r |= pack_key(pk, map, "block_hashes");
 		r |= msgpack_pack_array(pk, 1);
 		r |= msgpack_pack_uint64(pk, ev->hash);
+		r |= pack_key(pk, map, "medium");
 		r |= pack_str(pk, "GPU");
 		break;
 	default: /* KVS_KV_ALL_CLEARED; the queue holds no other type */
-		r |= msgpack_pack_array(pk, 1);
-		r |= pack_str(pk, "AllBlocksCleared");
+		r |= pack_head(pk, map, "AllBlocksCleared", 0);
 		break;
 	}
 	return r;
 }
 
-static int encode_batch(struct kvs_kvpub *p, size_t n)
+/* Encodes p->batch[0, n), whose token ids start at ring index @at. */
+static int encode_batch(struct kvs_kvpub *p, size_t n, size_t at)
 {
 	struct timespec ts;
 	msgpack_packer pk;
@@ -193,8 +254,10 @@ static int encode_batch(struct kvs_kvpub *p, size_t n)
 	r |= msgpack_pack_array(&pk, 3);
 	r |= msgpack_pack_double(&pk, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
 	r |= msgpack_pack_array(&pk, n);
-	for (size_t i = 0; i < n; i++)
-		r |= pack_event(&pk, &p->batch[i]);
+	for (size_t i = 0; i < n; i++) {
+		r |= pack_event(&pk, p, &p->batch[i], at);
+		at = (at + p->batch[i].ntok) % p->tokcap;
+	}
 	r |= msgpack_pack_int(&pk, p->dp_rank);
 	return r ? -1 : 0;
 }
@@ -297,19 +360,28 @@ static int flush_locked(struct kvs_kvpub *p)
 	if (p->replay)
 		service_replay(p);
 	for (;;) {
-		size_t n = 0;
+		size_t n = 0, at, ntok = 0;
 		unsigned char seq[8];
+		int enc;
 
 		pthread_mutex_lock(&p->qlock);
+		at = p->tokhead;
 		while (n < p->max_batch && p->qlen) {
-			p->batch[n++] = p->q[p->qhead];
+			p->batch[n] = p->q[p->qhead];
+			ntok += p->batch[n++].ntok;
 			p->qhead = (p->qhead + 1) % p->qcap;
 			p->qlen--;
 		}
 		pthread_mutex_unlock(&p->qlock);
 		if (!n)
 			break;
-		if (encode_batch(p, n)) {
+		/* The batch's token ids stay in the ring, reserved, until encoded. */
+		enc = encode_batch(p, n, at);
+		pthread_mutex_lock(&p->qlock);
+		p->tokhead = (p->tokhead + ntok) % p->tokcap;
+		p->toklen -= ntok;
+		pthread_mutex_unlock(&p->qlock);
+		if (enc) {
 			err = ENOMEM;
 			break;
 		}
@@ -388,6 +460,7 @@ static void kvpub_free(struct kvs_kvpub *p)
 	free(p->ring);
 	free(p->batch);
 	free(p->q);
+	free(p->tok);
 	free(p->topic);
 	pthread_cond_destroy(&p->qcond);
 	pthread_mutex_destroy(&p->qlock);
@@ -409,7 +482,9 @@ KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
 	if (!attr->endpoint || !*attr->endpoint || !attr->topic || attr->bind < KVS_KVPUB_AUTO ||
 	    attr->bind > KVS_KVPUB_CONNECT || !attr->max_batch_events || !attr->max_queue ||
 	    attr->hwm < 0 || attr->data_parallel_rank < 0 ||
-	    (attr->replay_endpoint && !*attr->replay_endpoint)) {
+	    (attr->replay_endpoint && !*attr->replay_endpoint) ||
+	    (attr->format != KVS_KVPUB_FORMAT_MAP && attr->format != KVS_KVPUB_FORMAT_ARRAY) ||
+	    !attr->max_queue_tokens) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -430,12 +505,15 @@ KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
 	p->ringcap = attr->buffer_steps;
 	p->dp_rank = attr->data_parallel_rank;
 	p->interval_ms = attr->flush_interval_ms;
+	p->map = attr->format == KVS_KVPUB_FORMAT_MAP;
 	p->topic_len = strlen(attr->topic);
+	p->tokcap = attr->max_queue_tokens;
 	p->q = calloc(p->qcap, sizeof(*p->q));
+	p->tok = calloc(p->tokcap, sizeof(*p->tok));
 	p->batch = calloc(p->max_batch, sizeof(*p->batch));
 	p->ring = p->ringcap ? calloc(p->ringcap, sizeof(*p->ring)) : NULL;
 	p->topic = strdup(attr->topic);
-	if (!p->q || !p->batch || (p->ringcap && !p->ring) || !p->topic)
+	if (!p->q || !p->tok || !p->batch || (p->ringcap && !p->ring) || !p->topic)
 		goto fail;
 
 	p->ctx = zmq_ctx_new();
@@ -478,14 +556,28 @@ fail:
 KVS_EXPORT void kvs_kvpub_event_cb(void *arg, const kvs_kv_event_t *ev)
 {
 	struct kvs_kvpub *p = arg;
+	size_t ntok;
 
 	if (!p || !ev || ev->type < KVS_KV_STORED || ev->type > KVS_KV_ALL_CLEARED)
 		return;
+	ntok = ev->type == KVS_KV_STORED && ev->token_ids ? ev->tokens : 0;
 	pthread_mutex_lock(&p->qlock);
-	if (p->stop || p->qlen == p->qcap) {
+	if (p->stop || p->qlen == p->qcap || ntok > p->tokcap - p->toklen) {
 		p->dropped++;
 	} else {
-		p->q[(p->qhead + p->qlen) % p->qcap] = *ev;
+		struct kvpub_ev *q = &p->q[(p->qhead + p->qlen) % p->qcap];
+		size_t at = (p->tokhead + p->toklen) % p->tokcap;
+		size_t first = ntok < p->tokcap - at ? ntok : p->tokcap - at;
+
+		/* The ring may wrap inside an event's ids: two copies. */
+		if (first)
+			memcpy(p->tok + at, ev->token_ids, first * sizeof(int32_t));
+		if (ntok > first)
+			memcpy(p->tok, ev->token_ids + first, (ntok - first) * sizeof(int32_t));
+		p->toklen += ntok;
+		q->ev = *ev;
+		q->ev.token_ids = NULL;
+		q->ntok = ntok;
 		p->qlen++;
 		if (p->has_thread && p->qlen == p->max_batch)
 			pthread_cond_signal(&p->qcond);

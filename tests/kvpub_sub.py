@@ -4,10 +4,12 @@
 vLLM-compatible router would (ZeroMQ SUB + msgpack, vLLM's replay protocol)
 and checks them.
 
-Usage: kvpub_sub.py PUB_ENDPOINT REPLAY_ENDPOINT TOPIC
+Usage: kvpub_sub.py PUB_ENDPOINT REPLAY_ENDPOINT TOPIC [map|array]
 Prints "ready" once subscribed; the publisher then sends the batches the
-test expects (see EXPECTED).  Exit 0: all checked, 1: a mismatch,
-77: zmq or msgpack cannot be imported.
+test expects (see expected()), with each event encoded as a map of named
+fields (map, the default: vLLM since its PR #42892) or as a positional
+array (array: vLLM's array_like events before it).  Exit 0: all checked,
+1: a mismatch, 77: zmq or msgpack cannot be imported.
 """
 import sys
 import time
@@ -21,13 +23,49 @@ except ImportError as e:
 
 BIG = 0xFFFFFFFFFFFFFFF0
 DP_RANK = 3
-# seq -> events, as msgspec encodes vLLM's tagged array_like structs
-EXPECTED = {
-    0: [["BlockStored", [BIG], None, [], 16, None, "GPU"],
-        ["BlockStored", [2], BIG, [], 16, None, "GPU"]],
-    1: [["BlockRemoved", [2], "GPU"]],
-    2: [["AllBlocksCleared"]],
+# The token ids test_kvpub.c gives its stored events (tok() there).
+TOK0 = [100 + j for j in range(16)]
+TOK1 = [-5 + j for j in range(15)] + [2**31 - 1]
+TOK2 = [-(2**31)] + [70000 + j for j in range(15)]
+
+# Each event's fields in vLLM's declared order, tag first; None: nil.
+STORED = ("block_hashes", "parent_block_hash", "token_ids", "block_size",
+          "lora_id", "medium", "lora_name")
+REMOVED = ("block_hashes", "medium")
+
+
+def stored(h, parent, tokens):
+    return ("BlockStored", STORED, [[h], parent, tokens, 16, None, "GPU", None])
+
+
+def removed(h):
+    return ("BlockRemoved", REMOVED, [[h], "GPU"])
+
+
+CLEARED = ("AllBlocksCleared", (), [])
+
+# seq -> events
+EVENTS = {
+    0: [stored(BIG, None, TOK0), stored(2, BIG, TOK1)],
+    1: [removed(2)],
+    2: [CLEARED],
+    3: [stored(3, 2, TOK2), stored(4, 3, [])],
 }
+
+
+def expected(fmt):
+    """The events as msgspec encodes vLLM's tagged structs: a map whose
+    first key, "type", holds the tag (map), or an array of the tag and the
+    fields (array)."""
+    out = {}
+    for seq, evs in EVENTS.items():
+        out[seq] = []
+        for tag, names, values in evs:
+            if fmt == "map":
+                out[seq].append([("type", tag)] + list(zip(names, values)))
+            else:
+                out[seq].append([tag] + values)
+    return out
 
 
 def fail(msg):
@@ -36,7 +74,7 @@ def fail(msg):
     sys.exit(1)
 
 
-def check_batch(seq, payload):
+def check_batch(seq, payload, fmt, want):
     batch = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     if not isinstance(batch, list) or len(batch) != 3:
         fail("seq %d: batch is not [ts, events, data_parallel_rank]: %r" % (seq, batch))
@@ -45,12 +83,21 @@ def check_batch(seq, payload):
         fail("seq %d: ts %r is not a float of about now" % (seq, ts))
     if dp != DP_RANK:
         fail("seq %d: data_parallel_rank %r, want %d" % (seq, dp, DP_RANK))
-    if events != EXPECTED[seq]:
-        fail("seq %d: events %r, want %r" % (seq, events, EXPECTED[seq]))
+    if fmt == "map":
+        # Keys in order, as msgspec writes them (a dict keeps the order).
+        if not all(isinstance(ev, dict) for ev in events):
+            fail("seq %d: events %r are not all maps" % (seq, events))
+        events = [list(ev.items()) for ev in events]
+    if events != want[seq]:
+        fail("seq %d: events %r, want %r" % (seq, events, want[seq]))
 
 
 def main():
     pub_ep, replay_ep, topic = sys.argv[1], sys.argv[2], sys.argv[3].encode()
+    fmt = sys.argv[4] if len(sys.argv) > 4 else "map"
+    if fmt not in ("map", "array"):
+        fail("format %r, want map or array" % fmt)
+    want = expected(fmt)
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, topic)
@@ -61,7 +108,7 @@ def main():
 
     got = {}
     deadline = time.time() + 10
-    while len(got) < len(EXPECTED) and time.time() < deadline:
+    while len(got) < len(want) and time.time() < deadline:
         if not sub.poll(100):
             continue
         frames = sub.recv_multipart()
@@ -73,12 +120,12 @@ def main():
         if len(seqb) != 8:
             fail("sequence number of %d bytes, want 8" % len(seqb))
         seq = int.from_bytes(seqb, "big")
-        if seq not in EXPECTED or seq in got:
+        if seq not in want or seq in got:
             fail("unexpected sequence number %d" % seq)
-        check_batch(seq, payload)
+        check_batch(seq, payload, fmt, want)
         got[seq] = payload
-    if sorted(got) != sorted(EXPECTED):
-        fail("received sequence numbers %r, want %r" % (sorted(got), sorted(EXPECTED)))
+    if sorted(got) != sorted(want):
+        fail("received sequence numbers %r, want %r" % (sorted(got), sorted(want)))
     if list(got) != sorted(got):
         fail("batches out of order: %r" % list(got))
 
@@ -101,8 +148,8 @@ def main():
         replayed.append(seq)
         if frames[2] != got.get(seq):
             fail("replay: seq %d differs from what was published" % seq)
-    if replayed != [1, 2]:
-        fail("replay from 1 gave %r, want [1, 2]" % replayed)
+    if replayed != [1, 2, 3]:
+        fail("replay from 1 gave %r, want [1, 2, 3]" % replayed)
 
     # A start past the end: only the end marker.
     req.send_multipart([b"", (99).to_bytes(8, "big")])
@@ -111,7 +158,7 @@ def main():
     frames = req.recv_multipart()
     if frames != [b"", (-1).to_bytes(8, "big", signed=True), b""]:
         fail("replay from 99 gave %r, want only the end marker" % frames)
-    print("ok: %d batches, replay %r" % (len(got), replayed))
+    print("ok: %s, %d batches, replay %r" % (fmt, len(got), replayed))
     sub.close(0)
     req.close(0)
     ctx.term()

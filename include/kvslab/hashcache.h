@@ -37,6 +37,7 @@ typedef struct kvs_hcache_event {
 	uint32_t tokens;		/* stored: nhashes * block_size */
 	uint32_t block_size;		/* tokens per block */
 	uint64_t extra_key;		/* stored: the caller's extra key (LoRA id...) */
+	const int32_t *token_ids;	/* stored: the tokens token ids, or NULL */
 } kvs_hcache_event_t;
 
 typedef void (*kvs_hcache_event_cb)(void *arg, const kvs_hcache_event_t *ev);
@@ -78,7 +79,7 @@ ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, si
 int kvs_hcache_alloc(kvs_hcache_t *hc, size_t n, int32_t *blocks);
 int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 		     const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
-		     uint64_t extra_key);
+		     uint64_t extra_key, const int32_t *tokens);
 int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n);
 ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n);
 int kvs_hcache_reset(kvs_hcache_t *hc);

@@ -28,7 +28,7 @@ typedef struct kvs_radix_node kvs_radix_node_t;
 /* KV event types. */
 #define KVS_KV_STORED 1
 #define KVS_KV_REMOVED 2
-#define KVS_KV_ALL_CLEARED 3	/* kvs_radix_reset(): hash, tokens, extra_key 0 */
+#define KVS_KV_ALL_CLEARED 3	/* kvs_radix_reset(): hash, tokens, extra_key 0, token_ids NULL */
 
 /** One cached page stored in or removed from the tree. */
 typedef struct kvs_kv_event {
@@ -37,6 +37,7 @@ typedef struct kvs_kv_event {
 	uint64_t parent_hash;		/* hash of the page before it (0: none) */
 	uint32_t tokens;		/* tokens in the page */
 	uint64_t extra_key;
+	const int32_t *token_ids;	/* stored: the page's tokens token ids, or NULL */
 } kvs_kv_event_t;
 
 typedef void (*kvs_kv_event_cb)(void *arg, const kvs_kv_event_t *ev);

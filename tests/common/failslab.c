@@ -3,9 +3,11 @@
  * tests/common/failslab.c - fail the Nth allocation, as the kernel's
  * failslab does.
  *
- * malloc, calloc and realloc are defined here, in the test program, so the
- * program and the library it links (ELF interposition) allocate through
- * them; they forward to glibc's __libc_* functions.  An armed thread's
+ * malloc, calloc, realloc and free are defined here, in the test program,
+ * so the program and the library it links (ELF interposition) allocate
+ * through them; they forward to glibc's __libc_* functions.  An armed
+ * thread's successful allocations and its frees are counted too, so that a
+ * test can see that a failed call gave back what it took.  An armed thread's
  * allocations are counted from 1, and the Nth one fails (once), or each one
  * fails with a seeded probability; other threads (liburcu's, the slab
  * worker) are never failed, so a failure always lands in the call under
@@ -23,13 +25,22 @@
 void *__libc_malloc(size_t n);
 void *__libc_calloc(size_t nmemb, size_t n);
 void *__libc_realloc(void *p, size_t n);
+void __libc_free(void *p);
 
 static __thread struct {
 	int armed;		/* 0 off, 1 nth, 2 random */
 	uint64_t seen, nth, rng;
 	uint32_t p16;		/* probability in 1/65536 */
 	uint64_t failed;
+	int64_t net;		/* allocations made - frees */
 } fs;
+
+static void *made(void *p)
+{
+	if (p && fs.armed)
+		fs.net++;
+	return p;
+}
 
 static int should_fail(void)
 {
@@ -61,7 +72,7 @@ void *malloc(size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return __libc_malloc(n);
+	return made(__libc_malloc(n));
 }
 
 void *calloc(size_t nmemb, size_t n)
@@ -70,22 +81,37 @@ void *calloc(size_t nmemb, size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return __libc_calloc(nmemb, n);
+	return made(__libc_calloc(nmemb, n));
 }
 
 void *realloc(void *p, size_t n)
 {
+	void *q;
+
 	if (should_fail()) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	return __libc_realloc(p, n);
+	q = __libc_realloc(p, n);
+	if (fs.armed && !p && q)
+		fs.net++;
+	else if (fs.armed && p && !n)
+		fs.net--;
+	return q;
+}
+
+void free(void *p)
+{
+	if (p && fs.armed)
+		fs.net--;
+	__libc_free(p);
 }
 
 void fs_fail_nth(uint64_t nth)
 {
 	fs.armed = nth ? 1 : 0;
 	fs.seen = fs.failed = 0;
+	fs.net = 0;
 	fs.nth = nth;
 }
 
@@ -93,6 +119,7 @@ void fs_fail_random(double p, uint64_t seed)
 {
 	fs.armed = 2;
 	fs.seen = fs.failed = 0;
+	fs.net = 0;
 	fs.rng = seed;
 	fs.p16 = (uint32_t)(p * 65536.0);
 }
@@ -101,6 +128,7 @@ void fs_count(void)
 {
 	fs.armed = 1;
 	fs.seen = fs.failed = 0;
+	fs.net = 0;
 	fs.nth = 0; /* counts, never fails */
 }
 
@@ -115,4 +143,9 @@ uint64_t fs_off(void)
 uint64_t fs_failed(void)
 {
 	return fs.failed;
+}
+
+int64_t fs_net(void)
+{
+	return fs.net;
 }

@@ -15,5 +15,8 @@ void fs_count(void);
 uint64_t fs_off(void);
 /* Allocations failed since arming. */
 uint64_t fs_failed(void);
+/* This thread's allocations made minus its frees since arming: what the
+ * calls under test kept (0 for a call that failed and freed what it took). */
+int64_t fs_net(void);
 
 #endif

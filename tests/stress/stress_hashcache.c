@@ -92,7 +92,7 @@ static void run(long rounds)
 	for (uint32_t i = 0; i < CHURN; i++)
 		st.churn[i] = mk(3, i);
 	ck_assert_int_eq(kvs_hcache_alloc(st.hc, PIN, pinb), 0);
-	ck_assert_int_eq(kvs_hcache_cache(st.hc, pinb, PIN, st.pin, NULL, 0), 0);
+	ck_assert_int_eq(kvs_hcache_cache(st.hc, pinb, PIN, st.pin, NULL, 0, NULL), 0);
 	for (int i = 0; i < NREADERS; i++)
 		ck_assert_int_eq(pthread_create(&th[i], NULL, reader, &st), 0);
 	for (long r = 0; r < rounds && tu_seconds() < deadline; r++) {
@@ -107,7 +107,7 @@ static void run(long rounds)
 
 			if (upto > (size_t)k)
 				ck_assert_int_eq(kvs_hcache_cache(st.hc, blk + k, upto - (size_t)k,
-								  st.churn + k, NULL, 0), 0);
+								  st.churn + k, NULL, 0, NULL), 0);
 		}
 		for (int i = 0; i < CHURN; i++)
 			rev[i] = blk[CHURN - 1 - i];

@@ -21,7 +21,7 @@ static void row(const char *family, const char *call, const char *input, long rc
 		int want)
 {
 	if (verbose)
-		fprintf(stderr, "| %-7s | %-26s | %-52s | %-2ld %-10s |\n", family, call, input, rc,
+		fprintf(stderr, "| %-9s | %-26s | %-52s | %-2ld %-10s |\n", family, call, input, rc,
 			rc < 0 ? strerrorname_np(err) : "");
 	ck_assert_msg(rc == -1 && err == want, "%s(%s): rc %ld errno %d, want -1 errno %d", call,
 		      input, rc, err, want);
@@ -313,6 +313,424 @@ START_TEST(test_pool_flow)
 }
 END_TEST
 
+/* ------------------------------------------------ the hashed block cache */
+
+struct hc_env {
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_hcache_t *hc;
+	uint32_t nb;
+	int events;
+};
+
+/* Everything a call may change, block by block. */
+struct hc_snap {
+	kvs_hcache_stats_t st;
+	uint64_t avail;
+	int32_t q[64];
+	ssize_t qn;
+	uint32_t ref[64];
+	int has[64];
+	kvs_block_hash_t hash[64];
+	int events;
+};
+
+static void hc_on_event(void *arg, const kvs_hcache_event_t *ev)
+{
+	(void)ev;
+	((struct hc_env *)arg)->events++;
+}
+
+static void hc_snap(struct hc_env *e, struct hc_snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	ck_assert_int_eq(kvs_hcache_validate(e->hc), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e->hc, &s->st), 0);
+	s->avail = kvs_pool_available(e->pool);
+	s->qn = kvs_hcache_free_queue(e->hc, s->q, 64);
+	for (uint32_t b = 0; b < e->nb; b++)
+		s->has[b] = kvs_hcache_block(e->hc, (int32_t)b, &s->ref[b], &s->hash[b]);
+	s->events = e->events;
+}
+
+/* After a refused call: the cache validates and is as it was. */
+static void hc_same(struct hc_env *e, const struct hc_snap *s)
+{
+	struct hc_snap now;
+
+	hc_snap(e, &now);
+	ck_assert_mem_eq(&now.st, &s->st, sizeof(s->st));
+	ck_assert_uint_eq(now.avail, s->avail);
+	ck_assert_int_eq(now.qn, s->qn);
+	ck_assert_mem_eq(now.q, s->q, sizeof(s->q));
+	ck_assert_mem_eq(now.ref, s->ref, sizeof(s->ref));
+	ck_assert_mem_eq(now.has, s->has, sizeof(s->has));
+	for (uint32_t b = 0; b < e->nb; b++)
+		if (s->has[b] == 1)
+			ck_assert_mem_eq(&now.hash[b], &s->hash[b], sizeof(s->hash[b]));
+	ck_assert_int_eq(now.events, s->events);
+}
+
+/* A case on the cache: the row, then nothing changed. */
+#define HC_CASE(call, input, expr, want)                                      \
+	do {                                                                  \
+		struct hc_snap s_;                                            \
+		hc_snap(&e, &s_);                                             \
+		CASE("hcache", call, input, expr, want);                      \
+		hc_same(&e, &s_);                                             \
+	} while (0)
+
+static kvs_block_hash_t bh(uint32_t seq, uint32_t i, uint32_t len)
+{
+	kvs_block_hash_t h;
+
+	memset(&h, 0, sizeof(h));
+	h.len = len;
+	h.bytes[0] = (uint8_t)seq;
+	h.bytes[1] = (uint8_t)i;
+	h.bytes[len ? len - 1 : 0] ^= 0x5a;
+	return h;
+}
+
+START_TEST(test_hcache)
+{
+	struct hc_env e;
+	kvs_pool_attr_t pa;
+	kvs_drv_attr_t da;
+	kvs_hcache_attr_t ha;
+	kvs_block_hash_t h[4], bad0, bad33, parent;
+	int32_t held[4], cached[2], out[8], tok[16] = {0}, x[3];
+	int32_t free_blk = -1;
+	size_t n;
+
+	memset(&e, 0, sizeof(e));
+	kvs_drv_attr_init(&da);
+	da.granularity = 4096;
+	e.d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(e.d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 64;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 4;
+	pa.max_tokens = 64; /* 16 blocks */
+	e.pool = kvs_pool_create(e.d, &pa);
+	ck_assert_ptr_nonnull(e.pool);
+	e.nb = (uint32_t)(kvs_pool_capacity(e.pool) / 4);
+	ck_assert_uint_le(e.nb, 64);
+
+	CASE("hcache", "kvs_hcache_attr_init", "attr NULL", kvs_hcache_attr_init(NULL), EINVAL);
+	CASE_NULL("hcache", "kvs_hcache_create", "pool NULL", kvs_hcache_create(NULL, NULL),
+		  EINVAL);
+	kvs_hcache_attr_init(&ha);
+	ha.window = 0;
+	CASE_NULL("hcache", "kvs_hcache_create", "window 0", kvs_hcache_create(e.pool, &ha), EINVAL);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), kvs_pool_capacity(e.pool));
+	kvs_hcache_attr_init(&ha);
+	ha.event_cb = hc_on_event;
+	ha.event_arg = &e;
+	e.hc = kvs_hcache_create(e.pool, &ha);
+	ck_assert_ptr_nonnull(e.hc);
+
+	/* The state every case starts from: two blocks cached free in the
+	 * queue, four held (the first two hashed, one held twice), the rest
+	 * free in the pool. */
+	for (uint32_t i = 0; i < 4; i++)
+		h[i] = bh(1, i, 32);
+	bad0 = bh(9, 0, 0);
+	bad33 = bh(9, 1, 32);
+	bad33.len = 33;
+	parent = bh(2, 0, 32);
+	ck_assert_int_eq(kvs_hcache_alloc(e.hc, 2, cached), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, cached, 2, &h[2], NULL, 0, tok), 0);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, cached, 2), 0);
+	ck_assert_int_eq(kvs_hcache_alloc(e.hc, 4, held), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, held, 2, h, NULL, 0, tok), 0);
+	ck_assert_int_eq(kvs_hcache_lookup(e.hc, h, 1, 5, out), 1); /* held[0]: refcount 2 */
+	ck_assert_int_eq(out[0], held[0]);
+	for (uint32_t b = 0; b < e.nb && free_blk < 0; b++) {
+		uint32_t r;
+		int has = kvs_hcache_block(e.hc, (int32_t)b, &r, NULL);
+
+		if (r == 0 && has == 0)
+			free_blk = (int32_t)b;
+	}
+	ck_assert_int_ge(free_blk, 0);
+	e.events = 0;
+
+	HC_CASE("kvs_hcache_destroy", "a block still referenced", kvs_hcache_destroy(e.hc), EBUSY);
+	HC_CASE("kvs_hcache_reset", "a block still referenced", kvs_hcache_reset(e.hc), EBUSY);
+	HC_CASE("kvs_hcache_reset", "hc NULL", kvs_hcache_reset(NULL), EINVAL);
+
+	HC_CASE("kvs_hcache_lookup", "hc NULL", kvs_hcache_lookup(NULL, h, 1, 5, out), EINVAL);
+	HC_CASE("kvs_hcache_lookup", "hashes NULL, nhashes 1",
+		kvs_hcache_lookup(e.hc, NULL, 1, 5, out), EINVAL);
+	HC_CASE("kvs_hcache_lookup", "blocks NULL, nhashes 1",
+		kvs_hcache_lookup(e.hc, h, 1, 5, NULL), EINVAL);
+	{
+		kvs_block_hash_t two[2] = { h[0], bad0 };
+
+		HC_CASE("kvs_hcache_lookup", "a hash of length 0 within the cap",
+			kvs_hcache_lookup(e.hc, two, 2, 9, out), EINVAL);
+		two[1] = bad33;
+		HC_CASE("kvs_hcache_lookup", "a hash of length 33 within the cap",
+			kvs_hcache_lookup(e.hc, two, 2, 9, out), EINVAL);
+	}
+	HC_CASE("kvs_hcache_match_ro", "hc NULL", kvs_hcache_match_ro(NULL, h, 1, 5), EINVAL);
+	HC_CASE("kvs_hcache_match_ro", "hashes NULL, nhashes 1",
+		kvs_hcache_match_ro(e.hc, NULL, 1, 5), EINVAL);
+	HC_CASE("kvs_hcache_match_ro", "a hash of length 0 within the cap",
+		kvs_hcache_match_ro(e.hc, &bad0, 1, 5), EINVAL);
+
+	HC_CASE("kvs_hcache_alloc", "hc NULL", kvs_hcache_alloc(NULL, 1, out), EINVAL);
+	HC_CASE("kvs_hcache_alloc", "blocks NULL, n 1", kvs_hcache_alloc(e.hc, 1, NULL), EINVAL);
+	n = (size_t)(kvs_pool_available(e.pool) / 4) + 2; /* free pages + the queue */
+	HC_CASE("kvs_hcache_alloc", "one more than the free and cached free blocks",
+		kvs_hcache_alloc(e.hc, n + 1, out), ENOMEM);
+	HC_CASE("kvs_hcache_alloc", "n SIZE_MAX", kvs_hcache_alloc(e.hc, SIZE_MAX, out), ENOMEM);
+
+	HC_CASE("kvs_hcache_cache", "hc NULL",
+		kvs_hcache_cache(NULL, &held[2], 1, &h[3], NULL, 0, tok), EINVAL);
+	HC_CASE("kvs_hcache_cache", "blocks NULL, n 1",
+		kvs_hcache_cache(e.hc, NULL, 1, &h[3], NULL, 0, tok), EINVAL);
+	HC_CASE("kvs_hcache_cache", "hashes NULL, n 1",
+		kvs_hcache_cache(e.hc, &held[2], 1, NULL, NULL, 0, tok), EINVAL);
+	HC_CASE("kvs_hcache_cache", "parent of length 0",
+		kvs_hcache_cache(e.hc, &held[2], 1, &h[3], &bad0, 0, tok), EINVAL);
+	HC_CASE("kvs_hcache_cache", "parent of length 33, n 0",
+		kvs_hcache_cache(e.hc, &held[2], 0, &h[3], &bad33, 0, tok), EINVAL);
+	{
+		kvs_block_hash_t two[2] = { h[3], bad33 };
+
+		HC_CASE("kvs_hcache_cache", "the second hash of length 33",
+			kvs_hcache_cache(e.hc, &held[2], 2, two, &parent, 0, tok), EINVAL);
+	}
+	x[0] = held[2];
+	x[1] = -1;
+	HC_CASE("kvs_hcache_cache", "a held block, then block -1",
+		kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, tok), EINVAL);
+	x[1] = (int32_t)e.nb;
+	HC_CASE("kvs_hcache_cache", "a held block, then a block past the pool",
+		kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, tok), EINVAL);
+	x[1] = free_blk;
+	HC_CASE("kvs_hcache_cache", "a held block, then one free in the pool",
+		kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, tok), EINVAL);
+	x[1] = cached[0];
+	HC_CASE("kvs_hcache_cache", "a held block, then one cached free (refcount 0)",
+		kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, tok), EINVAL);
+	x[1] = held[1];
+	HC_CASE("kvs_hcache_cache", "a held block, then a held block already hashed",
+		kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, tok), EINVAL);
+	x[1] = held[3];
+	x[2] = held[2];
+	HC_CASE("kvs_hcache_cache", "held blocks, the first repeated third",
+		kvs_hcache_cache(e.hc, x, 3, h, NULL, 0, tok), EINVAL);
+
+	x[0] = held[2];
+	x[1] = -1;
+	HC_CASE("kvs_hcache_free", "hc NULL", kvs_hcache_free(NULL, x, 1), EINVAL);
+	HC_CASE("kvs_hcache_free", "blocks NULL, n 1", kvs_hcache_free(e.hc, NULL, 1), EINVAL);
+	HC_CASE("kvs_hcache_free", "a held block, then block -1", kvs_hcache_free(e.hc, x, 2),
+		EINVAL);
+	x[1] = INT32_MAX;
+	HC_CASE("kvs_hcache_free", "a held block, then block INT32_MAX",
+		kvs_hcache_free(e.hc, x, 2), EINVAL);
+	x[1] = free_blk;
+	HC_CASE("kvs_hcache_free", "a held block, then one free in the pool",
+		kvs_hcache_free(e.hc, x, 2), EINVAL);
+	x[1] = cached[1];
+	HC_CASE("kvs_hcache_free", "a held block, then one cached free (refcount 0)",
+		kvs_hcache_free(e.hc, x, 2), EINVAL);
+	x[1] = held[2];
+	HC_CASE("kvs_hcache_free", "a block of refcount 1 twice", kvs_hcache_free(e.hc, x, 2),
+		EINVAL);
+	x[0] = x[1] = x[2] = held[0];
+	HC_CASE("kvs_hcache_free", "a block of refcount 2 three times",
+		kvs_hcache_free(e.hc, x, 3), EINVAL);
+
+	HC_CASE("kvs_hcache_evict", "hc NULL", kvs_hcache_evict(NULL, 1), EINVAL);
+	HC_CASE("kvs_hcache_evict", "n SIZE_MAX (over SSIZE_MAX)",
+		kvs_hcache_evict(e.hc, SIZE_MAX), EINVAL);
+	{
+		kvs_hcache_stats_t st;
+
+		HC_CASE("kvs_hcache_stats", "hc NULL", kvs_hcache_stats(NULL, &st), EINVAL);
+	}
+	HC_CASE("kvs_hcache_stats", "st NULL", kvs_hcache_stats(e.hc, NULL), EINVAL);
+	HC_CASE("kvs_hcache_free_queue", "hc NULL", kvs_hcache_free_queue(NULL, out, 8), EINVAL);
+	HC_CASE("kvs_hcache_free_queue", "blocks NULL, max 1",
+		kvs_hcache_free_queue(e.hc, NULL, 1), EINVAL);
+	HC_CASE("kvs_hcache_block", "hc NULL", kvs_hcache_block(NULL, 0, NULL, NULL), EINVAL);
+	HC_CASE("kvs_hcache_block", "block -1", kvs_hcache_block(e.hc, -1, NULL, NULL), EINVAL);
+	HC_CASE("kvs_hcache_block", "block past the pool",
+		kvs_hcache_block(e.hc, (int32_t)e.nb, NULL, NULL), EINVAL);
+	HC_CASE("kvs_hcache_block", "block INT32_MIN",
+		kvs_hcache_block(e.hc, INT32_MIN, NULL, NULL), EINVAL);
+	HC_CASE("kvs_hcache_validate", "hc NULL", kvs_hcache_validate(NULL), EINVAL);
+
+	/* What was refused did nothing: the state still goes back cleanly. */
+	ck_assert_int_eq(e.events, 0);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, held, 4), 0);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, held, 1), 0);
+	ck_assert_int_eq(kvs_hcache_reset(e.hc), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(e.hc), 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), kvs_pool_capacity(e.pool));
+	kvs_pool_destroy(e.pool);
+	ck_assert_int_eq(kvs_drv_close(e.d), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ block hashes */
+
+/* A case on the hasher: the row, then @out and the block count unchanged. */
+#define BH_CASE(call, input, expr, want)                                      \
+	do {                                                                  \
+		uint64_t n_ = kvs_block_hasher_blocks(hs);                    \
+		memcpy(&out, &sentinel, sizeof(out));                         \
+		CASE("blockhash", call, input, expr, want);                   \
+		ck_assert_mem_eq(&out, &sentinel, sizeof(out));               \
+		ck_assert_uint_eq(kvs_block_hasher_blocks(hs), n_);           \
+	} while (0)
+
+START_TEST(test_blockhash)
+{
+	kvs_block_hasher_attr_t a;
+	kvs_block_hasher_t *hs;
+	kvs_block_hash_t root, other, out, sentinel, hv[4], hcopy[4];
+	kvs_block_mm_t mm[2];
+	kvs_block_extra_t x;
+	int32_t tok[64];
+	size_t nh, nh0;
+	uint8_t seed[4] = {1, 2, 3, 4};
+
+	for (int i = 0; i < 64; i++)
+		tok[i] = i;
+	memset(&sentinel, 0xa5, sizeof(sentinel));
+	kvs_block_hasher_attr_init(&a);
+	a.fn = KVS_HASH_SHA256_CBOR_64;
+	a.block_size = 4;
+	hs = kvs_block_hasher_create(&a);
+	if (!hs) {
+		/* Built without libcrypto: the rows need a hasher. */
+		ck_assert_int_eq(errno, ENOTSUP);
+		return;
+	}
+	ck_assert_int_eq(kvs_block_hasher_root(hs, &root), 0);
+
+	a.fn = 0;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "fn 0", kvs_block_hasher_create(&a),
+		  EINVAL);
+	a.fn = 99;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "fn 99", kvs_block_hasher_create(&a),
+		  EINVAL);
+	a.fn = KVS_HASH_SHA256_CBOR_64;
+	a.block_size = 0;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "block_size 0",
+		  kvs_block_hasher_create(&a), EINVAL);
+	a.block_size = 4;
+	a.seed_len = 4;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "seed_len 4, seed NULL",
+		  kvs_block_hasher_create(&a), EINVAL);
+	a.seed = seed;
+	a.root = &root;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "both a seed and a root",
+		  kvs_block_hasher_create(&a), EINVAL);
+	a.seed = NULL;
+	a.seed_len = 0;
+	other = root;
+	other.len = 32;
+	a.root = &other;
+	CASE_NULL("blockhash", "kvs_block_hasher_create", "a root of 32 bytes for an 8-byte fn",
+		  kvs_block_hasher_create(&a), EINVAL);
+	CASE("blockhash", "kvs_block_hasher_root", "h NULL", kvs_block_hasher_root(NULL, &out),
+	     EINVAL);
+	CASE("blockhash", "kvs_block_hasher_root", "root NULL", kvs_block_hasher_root(hs, NULL),
+	     EINVAL);
+
+	BH_CASE("kvs_block_hash", "h NULL", kvs_block_hash(NULL, NULL, tok, 0, NULL, &out), EINVAL);
+	BH_CASE("kvs_block_hash", "tokens NULL", kvs_block_hash(hs, NULL, NULL, 0, NULL, &out),
+		EINVAL);
+	BH_CASE("kvs_block_hash", "out NULL", kvs_block_hash(hs, NULL, tok, 0, NULL, NULL), EINVAL);
+	BH_CASE("kvs_block_hash", "start 2, not a multiple of the block size",
+		kvs_block_hash(hs, &root, tok, 2, NULL, &out), EINVAL);
+	BH_CASE("kvs_block_hash", "start 0 with a parent",
+		kvs_block_hash(hs, &root, tok, 0, NULL, &out), EINVAL);
+	BH_CASE("kvs_block_hash", "start 4 without a parent",
+		kvs_block_hash(hs, NULL, tok, 4, NULL, &out), EINVAL);
+	BH_CASE("kvs_block_hash", "a parent of another length",
+		kvs_block_hash(hs, &other, tok, 4, NULL, &out), EINVAL);
+	BH_CASE("kvs_block_hash", "start 2^63 - 4, past INT64_MAX - block size",
+		kvs_block_hash(hs, &root, tok, (uint64_t)INT64_MAX - 3, NULL, &out), EINVAL);
+	memset(&x, 0, sizeof(x));
+	x.nmm = 1;
+	BH_CASE("kvs_block_hash", "extra: nmm 1, mm NULL",
+		kvs_block_hash(hs, NULL, tok, 0, &x, &out), EINVAL);
+	mm[0].identifier = NULL;
+	mm[0].offset = 0;
+	mm[0].length = 2;
+	x.mm = mm;
+	BH_CASE("kvs_block_hash", "extra: an item without identifier",
+		kvs_block_hash(hs, NULL, tok, 0, &x, &out), EINVAL);
+	mm[0].identifier = "img0";
+	mm[1].identifier = "img1";
+	mm[1].offset = 1;
+	mm[1].length = 2;
+	x.nmm = 2;
+	BH_CASE("kvs_block_hash", "extra: two items overlapping",
+		kvs_block_hash(hs, NULL, tok, 0, &x, &out), EINVAL);
+	mm[0].offset = 8;
+	mm[1].offset = 0;
+	BH_CASE("kvs_block_hash", "extra: items out of order",
+		kvs_block_hash(hs, NULL, tok, 0, &x, &out), EINVAL);
+	mm[0].offset = (uint64_t)INT64_MAX;
+	mm[0].length = 1;
+	x.nmm = 1;
+	BH_CASE("kvs_block_hash", "extra: an item ending past INT64_MAX",
+		kvs_block_hash(hs, NULL, tok, 0, &x, &out), EINVAL);
+
+	/* kvs_block_hash_request(): hv and *nhashes unchanged as well. */
+	nh = 0;
+	memset(hv, 0, sizeof(hv)); /* a hash fills only its len bytes */
+	ck_assert_int_eq(kvs_block_hash_request(hs, tok, 8, NULL, hv, 4, &nh), 0);
+	ck_assert_uint_eq(nh, 2);
+	memcpy(hcopy, hv, sizeof(hv));
+#define BHR_CASE(input, expr, want)                                           \
+	do {                                                                  \
+		nh0 = nh;                                                     \
+		BH_CASE("kvs_block_hash_request", input, expr, want);         \
+		ck_assert_uint_eq(nh, nh0);                                   \
+		ck_assert_mem_eq(hv, hcopy, sizeof(hv));                      \
+	} while (0)
+	BHR_CASE("h NULL", kvs_block_hash_request(NULL, tok, 16, NULL, hv, 4, &nh), EINVAL);
+	BHR_CASE("tokens NULL, ntokens 16",
+		 kvs_block_hash_request(hs, NULL, 16, NULL, hv, 4, &nh), EINVAL);
+	BHR_CASE("hashes NULL", kvs_block_hash_request(hs, tok, 16, NULL, NULL, 4, &nh), EINVAL);
+	BHR_CASE("nhashes NULL", kvs_block_hash_request(hs, tok, 16, NULL, hv, 4, NULL), EINVAL);
+	BHR_CASE("*nhashes 2 over max_hashes 1",
+		 kvs_block_hash_request(hs, tok, 16, NULL, hv, 1, &nh), EINVAL);
+	BHR_CASE("*nhashes 2 over the full blocks of 7 tokens",
+		 kvs_block_hash_request(hs, tok, 7, NULL, hv, 4, &nh), EINVAL);
+	hv[1].len = 32;
+	hcopy[1].len = 32;
+	BHR_CASE("the last hash given of another length",
+		 kvs_block_hash_request(hs, tok, 16, NULL, hv, 4, &nh), EINVAL);
+	hv[1].len = 8;
+	hcopy[1].len = 8;
+	mm[0].identifier = NULL;
+	mm[0].offset = 0;
+	BHR_CASE("extra: an item without identifier",
+		 kvs_block_hash_request(hs, tok, 16, &x, hv, 4, &nh), EINVAL);
+#undef BHR_CASE
+	ck_assert_int_eq(kvs_block_hash_request(hs, tok, 16, NULL, hv, 4, &nh), 0);
+	ck_assert_uint_eq(nh, 4);
+	ck_assert_mem_eq(hv, hcopy, 2 * sizeof(hv[0])); /* the first two kept */
+	ck_assert_int_eq(kvs_block_hasher_destroy(hs), 0);
+}
+END_TEST
+
 static Suite *bad_suite(void)
 {
 	Suite *s = suite_create("badinput");
@@ -321,6 +739,8 @@ static Suite *bad_suite(void)
 	tcase_add_test(tc, test_drv);
 	tcase_add_test(tc, test_slab);
 	tcase_add_test(tc, test_pool_flow);
+	tcase_add_test(tc, test_hcache);
+	tcase_add_test(tc, test_blockhash);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -11,8 +11,16 @@
  * whose tokens the tree cannot take) must succeed; either way no page is
  * lost: available + held == capacity, and the held pages are exactly the
  * tree's and the live requests' own.
+ *
+ * The hashed block cache gets the same sweep over its own workload
+ * (lookup, alloc from the pool and by eviction, cache, free, evict, reset,
+ * create): a failed call fails with ENOMEM, gives back every allocation it
+ * made (the injector counts frees too) and leaves the cache exactly as it
+ * was, block by block; after every run the cache validates and every page
+ * is free, held or cached.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -368,6 +376,387 @@ START_TEST(test_random_allocations)
 }
 END_TEST
 
+/* ------------------------------------------------- the hashed block cache */
+
+#define HBLK 64			/* pool pages: 256 tokens of PS 4 */
+
+struct henv {
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_hcache_t *hc;
+	uint32_t nb;			/* blocks: pool pages */
+	int32_t blk[HBLK];		/* blocks the test holds, one reference each */
+	size_t nblk;
+	int32_t tok[HBLK * PS];
+	kvs_hcache_t *made;		/* op_hc_create's cache */
+	int events;
+};
+
+struct hsnap {
+	kvs_hcache_stats_t st;
+	uint64_t avail, objects;
+	int32_t q[HBLK];
+	ssize_t qn;
+	uint32_t ref[HBLK];
+	int has[HBLK];
+	kvs_block_hash_t hash[HBLK];
+	int events;
+};
+
+static void on_hc_event(void *arg, const kvs_kv_event_t *ev)
+{
+	(void)ev;
+	((struct henv *)arg)->events++;
+}
+
+static kvs_block_hash_t hh(uint32_t seq, uint32_t i)
+{
+	kvs_block_hash_t h;
+
+	memset(&h, 0, sizeof(h));
+	h.len = 32;
+	memcpy(h.bytes, &seq, 4);
+	memcpy(h.bytes + 4, &i, 4);
+	h.bytes[31] = (uint8_t)(seq ^ i);
+	return h;
+}
+
+static void hashes_of(kvs_block_hash_t *h, uint32_t seq, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h[i] = hh(seq, (uint32_t)i);
+}
+
+static void henv_open(struct henv *e)
+{
+	kvs_pool_attr_t pa;
+	kvs_hcache_attr_t ha;
+	kvs_drv_attr_t da;
+
+	memset(e, 0, sizeof(*e));
+	kvs_drv_attr_init(&da);
+	da.granularity = 4096;
+	e->d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(e->d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 64;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = PS;
+	pa.max_tokens = HBLK * PS; /* 8 slabs of 32 tokens */
+	e->pool = kvs_pool_create(e->d, &pa);
+	ck_assert_ptr_nonnull(e->pool);
+	e->nb = (uint32_t)(kvs_pool_capacity(e->pool) / PS);
+	ck_assert_uint_le(e->nb, HBLK);
+	kvs_hcache_attr_init(&ha);
+	ha.window = 8;
+	ha.kv_event_cb = on_hc_event;
+	ha.kv_event_arg = e;
+	e->hc = kvs_hcache_create(e->pool, &ha);
+	ck_assert_ptr_nonnull(e->hc);
+	for (size_t i = 0; i < HBLK * PS; i++)
+		e->tok[i] = (int32_t)i;
+}
+
+/* Every page is free in the pool, held, or cached in the queue; the cache
+ * validates. */
+static void haccounted(struct henv *e)
+{
+	kvs_hcache_stats_t st;
+
+	ck_assert_int_eq(kvs_hcache_validate(e->hc), 0);
+	ck_assert_int_eq(kvs_slab_validate(kvs_pool_slab(e->pool)), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e->hc, &st), 0);
+	ck_assert_uint_eq(kvs_pool_available(e->pool) + (st.used_blocks + st.free_queue_blocks) * PS,
+			  kvs_pool_capacity(e->pool));
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e->pool), KVS_SLAB_STAT_objects),
+			  st.used_blocks + st.free_queue_blocks);
+}
+
+static void hsnap(struct henv *e, struct hsnap *s)
+{
+	memset(s, 0, sizeof(*s));
+	ck_assert_int_eq(kvs_hcache_stats(e->hc, &s->st), 0);
+	s->avail = kvs_pool_available(e->pool);
+	s->objects = kvs_slab_stat(kvs_pool_slab(e->pool), KVS_SLAB_STAT_objects);
+	s->qn = kvs_hcache_free_queue(e->hc, s->q, HBLK);
+	for (uint32_t b = 0; b < e->nb; b++)
+		s->has[b] = kvs_hcache_block(e->hc, (int32_t)b, &s->ref[b], &s->hash[b]);
+	s->events = e->events;
+}
+
+static void hunchanged(struct henv *e, const struct hsnap *s)
+{
+	struct hsnap now;
+
+	hsnap(e, &now);
+	ck_assert_mem_eq(&now.st, &s->st, sizeof(s->st));
+	ck_assert_uint_eq(now.avail, s->avail);
+	ck_assert_uint_eq(now.objects, s->objects);
+	ck_assert_int_eq(now.qn, s->qn);
+	ck_assert_mem_eq(now.q, s->q, sizeof(s->q));
+	ck_assert_mem_eq(now.ref, s->ref, sizeof(s->ref));
+	ck_assert_mem_eq(now.has, s->has, sizeof(s->has));
+	for (uint32_t b = 0; b < e->nb; b++)
+		if (s->has[b] == 1)
+			ck_assert_mem_eq(&now.hash[b], &s->hash[b], sizeof(s->hash[b]));
+	ck_assert_int_eq(now.events, s->events); /* a failed call emits nothing */
+}
+
+static void henv_close(struct henv *e)
+{
+	if (e->nblk)
+		ck_assert_int_eq(kvs_hcache_free(e->hc, e->blk, e->nblk), 0);
+	e->nblk = 0;
+	haccounted(e);
+	if (e->made)
+		ck_assert_int_eq(kvs_hcache_destroy(e->made), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(e->hc), 0);
+	ck_assert_uint_eq(kvs_slab_stat(kvs_pool_slab(e->pool), KVS_SLAB_STAT_objects), 0);
+	kvs_pool_destroy(e->pool);
+	kvs_drv_close(e->d);
+}
+
+/* A request of @n full blocks on sequence @seq, cached and freed tail
+ * first: its blocks wait in the free queue. */
+static void hc_cached_request(struct henv *e, uint32_t seq, size_t n)
+{
+	kvs_block_hash_t h[HBLK];
+	int32_t b[HBLK], rev[HBLK];
+
+	hashes_of(h, seq, n);
+	ck_assert_int_eq(kvs_hcache_alloc(e->hc, n, b), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e->hc, b, n, h, NULL, seq, e->tok), 0);
+	for (size_t i = 0; i < n; i++)
+		rev[i] = b[n - 1 - i];
+	ck_assert_int_eq(kvs_hcache_free(e->hc, rev, n), 0);
+}
+
+/* Two requests' blocks cached free, and the test holding 6 fresh blocks. */
+static void hsetup_cached(struct henv *e)
+{
+	hc_cached_request(e, 1, 6);
+	hc_cached_request(e, 2, 4);
+	ck_assert_int_eq(kvs_hcache_alloc(e->hc, 6, e->blk), 0);
+	e->nblk = 6;
+}
+
+/* All the pool cached or held: an allocation must evict. */
+static void hsetup_full(struct henv *e)
+{
+	kvs_hcache_stats_t st;
+
+	hc_cached_request(e, 1, 8);
+	ck_assert_int_eq(kvs_hcache_stats(e->hc, &st), 0);
+	e->nblk = (size_t)(kvs_pool_available(e->pool) / PS);
+	ck_assert_int_eq(kvs_hcache_alloc(e->hc, e->nblk, e->blk), 0);
+	ck_assert_uint_eq(kvs_pool_available(e->pool), 0);
+}
+
+static int op_hc_lookup(struct henv *e)
+{
+	kvs_block_hash_t h[6];
+	ssize_t k;
+
+	hashes_of(h, 1, 6);
+	k = kvs_hcache_lookup(e->hc, h, 6, 6 * PS + 1, e->blk + e->nblk);
+	if (k < 0)
+		return -1;
+	e->nblk += (size_t)k;
+	return (int)k;
+}
+
+static void post_hc_lookup(struct henv *e, ssize_t rc)
+{
+	(void)e;
+	ck_assert_int_eq(rc, 6); /* never allocates, never fails */
+}
+
+static int op_hc_alloc(struct henv *e)
+{
+	if (kvs_hcache_alloc(e->hc, 5, e->blk + e->nblk) < 0)
+		return -1;
+	e->nblk += 5;
+	return 0;
+}
+
+static int op_hc_cache(struct henv *e)
+{
+	kvs_block_hash_t h[6];
+
+	hashes_of(h, 3, 6);
+	return kvs_hcache_cache(e->hc, e->blk, 6, h, NULL, 3, e->tok);
+}
+
+static int op_hc_free(struct henv *e)
+{
+	int rc;
+
+	/* The held blocks: the first three hashed, the rest not. */
+	rc = kvs_hcache_free(e->hc, e->blk, e->nblk);
+	if (rc == 0)
+		e->nblk = 0;
+	return rc;
+}
+
+static void hsetup_free(struct henv *e)
+{
+	kvs_block_hash_t h[3];
+
+	hsetup_cached(e);
+	hashes_of(h, 4, 3);
+	ck_assert_int_eq(kvs_hcache_cache(e->hc, e->blk, 3, h, NULL, 4, NULL), 0);
+}
+
+static int op_hc_evict(struct henv *e)
+{
+	return (int)kvs_hcache_evict(e->hc, 7);
+}
+
+static void post_hc_evict(struct henv *e, ssize_t rc)
+{
+	(void)e;
+	ck_assert_int_eq(rc, 7); /* never allocates, never fails */
+}
+
+static void hsetup_unheld(struct henv *e)
+{
+	hc_cached_request(e, 1, 6);
+	hc_cached_request(e, 2, 4);
+}
+
+static int op_hc_reset(struct henv *e)
+{
+	return kvs_hcache_reset(e->hc);
+}
+
+static void post_must_succeed(struct henv *e, ssize_t rc)
+{
+	(void)e;
+	ck_assert_int_eq(rc, 0);
+}
+
+static int op_hc_create(struct henv *e)
+{
+	e->made = kvs_hcache_create(e->pool, NULL);
+	return e->made ? 0 : -1;
+}
+
+struct hscenario {
+	const char *name;
+	void (*setup)(struct henv *e);
+	int (*op)(struct henv *e);
+	void (*post)(struct henv *e, ssize_t rc);
+	int may_fail;
+};
+
+static const struct hscenario hscenarios[] = {
+	{"hcache lookup", hsetup_cached, op_hc_lookup, post_hc_lookup, 0},
+	{"hcache alloc from the pool", hsetup_cached, op_hc_alloc, NULL, 1},
+	{"hcache alloc by eviction", hsetup_full, op_hc_alloc, NULL, 1},
+	{"hcache cache", hsetup_cached, op_hc_cache, NULL, 1},
+	{"hcache free", hsetup_free, op_hc_free, post_must_succeed, 0},
+	{"hcache evict", hsetup_unheld, op_hc_evict, post_hc_evict, 0},
+	{"hcache reset", hsetup_unheld, op_hc_reset, post_must_succeed, 0},
+	{"hcache create", hsetup_cached, op_hc_create, NULL, 1},
+};
+
+#define NHSC (sizeof(hscenarios) / sizeof(hscenarios[0]))
+
+static void hrun_one(const struct hscenario *sc, int mode, uint64_t arg)
+{
+	struct henv e;
+	struct hsnap s;
+	int rc, err;
+	int64_t net;
+
+	henv_open(&e);
+	sc->setup(&e);
+	haccounted(&e);
+	hsnap(&e, &s);
+	if (mode == 0)
+		fs_count();
+	else if (mode == 1)
+		fs_fail_nth(arg);
+	else
+		fs_fail_random(0.1, arg);
+	rc = sc->op(&e);
+	err = errno;
+	fs_off();
+	net = fs_net();
+	if (rc < 0) {
+		ck_assert_msg(sc->may_fail, "%s failed (errno %d)", sc->name, err);
+		ck_assert_msg(err == ENOMEM, "%s: errno %d", sc->name, err);
+		ck_assert_uint_gt(fs_failed(), 0);
+		ck_assert_msg(net == 0, "%s: failed, keeping %lld allocations", sc->name,
+			      (long long)net);
+		hunchanged(&e, &s);
+	}
+	if (sc->post)
+		sc->post(&e, rc);
+	haccounted(&e);
+	henv_close(&e);
+}
+
+START_TEST(test_hcache_every_allocation)
+{
+	const struct hscenario *sc = &hscenarios[_i];
+	struct henv e;
+	uint64_t n, k;
+	int rc;
+
+	henv_open(&e);
+	sc->setup(&e);
+	fs_count();
+	rc = sc->op(&e);
+	n = fs_off();
+	if (getenv("KVSLAB_TEST_VERBOSE"))
+		fprintf(stderr, "%s: %llu allocations, %lld kept\n", sc->name,
+			(unsigned long long)n, (long long)fs_net());
+	ck_assert_int_ge(rc, 0);
+	if (sc->post)
+		sc->post(&e, rc);
+	henv_close(&e);
+	for (k = 1; k <= n + 1; k++)
+		hrun_one(sc, 1, k);
+}
+END_TEST
+
+/*
+ * The first removal from the table in a process hands an entry to
+ * call_rcu(), whose worker thread liburcu creates on first use, with
+ * malloc(): and liburcu aborts the process when that fails.  An eviction
+ * must not allocate, even the first: the cache has the worker made when it
+ * is created.  (Each test runs in a process of its own unless CK_FORK=no,
+ * when an earlier test may have made the worker already.)
+ */
+START_TEST(test_hcache_first_eviction)
+{
+	struct henv e;
+	ssize_t k;
+
+	henv_open(&e);
+	hsetup_unheld(&e);
+	fs_fail_random(1.0, 1); /* every allocation fails */
+	k = kvs_hcache_evict(e.hc, 3);
+	fs_off();
+	ck_assert_int_eq(k, 3);
+	ck_assert_uint_eq(fs_failed(), 0); /* none was tried */
+	haccounted(&e);
+	henv_close(&e);
+}
+END_TEST
+
+START_TEST(test_hcache_random_allocations)
+{
+	for (uint64_t seed = 1; seed <= 40; seed++)
+		hrun_one(&hscenarios[seed % NHSC], 2, seed);
+}
+END_TEST
+
 static Suite *failslab_suite(void)
 {
 	Suite *s = suite_create("failslab");
@@ -377,6 +766,9 @@ static Suite *failslab_suite(void)
 	tcase_add_loop_test(tc, test_every_allocation, 0,
 			    (int)(sizeof(scenarios) / sizeof(scenarios[0])));
 	tcase_add_test(tc, test_random_allocations);
+	tcase_add_loop_test(tc, test_hcache_every_allocation, 0, (int)NHSC);
+	tcase_add_test(tc, test_hcache_random_allocations);
+	tcase_add_test(tc, test_hcache_first_eviction);
 	suite_add_tcase(s, tc);
 	return s;
 }

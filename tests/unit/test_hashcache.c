@@ -32,6 +32,12 @@ struct env {
 	kvs_block_hash_t last_parent;
 	int had_parent;
 	uint64_t kv_hash[64], kv_parent[64];
+	/* token ids of the last stored event, and of each block's kv event
+	 * (copied: the events' pointers are valid during the callback only) */
+	int32_t last_tok[256];
+	int last_has_tok;
+	int32_t kv_tok[64][16];
+	int kv_has_tok[64];
 };
 
 static void on_event(void *arg, const kvs_hcache_event_t *ev)
@@ -50,15 +56,29 @@ static void on_event(void *arg, const kvs_hcache_event_t *ev)
 	e->had_parent = ev->parent != NULL;
 	if (ev->parent)
 		e->last_parent = *ev->parent;
+	e->last_has_tok = ev->token_ids != NULL;
+	if (ev->token_ids) {
+		ck_assert_int_eq(ev->type, KVS_KV_STORED);
+		ck_assert_uint_le(ev->tokens, 256);
+		memcpy(e->last_tok, ev->token_ids, ev->tokens * sizeof(int32_t));
+	}
+	e->last.token_ids = NULL;
 }
 
 static void on_kv(void *arg, const kvs_kv_event_t *ev)
 {
 	struct env *e = arg;
 
+	if (ev->type != KVS_KV_STORED)
+		ck_assert_ptr_null(ev->token_ids);
 	if (ev->type == KVS_KV_STORED && e->nkv < 64) {
 		e->kv_hash[e->nkv] = ev->hash;
 		e->kv_parent[e->nkv] = ev->parent_hash;
+		e->kv_has_tok[e->nkv] = ev->token_ids != NULL;
+		if (ev->token_ids) {
+			ck_assert_uint_le(ev->tokens, 16);
+			memcpy(e->kv_tok[e->nkv], ev->token_ids, ev->tokens * sizeof(int32_t));
+		}
 		e->nkv++;
 	}
 }
@@ -153,6 +173,18 @@ static void hashes(kvs_block_hash_t *out, uint32_t seq, uint32_t n)
 		out[i] = H(seq, i);
 }
 
+/* Token @j of a request on sequence @seq: what H(seq, j / ps) stands for. */
+static int32_t T(uint32_t seq, size_t j)
+{
+	return (int32_t)(seq * 100000u + (uint32_t)j);
+}
+
+static void tokens(int32_t *out, uint32_t seq, size_t n)
+{
+	for (size_t j = 0; j < n; j++)
+		out[j] = T(seq, j);
+}
+
 static uint32_t refof(struct env *e, int32_t b)
 {
 	uint32_t r = 99;
@@ -172,10 +204,13 @@ static int hashed(struct env *e, int32_t b, kvs_block_hash_t *h)
 static size_t request(struct env *e, uint32_t seq, size_t ntok, int32_t *blk, ssize_t *hit)
 {
 	kvs_block_hash_t h[64];
+	int32_t tok[1024];
 	size_t full = ntok / e->ps, nblk = (ntok + e->ps - 1) / e->ps;
 	ssize_t k;
 
+	ck_assert_uint_le(ntok, 1024);
 	hashes(h, seq, (uint32_t)full);
+	tokens(tok, seq, ntok);
 	k = kvs_hcache_lookup(e->hc, h, full, ntok, blk);
 	ck_assert_int_ge(k, 0);
 	if (hit)
@@ -183,7 +218,8 @@ static size_t request(struct env *e, uint32_t seq, size_t ntok, int32_t *blk, ss
 	ck_assert_int_eq(kvs_hcache_alloc(e->hc, nblk - (size_t)k, blk + k), 0);
 	if (full > (size_t)k)
 		ck_assert_int_eq(kvs_hcache_cache(e->hc, blk + k, full - (size_t)k, h + k,
-						  k ? &h[k - 1] : NULL, 0), 0);
+						  k ? &h[k - 1] : NULL, 0, tok + (size_t)k * e->ps),
+				 0);
 	check_pages(e);
 	return nblk;
 }
@@ -491,6 +527,16 @@ START_TEST(test_events)
 		ck_assert_uint_eq(e.kv_hash[i], lo);
 		ck_assert_uint_eq(e.kv_parent[i], i ? e.kv_hash[i - 1] : 0);
 	}
+	/* The token ids request() passed: all 20 in the event, each block's
+	 * 4 in its kv event. */
+	ck_assert_int_eq(e.last_has_tok, 1);
+	for (int j = 0; j < 20; j++)
+		ck_assert_int_eq(e.last_tok[j], T(7, (size_t)j));
+	for (int i = 0; i < 5; i++) {
+		ck_assert_int_eq(e.kv_has_tok[i], 1);
+		for (int j = 0; j < 4; j++)
+			ck_assert_int_eq(e.kv_tok[i][j], T(7, (size_t)(4 * i + j)));
+	}
 	release(&e, a, 5);
 	/* A continuation: 3 hits, 2 new full blocks under a parent. */
 	{
@@ -504,17 +550,77 @@ START_TEST(test_events)
 		ck_assert_int_eq(k, 3);
 		ck_assert_int_eq(kvs_hcache_alloc(e.hc, 2, b + 3), 0); /* evicts a4 a3 */
 		ck_assert_int_eq(e.nremoved, 2);
-		ck_assert_int_eq(kvs_hcache_cache(e.hc, b + 3, 2, g + 3, &g[2], 42), 0);
+		ck_assert_int_eq(kvs_hcache_cache(e.hc, b + 3, 2, g + 3, &g[2], 42, NULL), 0);
 		ck_assert_int_eq(e.nstored, 2);
 		ck_assert_uint_eq(e.last.nhashes, 2);
 		ck_assert_uint_eq(e.last.extra_key, 42);
 		ck_assert_int_eq(e.had_parent, 1);
 		ck_assert_mem_eq(e.last_parent.bytes, g[2].bytes, 32);
+		ck_assert_int_eq(e.last_has_tok, 0); /* cached with tokens NULL */
+		ck_assert_int_eq(e.nkv, 7);
+		ck_assert_int_eq(e.kv_has_tok[5], 0);
+		ck_assert_int_eq(e.kv_has_tok[6], 0);
 		release(&e, b, 5);
 	}
-	/* Evicting everything: one removed event a block. */
+	/* Evicting everything: one removed event a block, without token ids. */
 	ck_assert_int_eq(kvs_hcache_evict(e.hc, 100), 5);
 	ck_assert_int_eq(e.nremoved, 7);
+	ck_assert_int_eq(e.last.type, KVS_KV_REMOVED);
+	ck_assert_int_eq(e.last_has_tok, 0);
+	env_close(&e);
+}
+END_TEST
+
+/* Stored events carry the token ids kvs_hcache_cache() was given, the
+ * caller's blocks in order: the whole run in the block cache's event, each
+ * block's slice in its kv event; removed and cleared events carry none. */
+START_TEST(test_event_token_ids)
+{
+	struct env e;
+	int32_t a[8], b[8], tok[32];
+	kvs_block_hash_t g[6];
+	ssize_t k;
+
+	env_open(&e, 4, 12, 100);
+	ck_assert_uint_eq(request(&e, 3, 13, a, NULL), 4); /* 3 full blocks cached */
+	ck_assert_int_eq(e.nstored, 1);
+	ck_assert_uint_eq(e.last.tokens, 12);
+	for (int j = 0; j < 12; j++)
+		ck_assert_int_eq(e.last_tok[j], T(3, (size_t)j));
+	/* A request sharing the 3 blocks and going on with 3 of its own: the
+	 * event names only the 3 new blocks, and their tokens 12..23. */
+	hashes(g, 3, 3);
+	g[3] = H(9, 3);
+	g[4] = H(9, 4);
+	g[5] = H(9, 5);
+	for (int j = 0; j < 24; j++)
+		tok[j] = j < 12 ? T(3, (size_t)j) : -1000 - j; /* negative ids pass through */
+	k = kvs_hcache_lookup(e.hc, g, 6, 25, b);
+	ck_assert_int_eq(k, 3);
+	ck_assert_int_eq(kvs_hcache_alloc(e.hc, 4, b + 3), 0);
+	e.nkv = 0;
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, b + 3, 3, g + 3, &g[2], 5, tok + 12), 0);
+	ck_assert_int_eq(e.nstored, 2);
+	ck_assert_uint_eq(e.last.nhashes, 3);
+	ck_assert_uint_eq(e.last.tokens, 12);
+	ck_assert_int_eq(e.last_has_tok, 1);
+	for (int j = 0; j < 12; j++)
+		ck_assert_int_eq(e.last_tok[j], -1012 - j);
+	ck_assert_int_eq(e.nkv, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_int_eq(e.kv_has_tok[i], 1);
+		for (int j = 0; j < 4; j++)
+			ck_assert_int_eq(e.kv_tok[i][j], -1012 - (4 * i + j));
+	}
+	/* A refused call sends nothing. */
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, b + 3, 1, g + 3, NULL, 0, tok), -1);
+	ck_assert_int_eq(e.nstored, 2);
+	ck_assert_int_eq(e.nkv, 3);
+	release(&e, b, 7);
+	release(&e, a, 4);
+	ck_assert_int_eq(kvs_hcache_reset(e.hc), 0);
+	ck_assert_int_eq(e.last.type, KVS_KV_ALL_CLEARED);
+	ck_assert_int_eq(e.last_has_tok, 0);
 	env_close(&e);
 }
 END_TEST
@@ -528,8 +634,8 @@ START_TEST(test_duplicates_allowed)
 
 	env_open(&e, 2, 8, 100);
 	ck_assert_int_eq(kvs_hcache_alloc(e.hc, 2, x), 0);
-	ck_assert_int_eq(kvs_hcache_cache(e.hc, &x[0], 1, &h, NULL, 0), 0);
-	ck_assert_int_eq(kvs_hcache_cache(e.hc, &x[1], 1, &h, NULL, 0), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, &x[0], 1, &h, NULL, 0, NULL), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, &x[1], 1, &h, NULL, 0, NULL), 0);
 	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
 	ck_assert_uint_eq(st.cached_blocks, 2);
 	ck_assert_int_eq(kvs_hcache_lookup(e.hc, &h, 1, 3, y), 1);
@@ -596,23 +702,23 @@ START_TEST(test_bad_input)
 	{
 		int32_t nb[2] = { x[0], 7 == x[1] ? 6 : 7 };
 
-		ck_assert_int_eq(kvs_hcache_cache(e.hc, nb, 2, h, NULL, 0), -1);
+		ck_assert_int_eq(kvs_hcache_cache(e.hc, nb, 2, h, NULL, 0, NULL), -1);
 		ck_assert_int_eq(errno, EINVAL);
 	}
 	{
 		int32_t dup[2] = { x[0], x[0] };
 
-		ck_assert_int_eq(kvs_hcache_cache(e.hc, dup, 2, h, NULL, 0), -1);
+		ck_assert_int_eq(kvs_hcache_cache(e.hc, dup, 2, h, NULL, 0, NULL), -1);
 	}
 	bad.len = 33;
-	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 1, &bad, NULL, 0), -1);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 1, &bad, NULL, 0, NULL), -1);
 	bad.len = 0;
 	ck_assert_int_eq(kvs_hcache_lookup(e.hc, &bad, 1, 9, q1), -1);
 	ck_assert_int_eq(kvs_hcache_match_ro(e.hc, &bad, 1, 9), -1);
 	ck_assert_int_eq(hashed(&e, x[0], NULL), 0);
 	ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
-	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 2, h, NULL, 0), 0);
-	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 1, h, NULL, 0), -1);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 2, h, NULL, 0, NULL), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 1, h, NULL, 0, NULL), -1);
 	/* Freeing more references than held, or a block not held. */
 	{
 		int32_t twice[2] = { x[0], x[0] }, oob = -1, big = (int32_t)e.pages;
@@ -846,7 +952,7 @@ static void run_model(uint32_t ps, size_t free_pages, uint64_t seed, int steps)
 			}
 			if (full > (size_t)k) {
 				ck_assert_int_eq(kvs_hcache_cache(e.hc, rq->blk + k, full - (size_t)k,
-								  hs + k, k ? &hs[k - 1] : NULL, 0),
+								  hs + k, k ? &hs[k - 1] : NULL, 0, NULL),
 						 0);
 				for (size_t i = (size_t)k; i < full; i++)
 					m->hid[rq->blk[i]] = ids[i];
@@ -905,6 +1011,7 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_failed_alloc_changes_nothing);
 	tcase_add_test(tc, test_reset_refused_in_use);
 	tcase_add_test(tc, test_events);
+	tcase_add_test(tc, test_event_token_ids);
 	tcase_add_test(tc, test_duplicates_allowed);
 	tcase_add_test(tc, test_window_metrics);
 	tcase_add_test(tc, test_bad_input);

@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@
 
 #include "testutil.h"
 
-static const kvs_kv_event_t ev_stored = { KVS_KV_STORED, 1, 0, 16, 0 };
+static const kvs_kv_event_t ev_stored = { KVS_KV_STORED, 1, 0, 16, 0, NULL };
 
 #ifndef KVS_HAVE_KVPUB
 
@@ -89,9 +90,22 @@ static kvs_kvpub_t *create_errno(const kvs_kvpub_attr_t *a, int want)
 
 START_TEST(test_bad_input)
 {
+	/* The attributes before format and max_queue_tokens were taken from
+	 * _reserved: the size may not change. */
+	struct attr_v0 {
+		const char *endpoint;
+		int bind;
+		const char *replay_endpoint, *topic;
+		size_t buffer_steps, max_batch_events, max_queue;
+		uint32_t flush_interval_ms;
+		int hwm, data_parallel_rank;
+		uint64_t _reserved[8];
+	};
 	kvs_kvpub_attr_t a, b;
 	kvs_kvpub_t *p;
 	char ep[64];
+
+	ck_assert_uint_eq(sizeof(kvs_kvpub_attr_t), sizeof(struct attr_v0));
 
 	errno = 0;
 	ck_assert_int_eq(kvs_kvpub_attr_init(NULL), -1);
@@ -101,6 +115,8 @@ START_TEST(test_bad_input)
 	ck_assert_ptr_null(a.replay_endpoint);
 	ck_assert_str_eq(a.topic, "");
 	ck_assert_uint_eq(a.buffer_steps, 10000);
+	ck_assert_int_eq(a.format, KVS_KVPUB_FORMAT_MAP);
+	ck_assert_uint_eq(a.max_queue_tokens, (size_t)1 << 20);
 	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
 	a.endpoint = ep;
 	a.bind = KVS_KVPUB_BIND;
@@ -115,6 +131,9 @@ START_TEST(test_bad_input)
 	b = a; b.hwm = -1; create_errno(&b, EINVAL);
 	b = a; b.data_parallel_rank = -1; create_errno(&b, EINVAL);
 	b = a; b.replay_endpoint = ""; create_errno(&b, EINVAL);
+	b = a; b.format = 2; create_errno(&b, EINVAL);
+	b = a; b.format = -1; create_errno(&b, EINVAL);
+	b = a; b.max_queue_tokens = 0; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "nonsense"; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "tcp://127.0.0.1:notaport"; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "nosuch://x"; create_errno(&b, EPROTONOSUPPORT);
@@ -166,6 +185,37 @@ START_TEST(test_queue_bounds)
 	ck_assert_int_eq(kvs_kvpub_flush(p), 0);
 	kvs_kvpub_event_cb(p, &ev_stored); /* destroy sends it */
 	ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
+
+	/* Token ids beyond max_queue_tokens: the event is dropped and counted,
+	 * as when the queue is full; a flush makes room again. */
+	{
+		int32_t ids[21] = {0};
+		kvs_kv_event_t st = ev_stored, rm = { KVS_KV_REMOVED, 1, 0, 16, 0, ids };
+
+		a.max_queue = 8;
+		a.max_batch_events = 8;
+		a.max_queue_tokens = 20;
+		p = kvs_kvpub_create(&a);
+		ck_assert_ptr_nonnull(p);
+		st.token_ids = ids;
+		kvs_kvpub_event_cb(p, &st);		/* 16 of 20 */
+		kvs_kvpub_event_cb(p, &st);		/* 32 > 20: dropped */
+		ck_assert_uint_eq(kvs_kvpub_dropped(p), 1);
+		kvs_kvpub_event_cb(p, &ev_stored);	/* no ids: fits */
+		kvs_kvpub_event_cb(p, &rm);		/* removed: its ids are not taken */
+		st.tokens = 4;
+		kvs_kvpub_event_cb(p, &st);		/* 20 of 20 */
+		kvs_kvpub_event_cb(p, &st);		/* dropped */
+		ck_assert_uint_eq(kvs_kvpub_dropped(p), 2);
+		ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* 4 events */
+		st.tokens = 16;
+		kvs_kvpub_event_cb(p, &st);		/* room again (the ring wraps) */
+		st.tokens = 21;
+		kvs_kvpub_event_cb(p, &st);		/* never fits */
+		ck_assert_uint_eq(kvs_kvpub_dropped(p), 3);
+		ck_assert_int_eq(kvs_kvpub_flush(p), 1);
+		ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
+	}
 
 	/* The background thread, and the defaults with a NULL attr... on
 	 * tcp://*:5557, which may be taken: then EADDRINUSE. */
@@ -227,6 +277,63 @@ START_TEST(test_radix_callback)
 }
 END_TEST
 
+/* A hashed block cache's per-block events, with the blocks' token ids. */
+START_TEST(test_hcache_callback)
+{
+	kvs_kvpub_attr_t a;
+	kvs_pool_attr_t pa;
+	kvs_hcache_attr_t ha;
+	kvs_kvpub_t *p;
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_hcache_t *hc;
+	kvs_block_hash_t h[2];
+	int32_t blk[2], tok[8];
+
+	kvs_kvpub_attr_init(&a);
+	a.endpoint = "inproc://kvpub-hcache";
+	a.flush_interval_ms = 0;
+	a.max_queue_tokens = 8; /* exactly the two blocks' ids */
+	p = kvs_kvpub_create(&a);
+	ck_assert_ptr_nonnull(p);
+	d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(d);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.page_size = 4;
+	pa.max_tokens = 64;
+	pool = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(pool);
+	kvs_hcache_attr_init(&ha);
+	ha.kv_event_cb = kvs_kvpub_event_cb;
+	ha.kv_event_arg = p;
+	hc = kvs_hcache_create(pool, &ha);
+	ck_assert_ptr_nonnull(hc);
+
+	memset(h, 0, sizeof(h));
+	for (int i = 0; i < 2; i++) {
+		h[i].len = 8;
+		h[i].bytes[7] = (uint8_t)(i + 1);
+	}
+	for (int i = 0; i < 8; i++)
+		tok[i] = i + 1;
+	ck_assert_int_eq(kvs_hcache_alloc(hc, 2, blk), 0);
+	ck_assert_int_eq(kvs_hcache_cache(hc, blk, 2, h, NULL, 0, tok), 0);
+	ck_assert_uint_eq(kvs_kvpub_dropped(p), 0); /* two BlockStored, 4 ids each */
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1);
+	ck_assert_int_eq(kvs_hcache_free(hc, blk, 2), 0);
+	ck_assert_int_eq(kvs_hcache_evict(hc, 2), 2);
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockRemoved */
+	ck_assert_int_eq(kvs_hcache_reset(hc), 0);
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* AllBlocksCleared */
+	ck_assert_uint_eq(kvs_kvpub_dropped(p), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(hc), 0);
+	ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
+	kvs_pool_destroy(pool);
+	kvs_drv_close(d);
+}
+END_TEST
+
 static const char *python;
 
 /* A python3 that imports zmq and msgpack: $PYTHON, python3, /usr/bin/python3. */
@@ -253,13 +360,30 @@ static void put_events(kvs_kvpub_t *p, const kvs_kv_event_t *ev, int n)
 	ck_assert_int_eq(kvs_kvpub_flush(p), 1);
 }
 
+/* The token ids tests/kvpub_sub.py expects (TOK0, TOK1, TOK2 there). */
+static void tok(int32_t *t0, int32_t *t1, int32_t *t2)
+{
+	for (int j = 0; j < 16; j++) {
+		t0[j] = 100 + j;
+		t1[j] = j < 15 ? -5 + j : INT32_MAX;
+		t2[j] = j ? 70000 + j - 1 : INT32_MIN;
+	}
+}
+
+/* The subscriber decodes every field of every event, token ids included,
+ * in each format (_i: KVS_KVPUB_FORMAT_MAP, then _ARRAY). */
 START_TEST(test_subscriber)
 {
 	const uint64_t big = 0xFFFFFFFFFFFFFFF0ull;
-	const kvs_kv_event_t b0[] = { { KVS_KV_STORED, big, 0, 16, 0 },
-				       { KVS_KV_STORED, 2, big, 16, 7 } };
-	const kvs_kv_event_t b1[] = { { KVS_KV_REMOVED, 2, big, 16, 7 } };
-	const kvs_kv_event_t b2[] = { { KVS_KV_ALL_CLEARED, 0, 0, 0, 0 } };
+	static const char *fmt[] = { "map", "array" };
+	int32_t t0[16], t1[16], t2[16], junk[16];
+	kvs_kv_event_t b0[] = { { KVS_KV_STORED, big, 0, 16, 0, t0 },
+				{ KVS_KV_STORED, 2, big, 16, 7, t1 } };
+	/* A removed event's ids are not sent, whatever it points at. */
+	const kvs_kv_event_t b1[] = { { KVS_KV_REMOVED, 2, big, 16, 7, junk } };
+	const kvs_kv_event_t b2[] = { { KVS_KV_ALL_CLEARED, 0, 0, 0, 0, NULL } };
+	kvs_kv_event_t b3[] = { { KVS_KV_STORED, 3, 2, 16, 0, t2 },
+				{ KVS_KV_STORED, 4, 3, 16, 0, NULL } };
 	char ep[64], rep[64], script[1024], line[256];
 	int fds[2], status = -1;
 	kvs_kvpub_attr_t a;
@@ -279,8 +403,13 @@ START_TEST(test_subscriber)
 	a.topic = "kvslab-test";
 	a.data_parallel_rank = 3;
 	a.flush_interval_ms = 0; /* batches exactly where the test flushes */
+	a.format = _i ? KVS_KVPUB_FORMAT_ARRAY : KVS_KVPUB_FORMAT_MAP;
+	/* Room for b0's 32 ids; b3's 16 then wrap around the ring's end. */
+	a.max_queue_tokens = 40;
 	p = kvs_kvpub_create(&a);
 	ck_assert_ptr_nonnull(p);
+	tok(t0, t1, t2);
+	memset(junk, 0x5a, sizeof(junk));
 
 	ck_assert_int_eq(pipe(fds), 0);
 	pid = fork();
@@ -289,7 +418,7 @@ START_TEST(test_subscriber)
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);
-		execlp(python, python, script, ep, rep, "kvslab-test", (char *)NULL);
+		execlp(python, python, script, ep, rep, "kvslab-test", fmt[_i], (char *)NULL);
 		_exit(127);
 	}
 	close(fds[1]);
@@ -298,9 +427,14 @@ START_TEST(test_subscriber)
 	ck_assert_ptr_nonnull(fgets(line, sizeof(line), in));
 	ck_assert_str_eq(line, "ready\n");
 
-	put_events(p, b0, 2);
+	kvs_kvpub_event_cb(p, &b0[0]);
+	kvs_kvpub_event_cb(p, &b0[1]);
+	memset(t0, 0, sizeof(t0)); /* copied when queued: the caller's may change */
+	memset(t1, 0, sizeof(t1));
+	ck_assert_int_eq(kvs_kvpub_flush(p), 1);
 	put_events(p, b1, 1);
 	put_events(p, b2, 1);
+	put_events(p, b3, 2);
 	/* Without a thread, flush serves the replay requests. */
 	for (end = tu_seconds() + 30; tu_seconds() < end;) {
 		ck_assert_int_eq(kvs_kvpub_flush(p), 0);
@@ -331,12 +465,13 @@ int main(void)
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_queue_bounds);
 	tcase_add_test(tc, test_radix_callback);
+	tcase_add_test(tc, test_hcache_callback);
 	suite_add_tcase(s, tc);
 	python = find_python();
 	if (python) {
 		TCase *tp = tcase_create("subscriber");
 		tcase_set_timeout(tp, 60);
-		tcase_add_test(tp, test_subscriber);
+		tcase_add_loop_test(tp, test_subscriber, 0, 2);
 		suite_add_tcase(s, tp);
 	} else {
 		printf("no python3 with zmq and msgpack: the subscriber test is skipped\n");

@@ -276,6 +276,8 @@ struct evlog {
 	uint64_t stored[64], removed[64];
 	int ns, nr;
 	uint64_t parent_of_second;
+	int32_t tok[64][4];		/* a stored page's token ids, copied */
+	int removed_with_tokens;
 };
 
 static void on_event(void *arg, const kvs_kv_event_t *ev)
@@ -285,8 +287,13 @@ static void on_event(void *arg, const kvs_kv_event_t *ev)
 	if (ev->type == KVS_KV_STORED) {
 		if (l->ns == 1)
 			l->parent_of_second = ev->parent_hash;
+		if (ev->token_ids && ev->tokens == 4)
+			memcpy(l->tok[l->ns], ev->token_ids, sizeof(l->tok[0]));
+		else
+			l->tok[l->ns][0] = -1;
 		l->stored[l->ns++] = ev->hash;
 	} else {
+		l->removed_with_tokens += ev->token_ids != NULL;
 		l->removed[l->nr++] = ev->hash;
 	}
 }
@@ -302,11 +309,12 @@ static int has(const uint64_t *v, int n, uint64_t x)
 START_TEST(test_kv_events)
 {
 	struct env e;
-	struct evlog log = {{0}, {0}, 0, 0, 0};
+	struct evlog log;
 	kvs_radix_attr_t ra;
 	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, k2[8] = {1, 2, 3, 4, 9, 9, 9, 9}, locs[8];
 	int i;
 
+	memset(&log, 0, sizeof(log));
 	env_open(&e, 4, KVS_EVICT_LRU, 1024);
 	kvs_radix_destroy(e.r);
 	kvs_radix_attr_init(&ra);
@@ -316,12 +324,17 @@ START_TEST(test_kv_events)
 	put(&e, 0, k, 8, NULL);
 	ck_assert_int_eq(log.ns, 2); /* two pages */
 	ck_assert_uint_eq(log.parent_of_second, log.stored[0]);
+	/* Each stored page carries its own token ids. */
+	ck_assert_mem_eq(log.tok[0], &k[0], 4 * sizeof(int32_t));
+	ck_assert_mem_eq(log.tok[1], &k[4], 4 * sizeof(int32_t));
 	kvs_radix_match(e.r, 0, k2, 8, locs, NULL); /* split: no new blocks */
 	ck_assert_int_eq(log.ns, 2);
 	put(&e, 0, k2, 8, NULL);
 	ck_assert_int_eq(log.ns, 3);
+	ck_assert_mem_eq(log.tok[2], &k2[4], 4 * sizeof(int32_t)); /* only the new page */
 	ck_assert_int_eq(kvs_radix_evict(e.r, 100), 12);
 	ck_assert_int_eq(log.nr, 3);
+	ck_assert_int_eq(log.removed_with_tokens, 0);
 	for (i = 0; i < 3; i++) /* what was removed is what was stored */
 		ck_assert(has(log.stored, log.ns, log.removed[i]));
 	ck_assert(log.removed[0] != log.removed[1]);
