@@ -10,14 +10,14 @@
  *    sequence number as 8 bytes big-endian (0, 1, 2, ...), the payload;
  *  - the payload is msgpack, as msgspec encodes vLLM's structs: the batch,
  *    an array_like struct, is [ts (float64), [event...], data_parallel_rank];
- *    each event is a tagged struct, by default (KVS_KVPUB_FORMAT_MAP, vLLM
- *    since its PR #42892) a map whose first key, "type", holds the tag, the
- *    class name, followed by the fields by name: {"type": "BlockStored",
- *    "block_hashes", "parent_block_hash", "token_ids", "block_size",
- *    "lora_id", "medium", "lora_name"}, {"type": "BlockRemoved",
- *    "block_hashes", "medium"}, {"type": "AllBlocksCleared"}; or
- *    (KVS_KVPUB_FORMAT_ARRAY, vLLM's array_like events before that) an
- *    array of the tag and the same fields in the same order;
+ *    each event is a tagged struct, by default (KVS_KVPUB_FORMAT_ARRAY,
+ *    vLLM's array_like events, what routers built for vLLM decode) an
+ *    array of the tag, the class name, then the fields in their declared
+ *    order: ["BlockStored", block_hashes, parent_block_hash, token_ids,
+ *    block_size, lora_id, medium, lora_name], ["BlockRemoved",
+ *    block_hashes, medium], ["AllBlocksCleared"]; or (KVS_KVPUB_FORMAT_MAP,
+ *    vLLM since its PR #42892) a map whose first key, "type", holds the
+ *    tag, followed by the same fields by name;
  *  - ROUTER socket for replay: a request [identity, "", start_seq (8 bytes
  *    big-endian)] is answered with [identity, "", seq, payload] for every
  *    buffered batch whose seq >= start_seq, oldest first, then
@@ -61,7 +61,7 @@ KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 	attr->flush_interval_ms = 10;
 	attr->hwm = 100000;
 	attr->data_parallel_rank = 0;
-	attr->format = KVS_KVPUB_FORMAT_MAP;
+	attr->format = KVS_KVPUB_FORMAT_ARRAY;
 	attr->max_queue_tokens = (size_t)1 << 20;
 	return 0;
 }

@@ -28,8 +28,8 @@ typedef struct kvs_kvpub kvs_kvpub_t;
 #define KVS_KVPUB_CONNECT 2
 
 /* kvs_kvpub_attr_t.format: how each event of a batch is encoded */
-#define KVS_KVPUB_FORMAT_MAP 0	 /* a map of named fields (vLLM since PR #42892) */
-#define KVS_KVPUB_FORMAT_ARRAY 1 /* a positional array (vLLM's array_like, before it) */
+#define KVS_KVPUB_FORMAT_ARRAY 0 /* a positional array (vLLM's array_like events) */
+#define KVS_KVPUB_FORMAT_MAP 1	 /* a map of named fields (vLLM since PR #42892) */
 
 /** Attributes of kvs_kvpub_create(); start from kvs_kvpub_attr_init(). */
 typedef struct kvs_kvpub_attr {
@@ -43,7 +43,7 @@ typedef struct kvs_kvpub_attr {
 	uint32_t flush_interval_ms;	/* background sends, default 10; 0: no thread */
 	int hwm;			/* PUB high-water mark, default 100000 */
 	int data_parallel_rank;		/* the batches' data_parallel_rank, default 0 */
-	int format;			/* KVS_KVPUB_FORMAT_MAP (default) or _ARRAY */
+	int format;			/* KVS_KVPUB_FORMAT_ARRAY (default) or _MAP */
 	size_t max_queue_tokens;	/* stored events' token ids queued at most, default 1 << 20 */
 	uint64_t _reserved[7];
 } kvs_kvpub_attr_t;

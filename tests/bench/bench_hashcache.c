@@ -143,7 +143,7 @@ static void env_open(struct env *e, size_t n)
 	}
 	for (r = 0; r < nreq; r++) {
 		if (kvs_hcache_alloc(e->hc, REQ, blk) ||
-		    kvs_hcache_cache(e->hc, blk, REQ, e->h + r * REQ, NULL, 0))
+		    kvs_hcache_cache(e->hc, blk, REQ, e->h + r * REQ, NULL, 0, NULL))
 			die("fill");
 		reverse(blk, rev, REQ);
 		if (kvs_hcache_free(e->hc, rev, REQ))
@@ -299,7 +299,7 @@ static void bench_evict(struct env *e, int reps, struct point *p)
 			if (kvs_hcache_alloc(e->hc, REQ, blk))
 				die("kvs_hcache_alloc (evicting)");
 			b = bench_ns();
-			if (kvs_hcache_cache(e->hc, blk, REQ, fresh, NULL, 0))
+			if (kvs_hcache_cache(e->hc, blk, REQ, fresh, NULL, 0, NULL))
 				die("kvs_hcache_cache");
 			c = bench_ns();
 			reverse(blk, rev, REQ);

@@ -115,7 +115,7 @@ START_TEST(test_bad_input)
 	ck_assert_ptr_null(a.replay_endpoint);
 	ck_assert_str_eq(a.topic, "");
 	ck_assert_uint_eq(a.buffer_steps, 10000);
-	ck_assert_int_eq(a.format, KVS_KVPUB_FORMAT_MAP);
+	ck_assert_int_eq(a.format, KVS_KVPUB_FORMAT_ARRAY);
 	ck_assert_uint_eq(a.max_queue_tokens, (size_t)1 << 20);
 	snprintf(ep, sizeof(ep), "tcp://127.0.0.1:%d", free_port());
 	a.endpoint = ep;

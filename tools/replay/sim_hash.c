@@ -150,7 +150,7 @@ static int cache_full(struct rp_hsim *h, struct rp_hreq *q, const kvs_req_t *req
 		return -1;
 	if (kvs_hcache_cache(h->hc, q->blocks + q->ncached, full - q->ncached,
 			     q->hashes + q->ncached, q->ncached ? &q->hashes[q->ncached - 1] : NULL,
-			     req->extra_key) < 0)
+			     req->extra_key, req->tokens + q->ncached * h->bs) < 0)
 		return -1;
 	q->ncached = full;
 	return 0;
