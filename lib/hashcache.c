@@ -51,6 +51,7 @@
 
 struct hent {
 	_Atomic(struct hent *) next;
+	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
 	kvs_block_hash_t hash;
 	int32_t block;
 	struct rcu_head rcu;
@@ -95,15 +96,22 @@ static bool hash_eq(const kvs_block_hash_t *a, const kvs_block_hash_t *b)
 	return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
 }
 
+/* Every byte counts (the caller's hashes need not be uniform), a word at a
+ * time: four multiplies for a SHA-256 digest, then a finalizer. */
 static uint64_t hash_bucket(const kvs_block_hash_t *h)
 {
-	uint64_t x = 0xcbf29ce484222325ULL;
+	uint64_t x = 0x9e3779b97f4a7c15ULL ^ h->len;
 	uint32_t i;
 
-	for (i = 0; i < h->len; i++)
-		x = (x ^ h->bytes[i]) * 0x100000001b3ULL;
+	for (i = 0; i < h->len; i += 8) {
+		uint64_t w = 0;
+
+		memcpy(&w, h->bytes + i, h->len - i < 8 ? h->len - i : 8);
+		x = (x ^ w) * 0xff51afd7ed558ccdULL;
+		x ^= x >> 29;
+	}
 	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdULL;
+	x *= 0xc4ceb9fe1a85ec53ULL;
 	x ^= x >> 33;
 	return x;
 }
@@ -124,18 +132,21 @@ static uint64_t hash_low64(const kvs_block_hash_t *h)
 
 static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 {
-	struct hent *e = atomic_load_explicit(&hc->bucket[hash_bucket(h) & hc->mask],
-					      memory_order_acquire);
+	uint64_t hv = hash_bucket(h);
+	struct hent *e = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
 
 	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
-		if (hash_eq(&e->hash, h))
+		if (e->hv == hv && hash_eq(&e->hash, h))
 			return e;
 	return NULL;
 }
 
 static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
 {
-	_Atomic(struct hent *) *head = &hc->bucket[hash_bucket(&e->hash) & hc->mask];
+	_Atomic(struct hent *) *head;
+
+	e->hv = hash_bucket(&e->hash);
+	head = &hc->bucket[e->hv & hc->mask];
 
 	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
 			      memory_order_relaxed);
@@ -151,7 +162,7 @@ static void hc_free_node_cb(struct rcu_head *r)
 
 static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 {
-	_Atomic(struct hent *) *pp = &hc->bucket[hash_bucket(&e->hash) & hc->mask];
+	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
 	struct hent *c;
 
 	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != e)
@@ -855,7 +866,7 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 
 		for (; e; e = atomic_load_explicit(&e->next, memory_order_relaxed)) {
 			ents++;
-			if ((hash_bucket(&e->hash) & hc->mask) != k || e->block < 0 ||
+			if (e->hv != hash_bucket(&e->hash) || (e->hv & hc->mask) != k || e->block < 0 ||
 			    (uint32_t)e->block >= hc->nblocks || hc->b[e->block].ent != e ||
 			    ents > hc->nblocks)
 				bad = 1;
