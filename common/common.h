@@ -20,18 +20,24 @@
  *     publisher's queue lock (lib/kvpub.c) is taken inside either, for an
  *     event's copy only.  RCU readers take no lock and may be inside any
  *     of these.
- *  3. slab->lock (lib/slab*.c): pages, lists, the chunk pool, the
+ *  3. hp->lock (lib/hostpool.c): the host pool's free pages, page states
+ *     and busy counts, its transfers' states and its counters.  Taken
+ *     inside the locks above (a tiered cache calls the host pool from its
+ *     writer section); never held across a driver call or a wait for the
+ *     device, and no lock is taken under it (it reads device pages'
+ *     reference counts with relaxed loads, not under slab->lock).
+ *  4. slab->lock (lib/slab*.c): pages, lists, the chunk pool, the
  *     magazine registry.  Never held across a driver call, a fence
  *     callback, or a wait for the device: whoever maps, unmaps, records
  *     or queries a fence marks the slab or the fence BUSY and drops it.
  *     An allocation waiting for a slab in flight sleeps on slab->mapped,
  *     which releases it.  So slab->lock and the driver's locks are never
  *     held together.
- *  4. drv->lock (drv/drv.c): the driver's books.  Backend calls that
+ *  5. drv->lock (drv/drv.c): the driver's books.  Backend calls that
  *     validate-and-act run under it; chunk creation and every device
  *     synchronization (copy-queue drains, cuCtxSynchronize, event waits)
  *     run without it.
- *  5. backend locks, innermost: the fault wrapper's fb->lock (never held
+ *  6. backend locks, innermost: the fault wrapper's fb->lock (never held
  *     across a call into the inner driver, which takes the inner
  *     drv->lock), the host backend's hb->alock (arenas; under drv->lock)
  *     and hb->qlock (copy queue; under drv->lock or alone, never across a

@@ -17,5 +17,6 @@
 #include <kvslab/blockhash.h>
 #include <kvslab/kvpub.h>
 #include <kvslab/hashcache.h>
+#include <kvslab/hostpool.h>
 
 #endif /* KVSLAB_H */

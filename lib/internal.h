@@ -80,4 +80,12 @@ static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
 struct kvs_slab;
 int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint32_t ps);
 
+/* lib/pool.c, for the host pool (lib/hostpool.c): the driver a pool was
+ * built on and its model's shape. */
+struct kvs_pool;
+struct kvs_drv;
+struct kvs_model;
+struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p);
+const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p);
+
 #endif /* KVSLAB_INTERNAL_H */

@@ -407,6 +407,16 @@ KVS_EXPORT kvs_slab_t *kvs_pool_slab(kvs_pool_t *p)
 	return p ? p->slab : NULL;
 }
 
+struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p)
+{
+	return p->drv;
+}
+
+const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p)
+{
+	return &p->model;
+}
+
 static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uint32_t *b)
 {
 	if (!p || layer >= p->model.layers)

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Every exported function has a section-3 page named after it (its family
 # page or a .so link to it) whose NAME section lists it; kvslab(7) names it;
-# kvs_slab_create(3) and kvs_pool_create(3) show their attribute structs as
-# the headers declare them;
+# kvs_slab_create(3), kvs_pool_create(3) and kvs_hpool_create(3) show their
+# attribute structs as the headers declare them;
 # every real page lints clean with mandoc.
 set -eu
 src=${KVSLAB_TOP_SRCDIR:-.}
@@ -73,10 +73,15 @@ struct_members() { # FILE NAME: one "type|name" line per member
 		}
 	}' "$1"
 }
-for pair in slab:kvs_slab_create pool:kvs_pool_create; do
+# HEADER:PAGE[:STEM]: the struct kvs_STEM_attr (STEM defaults to HEADER).
+for pair in slab:kvs_slab_create pool:kvs_pool_create hostpool:kvs_hpool_create:hpool; do
 	hdr="$src/include/kvslab/${pair%%:*}.h"
+	rest=${pair#*:}
+	stem=${rest#*:}
+	[ "$stem" = "$rest" ] && stem=${pair%%:*}
+	pair=${pair%%:*}:${rest%%:*}
 	page="$src/man/man3/${pair#*:}.3"
-	name="kvs_${pair%%:*}_attr"
+	name="kvs_${stem}_attr"
 	if ! want=$(struct_members "$hdr" "$name") || [ -z "$want" ]; then
 		echo "cannot read $name from $hdr"; fail=1; continue
 	fi

@@ -338,3 +338,21 @@ void tu_dbl_stream_destroy(uint64_t stream)
 	(void)destroy((void *)(uintptr_t)stream);
 	(void)release(0);
 }
+
+int tu_dbl_copy_hold(int on)
+{
+	void (*f)(int) = (void (*)(int))dbl_sym("kvsdbl_copy_hold");
+
+	if (!f)
+		return -1;
+	f(on);
+	return 0;
+}
+
+long tu_dbl_copy_release(unsigned long n)
+{
+	unsigned long (*f)(unsigned long) =
+		(unsigned long (*)(unsigned long))dbl_sym("kvsdbl_copy_release");
+
+	return f ? (long)f(n) : -1;
+}

@@ -85,4 +85,15 @@ void tu_dbl_clear_sticky(void);
 uint64_t tu_dbl_stream_create(void);
 void tu_dbl_stream_destroy(uint64_t stream);
 
+/*
+ * Held copies of the double (kvsdbl_copy_hold): tu_dbl_copy_hold(1) holds
+ * the completion of every copy submitted after it (bytes move at once,
+ * events after them stay pending) until tu_dbl_copy_release(n) completes
+ * the next n of them, in submission order; tu_dbl_copy_hold(0) releases all
+ * and stops.  tu_dbl_copy_release returns the copies still held, -1 when
+ * the double is not loaded; tu_dbl_copy_hold returns 0, or -1 likewise.
+ */
+int tu_dbl_copy_hold(int on);
+long tu_dbl_copy_release(unsigned long n);
+
 #endif

@@ -109,6 +109,14 @@
  * driver, so it is a __thread pointer; whether the context it names is alive
  * is global state and is read under the lock.
  *
+ * Held copies.  kvsdbl_copy_hold() lets a test stop time for copies: a
+ * copy submitted while holding moves its bytes at once, as always, but its
+ * completion is a number (HELD_BASE + k for the k-th held copy) instead of
+ * a time, reached when the test releases k copies with
+ * kvsdbl_copy_release().  So a test can see, without timing anything, that
+ * a waiter on the first copies' event returns while later copies are still
+ * in flight.
+ *
  * Configuration comes from the environment when cuInit runs (see init()
  * and read_sizes()).  The kvsdbl_* functions at the end let tests
  * see what the double holds, launch simulated kernels and forget a sticky
@@ -144,6 +152,8 @@ EXPORT CUresult kvsdbl_kernel_write(CUstream stream, CUdeviceptr ptr, size_t n,
 EXPORT int kvsdbl_sticky_error(void);
 EXPORT unsigned long kvsdbl_faults(void);
 EXPORT void kvsdbl_clear_sticky(void);
+EXPORT void kvsdbl_copy_hold(int on);
+EXPORT unsigned long kvsdbl_copy_release(unsigned long n);
 
 #define DRIVER_VERSION 13000
 #define DEFAULT_GRANULARITY ((size_t)2 << 20)
@@ -153,6 +163,10 @@ EXPORT void kvsdbl_clear_sticky(void);
 #define NONE SIZE_MAX
 /* The longest a waiting call sleeps before it looks again (for a fault). */
 #define WAIT_STEP_NS 1000000ULL
+/* Completion "times" from here up name held copies (kvsdbl_copy_hold()):
+ * HELD_BASE + k is the k-th copy held, complete once k are released.  No
+ * clock reaches it (2^62 ns is 146 years of uptime). */
+#define HELD_BASE (1ULL << 62)
 
 /* Every exported cu* function: its ABI (dlsym) name and its base name. */
 #define CU_FUNCS(X)						\
@@ -369,6 +383,10 @@ static struct {
 	uint64_t all_busy;	/* every stream, destroyed ones included */
 	CUresult sticky;	/* the context's sticky error; 0: none */
 	unsigned long faults;	/* faulting launches, unmaps, access changes */
+	/* Held copies (kvsdbl_copy_hold()): numbered 1, 2, ... in submission
+	 * order; the first `released` of them are complete. */
+	bool hold;
+	uint64_t held, released;
 } g = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.next_handle = HANDLE_BASE,
@@ -428,6 +446,15 @@ static uint64_t max64(uint64_t a, uint64_t b)
  * up again whatever it found before.  Returns early with the sticky error
  * if the context is poisoned meanwhile: a faulted device abandons its work.
  */
+/* Is work ending at @t complete at @now?  A held copy's end is not a time:
+ * it is complete once released. */
+static bool time_done(uint64_t t, uint64_t now)
+{
+	if (t >= HELD_BASE)
+		return t - HELD_BASE <= g.released;
+	return now >= t;
+}
+
 static CUresult wait_until(uint64_t t)
 {
 	for (;;) {
@@ -437,9 +464,9 @@ static CUresult wait_until(uint64_t t)
 		if (g.sticky)
 			return g.sticky;
 		now = now_ns();
-		if (now >= t)
+		if (time_done(t, now))
 			return CUDA_SUCCESS;
-		step = t - now < WAIT_STEP_NS ? t - now : WAIT_STEP_NS;
+		step = t >= HELD_BASE || t - now >= WAIT_STEP_NS ? WAIT_STEP_NS : t - now;
 		ts.tv_sec = 0;
 		ts.tv_nsec = (long)step;
 		pthread_mutex_unlock(&g.lock);
@@ -1612,14 +1639,20 @@ static uint64_t stream_tail(const struct CUstream_st *st)
 	return t;
 }
 
+/* A completion time, with released held copies (complete) counted as 0. */
+static uint64_t settled(uint64_t t)
+{
+	return t >= HELD_BASE && time_done(t, 0) ? 0 : t;
+}
+
 /* Work ending at @t was put on @st: later work there comes after it. */
 static void stream_push(struct CUstream_st *st, uint64_t t)
 {
 	if (st)
-		st->busy = max64(st->busy, t);
+		st->busy = max64(settled(st->busy), t);
 	else
-		g.legacy_busy = max64(g.legacy_busy, t);
-	g.all_busy = max64(g.all_busy, t);
+		g.legacy_busy = max64(settled(g.legacy_busy), t);
+	g.all_busy = max64(settled(g.all_busy), t);
 }
 
 static CUresult stream_create(CUstream *ph, unsigned int flags)
@@ -1732,8 +1765,11 @@ static CUresult copy(uint64_t dst, enum side dside, uint64_t src, enum side ssid
 	if (!stream_get(s, &st))
 		return CUDA_ERROR_INVALID_HANDLE;
 	/* In stream order: the copy starts when the stream's earlier work is
-	 * done.  The lock is dropped meanwhile, so look everything up again. */
-	r = wait_until(stream_tail(st));
+	 * done.  The lock is dropped meanwhile, so look everything up again.
+	 * Held copies ahead of it moved their bytes at their submission: it
+	 * need not (and, on one thread, could not) wait for their release. */
+	if (stream_tail(st) < HELD_BASE)
+		r = wait_until(stream_tail(st));
 	if (!r)
 		r = need_ctx();
 	if (r)
@@ -1753,6 +1789,8 @@ static CUresult copy(uint64_t dst, enum side dside, uint64_t src, enum side ssid
 	if (r)
 		return r;
 	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	if (g.hold)
+		stream_push(st, HELD_BASE + ++g.held);
 	return CUDA_SUCCESS;
 }
 
@@ -1856,7 +1894,7 @@ static CUresult event_query(CUevent e)
 
 	if (r)
 		return r;
-	return now_ns() >= e->at ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	return time_done(e->at, now_ns()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 EXPORT CUresult cuEventQuery(CUevent hEvent)
@@ -2220,7 +2258,7 @@ static CUresult launch(CUstream s, CUdeviceptr ptr, size_t n, unsigned long long
 {
 	CUresult r = need_ctx();
 	struct CUstream_st *st;
-	uint64_t now, end;
+	uint64_t now, end, tail;
 
 	if (r)
 		return r;
@@ -2237,7 +2275,15 @@ static CUresult launch(CUstream s, CUdeviceptr ptr, size_t n, unsigned long long
 	}
 	now = now_ns();
 	kern_prune(now);
-	if (__builtin_add_overflow(max64(now, stream_tail(st)), ns, &end))
+	tail = stream_tail(st);
+	if (tail >= HELD_BASE) {
+		/* Behind a held copy it would start at a time nobody knows;
+		 * behind released ones, now. */
+		if (!time_done(tail, now))
+			return CUDA_ERROR_NOT_SUPPORTED;
+		tail = now;
+	}
+	if (__builtin_add_overflow(max64(now, tail), ns, &end))
 		end = UINT64_MAX;
 	if (end > now) {
 		if (g.nkern == g.kern_cap) {
@@ -2308,6 +2354,62 @@ EXPORT unsigned long kvsdbl_faults(void)
 	n = g.faults;
 	pthread_mutex_unlock(&g.lock);
 	return n;
+}
+
+/*
+ * kvsdbl_copy_hold - hold the completion of copies, to test what waits for
+ * them without timing anything
+ * @on: non-zero: every copy submitted from now on is held; 0: release
+ *      every held copy and stop holding
+ *
+ * A held copy moves its bytes at submission, as every copy of the double
+ * does, but its stream's work does not complete until the test releases
+ * it: events recorded after it stay NOT_READY, synchronizations wait (with
+ * the lock dropped, so another thread can release), and later copies on
+ * its stream, which do not wait for it, are held too while holding is on.
+ * Copies are held and released in submission order, the order of their
+ * streams.  A kernel launched behind an unreleased held copy is refused
+ * with CUDA_ERROR_NOT_SUPPORTED.
+ */
+EXPORT void kvsdbl_copy_hold(int on)
+{
+	pthread_mutex_lock(&g.lock);
+	g.hold = on != 0;
+	if (!on) {
+		uint64_t now = now_ns();
+
+		g.released = g.held;
+		/* Nothing is held any more: every held end is now. */
+		if (g.legacy_busy >= HELD_BASE)
+			g.legacy_busy = now;
+		if (g.gone_busy >= HELD_BASE)
+			g.gone_busy = now;
+		if (g.all_busy >= HELD_BASE)
+			g.all_busy = now;
+		for (size_t i = 0; i < g.streams.n; i++) {
+			struct CUstream_st *st = g.streams.v[i];
+
+			if (st->busy >= HELD_BASE)
+				st->busy = now;
+		}
+	}
+	pthread_mutex_unlock(&g.lock);
+}
+
+/*
+ * kvsdbl_copy_release - complete the next @n held copies
+ *
+ * Return: the copies still held after it.
+ */
+EXPORT unsigned long kvsdbl_copy_release(unsigned long n)
+{
+	unsigned long left;
+
+	pthread_mutex_lock(&g.lock);
+	g.released = g.held - g.released < n ? g.held : g.released + n;
+	left = (unsigned long)(g.held - g.released);
+	pthread_mutex_unlock(&g.lock);
+	return left;
 }
 
 /* Forget the sticky error and the fault count: a simulated process restart

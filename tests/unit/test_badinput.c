@@ -731,6 +731,109 @@ START_TEST(test_blockhash)
 }
 END_TEST
 
+/* The host pool: sizing, pages, transfers, direct access.  Each failing
+ * call leaves the pool as it was (available pages, busy pages, handles). */
+START_TEST(test_hpool)
+{
+	kvs_drv_attr_t da;
+	kvs_pool_attr_t pa;
+	kvs_hpool_attr_t ha;
+	kvs_drv_t *d;
+	kvs_pool_t *p;
+	kvs_hpool_t *hp;
+	kvs_hpool_xfer_t *x;
+	int32_t locs[8], dev[2], host[2], bad[2];
+	void *ptr;
+
+	kvs_drv_attr_init(&da);
+	da.granularity = 4096;
+	d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 2;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 64;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 4;
+	pa.max_tokens = 256;
+	p = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(p);
+	kvs_hpool_attr_init(&ha);
+	CASE_NULL("hpool", "kvs_hpool_create", "dev NULL", kvs_hpool_create(NULL, &ha), EINVAL);
+	ha.bytes = 1 << 20;
+	CASE_NULL("hpool", "kvs_hpool_create", "both ratio and bytes", kvs_hpool_create(p, &ha),
+		  EINVAL);
+	ha.ratio = 0;
+	ha.bytes = 0;
+	CASE_NULL("hpool", "kvs_hpool_create", "neither ratio nor bytes", kvs_hpool_create(p, &ha),
+		  EINVAL);
+	ha.bytes = 100;
+	CASE_NULL("hpool", "kvs_hpool_create", "bytes less than a page", kvs_hpool_create(p, &ha),
+		  EINVAL);
+	ha.bytes = 0;
+	ha.ratio = -2.0;
+	CASE_NULL("hpool", "kvs_hpool_create", "ratio -2", kvs_hpool_create(p, &ha), EINVAL);
+	ha.ratio = 2.0;
+	ha.layout = 9;
+	CASE_NULL("hpool", "kvs_hpool_create", "layout 9", kvs_hpool_create(p, &ha), EINVAL);
+	ha.layout = KVS_HPOOL_LAYER_FIRST;
+	hp = kvs_hpool_create(p, &ha);
+	ck_assert_ptr_nonnull(hp);
+	ck_assert_int_eq(kvs_pool_alloc(p, 8, locs), 0);
+	dev[0] = locs[0] / 4;
+	dev[1] = locs[4] / 4;
+	ck_assert_int_eq(kvs_hpool_alloc(hp, 2, host), 0);
+	CASE("hpool", "kvs_hpool_alloc", "more pages than the pool has",
+	     kvs_hpool_alloc(hp, kvs_hpool_capacity(hp), bad), ENOMEM);
+	bad[0] = host[0];
+	bad[1] = host[0];
+	CASE("hpool", "kvs_hpool_free", "a page twice", kvs_hpool_free(hp, 2, bad), EINVAL);
+	bad[1] = (int32_t)kvs_hpool_capacity(hp);
+	CASE("hpool", "kvs_hpool_free", "a page beyond the pool", kvs_hpool_free(hp, 2, bad),
+	     EINVAL);
+	bad[1] = 5;
+	CASE("hpool", "kvs_hpool_free", "a free page", kvs_hpool_free(hp, 2, bad), EINVAL);
+	bad[0] = dev[0];
+	bad[1] = dev[0];
+	CASE("hpool", "kvs_hpool_load", "a device page twice", kvs_hpool_load(hp, bad, host, 2, &x),
+	     EINVAL);
+	bad[0] = host[1];
+	bad[1] = host[1];
+	CASE("hpool", "kvs_hpool_backup", "a host page twice",
+	     kvs_hpool_backup(hp, dev, bad, 2, &x), EINVAL);
+	bad[0] = dev[0];
+	bad[1] = 60; /* a device page nobody holds */
+	CASE("hpool", "kvs_hpool_backup", "a device page nobody holds",
+	     kvs_hpool_backup(hp, bad, host, 2, &x), EINVAL);
+	bad[1] = -1;
+	CASE("hpool", "kvs_hpool_load", "a device page -1", kvs_hpool_load(hp, bad, host, 2, &x),
+	     EINVAL);
+	bad[0] = host[0];
+	bad[1] = 7;
+	CASE("hpool", "kvs_hpool_backup", "a free host page", kvs_hpool_backup(hp, dev, bad, 2, &x),
+	     EINVAL);
+	CASE("hpool", "kvs_hpool_page_ptr", "layer 2 of 2",
+	     kvs_hpool_page_ptr(hp, host[0], 2, KVS_KV_K, &ptr, NULL), EINVAL);
+	CASE("hpool", "kvs_hpool_page_bytes", "a layer-first pool",
+	     kvs_hpool_page_bytes(hp, host[0], &ptr, NULL), ENOTSUP);
+	CASE("hpool", "kvs_hpool_xfer_wait", "NULL", kvs_hpool_xfer_wait(NULL), EINVAL);
+	ck_assert_uint_eq(kvs_hpool_available(hp), kvs_hpool_capacity(hp) - 2);
+	ck_assert_uint_eq(kvs_hpool_stat(hp, KVS_HPOOL_STAT_pages_busy), 0);
+	ck_assert_uint_eq(kvs_hpool_stat(hp, KVS_HPOOL_STAT_xfers_live), 0);
+	ck_assert_int_eq(kvs_hpool_backup(hp, dev, host, 2, &x), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
+	CASE("hpool", "kvs_hpool_destroy", "a transfer handle live", kvs_hpool_destroy(hp), EBUSY);
+	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
+	ck_assert_int_eq(kvs_hpool_free(hp, 2, host), 0);
+	ck_assert_int_eq(kvs_hpool_destroy(hp), 0);
+	ck_assert_int_eq(kvs_pool_free(p, 8, locs), 0);
+	kvs_pool_destroy(p);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
 static Suite *bad_suite(void)
 {
 	Suite *s = suite_create("badinput");
@@ -741,6 +844,7 @@ static Suite *bad_suite(void)
 	tcase_add_test(tc, test_pool_flow);
 	tcase_add_test(tc, test_hcache);
 	tcase_add_test(tc, test_blockhash);
+	tcase_add_test(tc, test_hpool);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab/hostpool.h - the host (L2) pool of the KV cache tiers: pinned host
+ * memory in pages of a device pool's page size, with asynchronous copies
+ * between device pages and host pages (SGLang HiCache's HostKVCache) and
+ * per-layer completion of a transfer (its LayerDoneCounter).  See
+ * kvs_hpool_create(3), kvs_hpool_alloc(3), kvs_hpool_backup(3).
+ */
+#ifndef KVSLAB_HOSTPOOL_H
+#define KVSLAB_HOSTPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <kvslab/pool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_hpool kvs_hpool_t;
+typedef struct kvs_hpool_xfer kvs_hpool_xfer_t;
+
+/* Layouts of host memory.  LAYER_FIRST: one array of pages per buffer of the
+ * device pool (each layer's K and V, or its latent vectors), as the device
+ * pool keeps them.  PAGE_FIRST: a page's bytes of every buffer together, in
+ * buffer order (layer 0 K, layer 0 V, layer 1 K, ...): one contiguous block
+ * per page, the unit a storage tier (L3) keeps. */
+#define KVS_HPOOL_LAYER_FIRST 0
+#define KVS_HPOOL_PAGE_FIRST 1
+
+/** Attributes of kvs_hpool_create(); always start from kvs_hpool_attr_init(). */
+typedef struct kvs_hpool_attr {
+	/* KVS_HPOOL_LAYER_FIRST (default) or KVS_HPOOL_PAGE_FIRST. */
+	uint32_t layout;
+	uint32_t _pad;
+	/* The size: exactly one of the two is non-zero.  ratio: host pages =
+	 * device pages x ratio, rounded down (default 2.0, SGLang's
+	 * --hicache-ratio); bytes: host memory, rounded down to whole pages
+	 * (set ratio to 0 when giving bytes). */
+	double ratio;
+	size_t bytes;
+	uint64_t _reserved[8];
+} kvs_hpool_attr_t;
+
+int kvs_hpool_attr_init(kvs_hpool_attr_t *attr);
+kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t *attr);
+int kvs_hpool_destroy(kvs_hpool_t *hp);
+
+uint64_t kvs_hpool_capacity(const kvs_hpool_t *hp);
+uint64_t kvs_hpool_available(kvs_hpool_t *hp);
+kvs_pool_t *kvs_hpool_pool(const kvs_hpool_t *hp);
+
+int kvs_hpool_alloc(kvs_hpool_t *hp, size_t n, int32_t *pages);
+int kvs_hpool_free(kvs_hpool_t *hp, size_t n, const int32_t *pages);
+
+int kvs_hpool_page_ptr(kvs_hpool_t *hp, int32_t page, uint32_t layer, int which, void **ptr,
+		       size_t *bytes);
+int kvs_hpool_page_bytes(kvs_hpool_t *hp, int32_t page, void **ptr, size_t *bytes);
+
+int kvs_hpool_backup(kvs_hpool_t *hp, const int32_t *dev_pages, const int32_t *host_pages,
+		     size_t n, kvs_hpool_xfer_t **xfer);
+int kvs_hpool_load(kvs_hpool_t *hp, const int32_t *dev_pages, const int32_t *host_pages,
+		   size_t n, kvs_hpool_xfer_t **xfer);
+
+int kvs_hpool_xfer_query(kvs_hpool_xfer_t *xfer);
+int kvs_hpool_xfer_wait(kvs_hpool_xfer_t *xfer);
+int kvs_hpool_xfer_layer_query(kvs_hpool_xfer_t *xfer, uint32_t layer);
+int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *xfer, uint32_t layer);
+int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
+
+/*
+ * Statistics, defined once.  X(name, kind, description); kind is gauge (a
+ * level now) or counter (events since kvs_hpool_create()).
+ */
+#define KVS_HPOOL_STATS(X)                                                                \
+	X(pages, gauge, "host pages in the pool")                                        \
+	X(pages_used, gauge, "host pages allocated now")                                 \
+	X(pages_used_peak, gauge, "peak of pages_used")                                  \
+	X(pages_busy, gauge, "allocated pages that a transfer not yet complete copies")  \
+	X(xfers_live, gauge, "transfer handles not yet freed")                           \
+	X(allocs, counter, "kvs_hpool_alloc() calls that allocated")                     \
+	X(alloc_fail, counter, "kvs_hpool_alloc() calls that failed for want of pages")  \
+	X(frees, counter, "kvs_hpool_free() calls that freed")                           \
+	X(backups, counter, "kvs_hpool_backup() calls whose copies were all submitted")  \
+	X(loads, counter, "kvs_hpool_load() calls whose copies were all submitted")      \
+	X(backup_pages, counter, "pages those backups copied, device to host")           \
+	X(load_pages, counter, "pages those loads copied, host to device")               \
+	X(copies, counter, "driver copies submitted, after merging runs of pages")       \
+	X(bytes_copied, counter, "bytes of those copies")                                \
+	X(submit_fail, counter, "transfers undone because a copy could not be submitted") \
+	X(xfer_fail, counter, "transfers whose completion reported an error")
+
+enum kvs_hpool_stat {
+#define KVS_X_ENUM(n, k, d) KVS_HPOOL_STAT_##n,
+	KVS_HPOOL_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_HPOOL_STAT__COUNT
+};
+
+uint64_t kvs_hpool_stat(kvs_hpool_t *hp, enum kvs_hpool_stat item);
+int kvs_hpool_stat_get(kvs_hpool_t *hp, const char *name, uint64_t *value);
+const char *kvs_hpool_stat_name(enum kvs_hpool_stat item);
+int kvs_hpool_stats_print(kvs_hpool_t *hp, void (*write_cb)(void *arg, const char *line),
+			  void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSLAB_HOSTPOOL_H */
