@@ -261,7 +261,7 @@ START_TEST(test_infinite_capacity_hit_is_ideal)
 	s.cache = _i & 2 ? RP_CACHE_HASH : RP_CACHE_RADIX; /* either cache, the same hits */
 	rp_sim_defaults(&o);
 	kvs_model_preset("tiny", &o.model);
-	o.kv_bytes = 1ull << 30; /* far more than the trace's tokens */
+	o.kv_bytes = 16ull << 20; /* 8M tokens: far more than the trace's 0.5M */
 	o.max_running = 1;       /* each request sees every earlier one */
 	o.use_timestamps = 0;
 	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), 0);
