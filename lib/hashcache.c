@@ -61,7 +61,7 @@ struct hblock {
 	struct hent *ent;		/* NULL: no hash */
 	uint32_t ref;
 	uint32_t mark;			/* scratch for validating a call's input */
-	int32_t prev, next;		/* free queue links, -1 at the ends */
+	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
 	bool inq;
 };
 
@@ -348,8 +348,8 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 		errno = ENOMEM;
 		return NULL;
 	}
-	for (uint64_t i = 0; i < pages; i++)
-		hc->b[i].prev = hc->b[i].next = -1;
+	/* The records stay untouched until their page is used: the queue
+	 * links are set when a block joins the queue and read only there. */
 	return hc;
 }
 
