@@ -458,11 +458,14 @@ static size_t rand_key(uint64_t *rng, int32_t *k, uint32_t ps)
 	return n;
 }
 
+/* What the random runs did, summed: each transition must have happened. */
+static uint64_t r_loads, r_tombs, r_hevict, r_remat;
+
 static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 {
 	uint64_t rng = seed;
 	struct env e;
-	long step, steps = tu_scaled(400, 50);
+	long step, steps = tu_scaled(400, 150);
 
 	env_open_drv(&e, tu_open_gran(be, GRAN, 0, 0), ps, policy, 2, 24, 20);
 	for (step = 0; step < steps; step++) {
@@ -475,9 +478,13 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 		switch (tu_rng(&rng) % 8) {
 		case 0:
 		case 1:
-		case 2:
+		case 2: {
+			kvs_hiradix_usage_t u0 = usage(&e);
+
 			request(&e, k, n, NULL);
+			r_remat += usage(&e).tombstone_tokens < u0.tombstone_tokens;
 			break;
+		}
 		case 3:
 			dev = kvs_hiradix_match(e.h, k, n, locs, &m);
 			ck_assert_int_ge(dev, 0);
@@ -488,6 +495,7 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 				break;
 			}
 			ck_assert_uint_eq((size_t)got, m.host_hit);
+			r_loads += got > 0;
 			valid(&e);
 			if (x)
 				ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
@@ -495,11 +503,17 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 			if (tu_rng(&rng) & 1)
 				settle_all(&e);
 			break;
-		case 4:
+		case 4: {
+			uint64_t t0 = usage(&e).tombstone_tokens;
+
 			ck_assert_int_ge(kvs_hiradix_evict_device(e.h, tu_rng(&rng) % 16), 0);
+			r_tombs += usage(&e).tombstone_tokens > t0;
 			break;
+		}
 		case 5:
-			ck_assert_int_ge(kvs_hiradix_evict_host(e.h, tu_rng(&rng) % 16), 0);
+			dev = kvs_hiradix_evict_host(e.h, tu_rng(&rng) % 16);
+			ck_assert_int_ge(dev, 0);
+			r_hevict += dev > 0;
 			break;
 		case 6:
 			ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
@@ -525,10 +539,15 @@ START_TEST(test_random)
 {
 	uint32_t pol;
 
+	r_loads = r_tombs = r_hevict = r_remat = 0;
 	for (pol = 0; pol <= KVS_WRITE_BACK; pol++) {
 		random_run(_i, 1, pol, 0x9e3779b97f4a7c15ull + pol);
 		random_run(_i, 4, pol, 0xdeadbeefcafef00dull + pol);
 	}
+	ck_assert_uint_gt(r_loads, 0);
+	ck_assert_uint_gt(r_tombs, 0);
+	ck_assert_uint_gt(r_hevict, 0);
+	ck_assert_uint_gt(r_remat, 0);
 }
 END_TEST
 
@@ -652,6 +671,69 @@ START_TEST(test_completion_error)
 }
 END_TEST
 
+/*
+ * The double, copies held: a load back keeps its chain and anchor locked
+ * (device eviction cannot take them, polls leave them loading) until its
+ * copies complete; then a load whose completion reports an error leaves
+ * its chain tombstones again, its new device pages back in the pool.
+ */
+START_TEST(test_load_held)
+{
+	int32_t ab[16], nl[16], locs[16];
+	kvs_hiradix_node_t *a, *b;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	uint64_t avail;
+	struct env e;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 31337);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert(!info(&e, b).on_device);
+	tu_dbl_clear_sticky();
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 8);
+	ck_assert(info(&e, b).loading && info(&e, b).on_device);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+	ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+	ck_assert(info(&e, b).loading);
+	valid(&e);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	settle_all(&e);
+	ck_assert(!info(&e, b).loading);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, NULL), 16);
+	ck_assert(kv_check(&e, ab, locs, 16));
+	/* A load whose completion fails. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	avail = kvs_pool_available(e.pool);
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 8);
+	ck_assert_int_eq(tu_dbl_kernel(0, 4096, 64, 1000), 0);
+	ck_assert_int_eq(tu_dbl_sticky(), 700);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, 0), -1);
+	settle_all(&e);
+	valid(&e);
+	ck_assert(!info(&e, b).on_device && info(&e, b).on_host && !info(&e, b).loading);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_uint_eq(m.host_hit, 8);
+	tu_dbl_clear_sticky();
+	load_and_check(&e, ab, 16, 8);
+	env_close(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ bad input */
 
 START_TEST(test_bad_input)
@@ -752,6 +834,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_random, 0, nb);
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
+	tcase_add_loop_test(tc, test_load_held, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
