@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +85,10 @@ struct kvs_hiradix {
 	struct kvs_hiradix_node root;
 	struct kvs_hiradix_node *dleaves, *hleaves, *backups;
 	struct hload *loads;
+	uint64_t st[KVS_HIRADIX_STAT__COUNT]; /* the counters; gauges are walked */
 };
+
+#define ST(h, n, v) ((h)->st[KVS_HIRADIX_STAT_##n] += (v))
 
 typedef struct kvs_hiradix_node node_t;
 
@@ -305,6 +309,7 @@ static void drop_host(kvs_hiradix_t *h, node_t *x)
 	if (x->bx)
 		bx_end(h, x);
 	host_release(h, x);
+	ST(h, backup_lost, 1);
 }
 
 /* A transfer seen complete (@ok) or failed. */
@@ -356,11 +361,14 @@ static int backup(kvs_hiradix_t *h, node_t *x)
 	x->host = host;
 	bset(h, x, true);
 	lock_path(h, x, 1);
+	ST(h, backups, 1);
+	ST(h, backup_tokens, x->len);
 	return 0;
 nomem:
 	errno = ENOMEM;
 fail:
 	rc = errno;
+	ST(h, backup_fail, 1);
 	free(host);
 	free(dev);
 	errno = rc;
@@ -383,6 +391,8 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 	node_t *x;
 
 	kvs_hpool_xfer_free(ld->x);
+	if (!ok)
+		ST(h, load_fail, 1);
 	for (x = ld->last;; x = x->parent) {
 		x->ld = NULL;
 		if (!ok) {
@@ -561,11 +571,15 @@ static ssize_t evict_device(kvs_hiradix_t *h, size_t tokens)
 		}
 		kvs_pool_free(h->pool, x->len, x->locs);
 		done += x->len;
-		if (x->host_ok)
+		if (x->host_ok) {
 			set_dev(h, x, false);
-		else
+			ST(h, tombstoned, 1);
+		} else {
 			node_delete(h, x); /* no child: none could be a tombstone */
+			ST(h, deleted, 1);
+		}
 	}
+	ST(h, evict_device_tokens, done);
 	return (ssize_t)done;
 }
 
@@ -579,6 +593,7 @@ static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens)
 		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
 		node_delete(h, x);
 	}
+	ST(h, evict_host_tokens, done);
 	return (ssize_t)done;
 }
 
@@ -739,6 +754,9 @@ KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_
 	}
 	for (c = y; c != &h->root; c = c->parent)
 		dev += c->len;
+	ST(h, matches, 1);
+	ST(h, match_device_tokens, dev);
+	ST(h, match_host_tokens, hit);
 	if (m) {
 		memset(m, 0, sizeof(*m));
 		m->host_hit = hit;
@@ -824,6 +842,7 @@ KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size
 			seen_tomb = true;
 			memcpy(c->locs, locs + p, c->len * sizeof(int32_t));
 			set_dev(h, c, true);
+			ST(h, remat_tokens, c->len);
 		}
 		p += c->len;
 		inc_hit(h, c);
@@ -839,6 +858,7 @@ KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size
 	}
 	if (last)
 		*last = x == &h->root ? NULL : x;
+	ST(h, inserts, 1);
 	pthread_mutex_unlock(&h->lock);
 	return ret;
 nomem:
@@ -987,6 +1007,8 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		top = y;
 	}
 	if (total == 0 || total < h->lb_threshold || (quota && total > quota)) {
+		if (total)
+			ST(h, load_skipped, 1);
 		pthread_mutex_unlock(&h->lock);
 		return 0;
 	}
@@ -1035,6 +1057,8 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		h->loads->prev = ld;
 	h->loads = ld;
 	*xfer = ld->x;
+	ST(h, load_backs, 1);
+	ST(h, load_tokens, total);
 	if (locs)
 		memcpy(locs, dloc, total * sizeof(int32_t));
 	free(dloc);
@@ -1242,6 +1266,125 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	if (!ok) {
 		errno = EUCLEAN;
 		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ statistics */
+
+#define KVS_X_NAME(n, k, d) #n,
+#define KVS_X_KIND(n, k, d) #k,
+#define KVS_X_DESC(n, k, d) d,
+static const char *const stat_names[] = {KVS_HIRADIX_STATS(KVS_X_NAME)};
+static const char *const stat_kinds[] = {KVS_HIRADIX_STATS(KVS_X_KIND)};
+static const char *const stat_descs[] = {KVS_HIRADIX_STATS(KVS_X_DESC)};
+#undef KVS_X_NAME
+#undef KVS_X_KIND
+#undef KVS_X_DESC
+
+static void stats_fill(kvs_hiradix_t *h, uint64_t *v)
+{
+	kvs_hiradix_usage_t u;
+
+	kvs_hiradix_usage(h, &u);
+	pthread_mutex_lock(&h->lock);
+	memcpy(v, h->st, sizeof(h->st));
+	pthread_mutex_unlock(&h->lock);
+	v[KVS_HIRADIX_STAT_nodes] = u.nodes;
+	v[KVS_HIRADIX_STAT_device_tokens] = u.device_tokens;
+	v[KVS_HIRADIX_STAT_host_tokens] = u.host_tokens;
+	v[KVS_HIRADIX_STAT_tombstone_tokens] = u.tombstone_tokens;
+	v[KVS_HIRADIX_STAT_backups_pending] = u.backups_pending;
+	v[KVS_HIRADIX_STAT_loads_pending] = u.loads_pending;
+}
+
+/**
+ * kvs_hiradix_stat() - one statistic.
+ * @h: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes h->lock; the gauges walk the tree).
+ * Return: its value; 0 for a NULL cache or an unknown item.
+ */
+KVS_EXPORT uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item)
+{
+	uint64_t v[KVS_HIRADIX_STAT__COUNT];
+
+	if (!h || (unsigned)item >= KVS_HIRADIX_STAT__COUNT)
+		return 0;
+	stats_fill(h, v);
+	return v[item];
+}
+
+/**
+ * kvs_hiradix_stat_name() - a statistic's name.
+ * @item: statistic.
+ *
+ * Context: any thread.
+ * Return: a static string, or NULL for an unknown item.
+ */
+KVS_EXPORT const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item)
+{
+	return (unsigned)item < KVS_HIRADIX_STAT__COUNT ? stat_names[item] : NULL;
+}
+
+/**
+ * kvs_hiradix_stat_get() - read a statistic by name.
+ * @h: cache.
+ * @name: as kvs_hiradix_stat_name() gives it.
+ * @value: receives the value.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL or ENOENT.
+ */
+KVS_EXPORT int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value)
+{
+	unsigned i;
+
+	if (!h || !name || !value) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		if (strcmp(name, stat_names[i]) == 0) {
+			*value = kvs_hiradix_stat(h, (enum kvs_hiradix_stat)i);
+			return 0;
+		}
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/**
+ * kvs_hiradix_stats_print() - print every statistic through a callback.
+ * @h: cache.
+ * @write_cb: called once per line.
+ * @arg: passed to @write_cb.
+ *
+ * Context: MT-Safe (takes h->lock to read, not while calling @write_cb).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_stats_print(kvs_hiradix_t *h,
+				       void (*write_cb)(void *arg, const char *line), void *arg)
+{
+	static const char *const policies[] = {"write_through", "write_through_selective",
+					       "write_back"};
+	uint64_t v[KVS_HIRADIX_STAT__COUNT];
+	char line[200];
+	unsigned i;
+
+	if (!h || !write_cb) {
+		errno = EINVAL;
+		return -1;
+	}
+	stats_fill(h, v);
+	snprintf(line, sizeof(line), "hiradix page_size %u write_policy %s hit_threshold %u\n",
+		 h->ps, policies[h->policy], h->threshold);
+	write_cb(arg, line);
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		snprintf(line, sizeof(line), "%-20s %20llu  %-7s # %s\n", stat_names[i],
+			 (unsigned long long)v[i], stat_kinds[i], stat_descs[i]);
+		write_cb(arg, line);
 	}
 	return 0;
 }

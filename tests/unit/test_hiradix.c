@@ -583,6 +583,8 @@ START_TEST(test_faults)
 	settle_all(&e);
 	ck_assert(!info(&e, b).on_host && !info(&e, b).backup_pending);
 	ck_assert_uint_eq(usage(&e).host_tokens, 8);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backup_fail), 1);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backups), 1);
 	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp) - 2);
 	/* B has no copy: evicted, it is gone. */
 	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
@@ -665,6 +667,7 @@ START_TEST(test_completion_error)
 	valid(&e);
 	ck_assert(!info(&e, a).on_host && !info(&e, b).on_host);
 	ck_assert_uint_eq(usage(&e).host_tokens, 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backup_lost), 2);
 	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp));
 	tu_dbl_clear_sticky();
 	env_close(&e);
@@ -726,10 +729,87 @@ START_TEST(test_load_held)
 	ck_assert(!info(&e, b).on_device && info(&e, b).on_host && !info(&e, b).loading);
 	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
 	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_fail), 1);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_backs), 2);
 	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
 	ck_assert_uint_eq(m.host_hit, 8);
 	tu_dbl_clear_sticky();
 	load_and_check(&e, ab, 16, 8);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ stats */
+
+static void count_line(void *arg, const char *line)
+{
+	ck_assert_ptr_nonnull(strchr(line, '\n'));
+	(*(int *)arg)++;
+}
+
+static uint64_t st(struct env *e, enum kvs_hiradix_stat i)
+{
+	return kvs_hiradix_stat(e->h, i);
+}
+
+START_TEST(test_stats)
+{
+	int32_t ab[16];
+	struct env e;
+	uint64_t v;
+	int lines = 0;
+	unsigned i;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 808);
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, NULL), 16);
+	settle_all(&e);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_inserts), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_matches), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_match_device_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backups), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backup_tokens), 16);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_nodes), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_device_tokens), 16);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_host_tokens), 16);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_tombstoned), 1);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_tombstone_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_evict_device_tokens), 8);
+	load_and_check(&e, ab, 16, 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_match_host_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_backs), 1);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_loads_pending), 0);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_remat_tokens), 8);
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_evict_host_tokens), 8);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_deleted), 0);
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		const char *n = kvs_hiradix_stat_name((enum kvs_hiradix_stat)i);
+
+		ck_assert_ptr_nonnull(n);
+		ck_assert_int_eq(kvs_hiradix_stat_get(e.h, n, &v), 0);
+		ck_assert_uint_eq(v, kvs_hiradix_stat(e.h, (enum kvs_hiradix_stat)i));
+	}
+	ck_assert_ptr_null(kvs_hiradix_stat_name(KVS_HIRADIX_STAT__COUNT));
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT__COUNT), 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(NULL, KVS_HIRADIX_STAT_nodes), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stat_get(e.h, "nope", &v), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stat_get(e.h, NULL, &v), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stats_print(e.h, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_stats_print(e.h, count_line, &lines), 0);
+	ck_assert_int_eq(lines, KVS_HIRADIX_STAT__COUNT + 1);
 	env_close(&e);
 }
 END_TEST
@@ -835,6 +915,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
+	tcase_add_loop_test(tc, test_stats, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
