@@ -704,25 +704,8 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 	return 0;
 }
 
-/**
- * kvs_hiradix_match() - the longest cached prefix of @key.
- * @h: cache.
- * @key: token ids.
- * @n: tokens; only whole pages match.
- * @locs: receives the device locations of the device-resident prefix
- *        (room for @n), or NULL.
- * @m: receives the host hit length and the last device, last matched and
- *     last host nodes, or NULL.
- *
- * A match ending inside a node splits it (waiting for a transfer in flight
- * on it first).  Hit counts are not changed (kvs_hiradix_insert() does).
- *
- * Context: MT-Safe (takes h->lock); may wait for a transfer.
- * Return: the device-resident prefix length in tokens, or -1 with errno
- * EINVAL or ENOMEM (nothing changed).
- */
-KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n,
-				     int32_t *locs, kvs_hiradix_match_t *m)
+static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
+			  kvs_hiradix_match_t *m, bool lock)
 {
 	node_t *x, *y, *z, *c;
 	size_t pos, dev = 0, hit = 0;
@@ -754,6 +737,8 @@ KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_
 	}
 	for (c = y; c != &h->root; c = c->parent)
 		dev += c->len;
+	if (lock)
+		lock_path(h, x, 1);
 	ST(h, matches, 1);
 	ST(h, match_device_tokens, dev);
 	ST(h, match_host_tokens, hit);
@@ -766,6 +751,52 @@ KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_
 	}
 	pthread_mutex_unlock(&h->lock);
 	return (ssize_t)dev;
+}
+
+/**
+ * kvs_hiradix_match() - the longest cached prefix of @key.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens; only whole pages match.
+ * @locs: receives the device locations of the device-resident prefix
+ *        (room for @n), or NULL.
+ * @m: receives the host hit length and the last device, last matched and
+ *     last host nodes, or NULL.
+ *
+ * A match ending inside a node splits it (waiting for a transfer in flight
+ * on it first).  Hit counts are not changed (kvs_hiradix_insert() does).
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a transfer.
+ * Return: the device-resident prefix length in tokens, or -1 with errno
+ * EINVAL or ENOMEM (nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				     int32_t *locs, kvs_hiradix_match_t *m)
+{
+	return match_impl(h, key, n, locs, m, false);
+}
+
+/**
+ * kvs_hiradix_match_lock() - kvs_hiradix_match(), and lock the last
+ * matched node (m->last_node) before the cache's mutex is released, so
+ * that no other thread's eviction comes in between.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_match().
+ * @m: receives the match; not NULL: the caller unlocks m->last_node.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_match(); -1 with errno EINVAL also for a NULL @m.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+					  int32_t *locs, kvs_hiradix_match_t *m)
+{
+	if (!m) {
+		errno = EINVAL;
+		return -1;
+	}
+	return match_impl(h, key, n, locs, m, true);
 }
 
 static bool locs_ok(const kvs_hiradix_t *h, const int32_t *locs, size_t n)
@@ -781,31 +812,8 @@ static bool locs_ok(const kvs_hiradix_t *h, const int32_t *locs, size_t n)
 	return true;
 }
 
-/**
- * kvs_hiradix_insert() - cache @key with its device locations.
- * @h: cache.
- * @key: token ids.
- * @n: tokens; only whole pages are inserted.
- * @locs: the device locations of the tokens, page-aligned whole pages.  The
- *        tree takes over the caller's reference on the pages past the
- *        device-resident prefix: those re-materialising tombstones on the
- *        path and those of the new node.
- * @last: receives the node holding the last token (may be NULL); not
- *        locked.
- *
- * Every node on the path (and the new one) counts a hit; under the write
- * through policies a node reaching the threshold without a host copy is
- * backed up (its ancestors first), best effort: a host pool too full or a
- * copy that cannot be submitted leaves the node without a copy.
- *
- * Context: MT-Safe (takes h->lock); may wait for a load back in flight on
- * the path.
- * Return: the leading tokens that were already on the device: the caller
- * still owns locs[0 .. ret) and frees its duplicates; or -1 with errno
- * EINVAL or ENOMEM (nothing inserted; a node may have been split).
- */
-KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n,
-				      const int32_t *locs, kvs_hiradix_node_t **last)
+static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
+			   kvs_hiradix_node_t **last, bool lock)
 {
 	node_t *x, *c, *nn = NULL;
 	size_t pos, p;
@@ -856,6 +864,8 @@ KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size
 		inc_hit(h, nn);
 		x = nn;
 	}
+	if (lock && x != &h->root)
+		lock_path(h, x, 1);
 	if (last)
 		*last = x == &h->root ? NULL : x;
 	ST(h, inserts, 1);
@@ -865,6 +875,59 @@ nomem:
 	pthread_mutex_unlock(&h->lock);
 	errno = ENOMEM;
 	return -1;
+}
+
+/**
+ * kvs_hiradix_insert() - cache @key with its device locations.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens; only whole pages are inserted.
+ * @locs: the device locations of the tokens, page-aligned whole pages.  The
+ *        tree takes over the caller's reference on the pages past the
+ *        device-resident prefix: those re-materialising tombstones on the
+ *        path and those of the new node.
+ * @last: receives the node holding the last token (may be NULL); not
+ *        locked.
+ *
+ * Every node on the path (and the new one) counts a hit; under the write
+ * through policies a node reaching the threshold without a host copy is
+ * backed up (its ancestors first), best effort: a host pool too full or a
+ * copy that cannot be submitted leaves the node without a copy.
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a load back in flight on
+ * the path.
+ * Return: the leading tokens that were already on the device: the caller
+ * still owns locs[0 .. ret) and frees its duplicates; or -1 with errno
+ * EINVAL or ENOMEM (nothing inserted; a node may have been split).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				      const int32_t *locs, kvs_hiradix_node_t **last)
+{
+	return insert_impl(h, key, n, locs, last, false);
+}
+
+/**
+ * kvs_hiradix_insert_lock() - kvs_hiradix_insert(), and lock the node of
+ * the last token (*@last) before the cache's mutex is released.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_insert().
+ * @last: receives the node, locked (NULL: nothing inserted or locked, @n
+ *        below a page); not NULL.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_insert(); -1 with errno EINVAL also for a NULL
+ * @last.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+					   const int32_t *locs, kvs_hiradix_node_t **last)
+{
+	if (!last) {
+		errno = EINVAL;
+		return -1;
+	}
+	return insert_impl(h, key, n, locs, last, true);
 }
 
 /**

@@ -76,6 +76,10 @@ ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 			  kvs_hiradix_match_t *m);
 ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
 			   kvs_hiradix_node_t **last);
+ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
+			       kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				const int32_t *locs, kvs_hiradix_node_t **last);
 int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node);
 int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node);
 

@@ -336,6 +336,23 @@ START_TEST(test_evict_no_backup)
 	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
 	ck_assert_int_eq(kvs_hiradix_unlock(e.h, b), 0);
 	valid(&e);
+	/* match_lock and insert_lock hold what they return. */
+	{
+		kvs_hiradix_match_t m;
+		kvs_hiradix_node_t *l;
+		int32_t locs[16];
+
+		ck_assert_int_eq(kvs_hiradix_match_lock(e.h, ab, 16, locs, &m), 16);
+		ck_assert_ptr_eq(m.last_node, b);
+		ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+		ck_assert_int_eq(kvs_hiradix_insert_lock(e.h, ab, 16, locs, &l), 16);
+		ck_assert_ptr_eq(l, b);
+		ck_assert_uint_eq(info(&e, b).lock_ref, 2);
+		ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+		ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+		ck_assert_int_eq(kvs_hiradix_unlock(e.h, l), 0);
+		valid(&e);
+	}
 	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
 	valid(&e);
 	ck_assert_uint_eq(usage(&e).nodes, 1);
@@ -854,6 +871,8 @@ START_TEST(test_bad_input)
 	BAD(kvs_hiradix_match(NULL, k, 8, locs, NULL), EINVAL);
 	BAD(kvs_hiradix_match(e.h, NULL, 8, locs, NULL), EINVAL);
 	ck_assert_int_eq(kvs_hiradix_match(e.h, NULL, 0, NULL, NULL), 0);
+	BAD(kvs_hiradix_match_lock(e.h, k, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_insert_lock(e.h, k, 8, locs, NULL), EINVAL);
 	BAD(kvs_hiradix_insert(NULL, k, 8, locs, NULL), EINVAL);
 	BAD(kvs_hiradix_insert(e.h, NULL, 8, locs, NULL), EINVAL);
 	BAD(kvs_hiradix_insert(e.h, k, 8, NULL, NULL), EINVAL);
