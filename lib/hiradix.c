@@ -716,7 +716,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	}
 	pthread_mutex_lock(&h->lock);
 	n -= n % h->ps;
-	x = walk(h, key, n, &pos, false);
+	x = walk(h, key, n, &pos, true);
 	if (!x) {
 		pthread_mutex_unlock(&h->lock);
 		errno = ENOMEM;
@@ -764,7 +764,9 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
  *     last host nodes, or NULL.
  *
  * A match ending inside a node splits it (waiting for a transfer in flight
- * on it first).  Hit counts are not changed (kvs_hiradix_insert() does).
+ * on it first); a load back in flight on the path is waited for, so that
+ * the device locations returned hold their data (or, the load failed, are
+ * not returned).  Hit counts are not changed (kvs_hiradix_insert() does).
  *
  * Context: MT-Safe (takes h->lock); may wait for a transfer.
  * Return: the device-resident prefix length in tokens, or -1 with errno
@@ -1036,9 +1038,9 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
  *        the match's host_hit), or NULL.
  * @xfer: receives the transfer, to wait on per layer with
  *        kvs_hpool_xfer_layer_wait(); NULL when nothing was loaded.  It
- *        belongs to @h and stays valid until the caller's next
- *        kvs_hiradix_poll(), kvs_hiradix_destroy(), or a call that waits
- *        for it.
+ *        belongs to @h and stays valid until the next kvs_hiradix_poll(),
+ *        kvs_hiradix_destroy(), or call that waits for it, from any
+ *        thread (or any eviction, which polls).
  *
  * All or nothing: device pages for the whole chain (evicting device leaves
  * if the pool is short), or none.  The chain and its anchor stay locked

@@ -8,6 +8,7 @@
  * after every step, copies failing under the fault driver, bad input.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,6 +569,114 @@ START_TEST(test_random)
 }
 END_TEST
 
+/* ------------------------------------------------------------ threads */
+
+#define NTHREADS 4
+
+struct targ {
+	struct env *e;
+	uint64_t seed;
+	long steps;
+};
+
+/* A request through the _lock variants: the device prefix stays the
+ * tree's, and its bytes right, from the match to the unlock. */
+static void *thread_fn(void *p)
+{
+	struct targ *t = p;
+	struct env *e = t->e;
+	uint64_t rng = t->seed;
+	long i;
+
+	for (i = 0; i < t->steps; i++) {
+		int32_t k[MAXT], locs[MAXT];
+		kvs_hiradix_match_t m;
+		kvs_hiradix_node_t *l;
+		size_t n = rand_key(&rng, k, e->ps);
+		ssize_t dev, ret;
+
+		switch (tu_rng(&rng) % 5) {
+		case 0:
+		case 1:
+			dev = kvs_hiradix_match_lock(e->h, k, n, locs, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert(kv_check(e, k, locs, (size_t)dev));
+			if ((size_t)dev == n ||
+			    (kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0 &&
+			     (kvs_hiradix_evict_device(e->h, n - (size_t)dev) < 0 ||
+			      kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0))) {
+				ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+				break;
+			}
+			kv_write(e, k, locs, (size_t)dev, n);
+			ret = kvs_hiradix_insert_lock(e->h, k, n, locs, &l);
+			ck_assert_int_ge(ret, dev);
+			/* Another thread may have cached more meanwhile. */
+			if (ret > dev)
+				ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)(ret - dev), locs + dev), 0);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, l), 0);
+			break;
+		case 2: {
+			kvs_hpool_xfer_t *x;
+
+			ck_assert_int_ge(kvs_hiradix_match_lock(e->h, k, n, NULL, &m), 0);
+			ret = kvs_hiradix_load_back(e->h, m.last_node, 0, NULL, &x);
+			ck_assert(ret >= 0 || errno == ENOMEM);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			/* A match waits for the load: the bytes are there. */
+			dev = kvs_hiradix_match_lock(e->h, k, n, locs, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert(kv_check(e, k, locs, (size_t)dev));
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			break;
+		}
+		case 3:
+			ck_assert_int_ge(kvs_hiradix_evict_device(e->h, tu_rng(&rng) % 16), 0);
+			ck_assert_int_ge(kvs_hiradix_evict_host(e->h, tu_rng(&rng) % 16), 0);
+			break;
+		case 4:
+			ck_assert_int_eq(kvs_hiradix_poll(e->h), 0);
+			ck_assert_int_eq(kvs_hiradix_validate(e->h), 0);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Threads sharing one cache, every call under its mutex: requests through
+ * the _lock variants on shared stems, loads back, evictions at both levels,
+ * polls; no device prefix returned ever holds wrong bytes, the invariants
+ * hold throughout, and every page comes back at the end.
+ */
+START_TEST(test_threads)
+{
+	pthread_t th[NTHREADS];
+	struct targ ta[NTHREADS];
+	uint32_t pol;
+
+	for (pol = 0; pol <= KVS_WRITE_BACK; pol++) {
+		struct env e;
+		int i;
+
+		env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 4, pol, 2, 48, 40);
+		for (i = 0; i < NTHREADS; i++) {
+			ta[i].e = &e;
+			ta[i].seed = 0x1234567ull * (uint64_t)(i + 1) + pol;
+			ta[i].steps = tu_scaled(300, 30);
+			ck_assert_int_eq(pthread_create(&th[i], NULL, thread_fn, &ta[i]), 0);
+		}
+		for (i = 0; i < NTHREADS; i++)
+			ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		settle_all(&e);
+		valid(&e);
+		ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backups_pending), 0);
+		env_close(&e);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------ faults */
 
 /*
@@ -931,6 +1040,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_write_back, 0, nb);
 	tcase_add_loop_test(tc, test_load_back_limits, 0, nb);
 	tcase_add_loop_test(tc, test_random, 0, nb);
+	tcase_add_loop_test(tc, test_threads, 0, nb);
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
