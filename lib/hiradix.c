@@ -40,9 +40,11 @@
  * take the least recently used member of their set (a scan of the set: fine
  * for this piece, a heap later); a parent that becomes a leaf joins its set.
  *
- * Locking: h->lock, a mutex, around every exported call; hostpool and pool
- * calls are made under it (they take only their own locks and never call
- * back).  Waits for transfers happen under it too.
+ * Locking: h->lock, a mutex, around every exported call, at level 2 of the
+ * lock order (common/common.h); hostpool and pool calls are made under it
+ * (they take only their own, inner locks and never call back).  Waits for
+ * transfers happen under it too.  Recursion (validation, usage, dropping a
+ * failed copy's subtree, destroy) is as deep as the tree: a key's pages.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -176,7 +178,7 @@ static void lock_path(kvs_hiradix_t *h, node_t *x, int d)
 
 /* ------------------------------------------------------------ nodes */
 
-static node_t *node_new(size_t len, uint32_t ps)
+static node_t *node_new(size_t len)
 {
 	node_t *x = calloc(1, sizeof(*x));
 
@@ -185,7 +187,6 @@ static node_t *node_new(size_t len, uint32_t ps)
 	x->key = malloc(len * sizeof(int32_t));
 	x->locs = malloc(len * sizeof(int32_t));
 	x->len = len;
-	(void)ps;
 	if (!x->key || !x->locs) {
 		free(x->key);
 		free(x->locs);
@@ -471,7 +472,7 @@ static void poll_locked(kvs_hiradix_t *h)
 /* Cut @c after @k tokens: parent -> nn (c's first k) -> c (the rest). */
 static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 {
-	node_t *nn = node_new(k, h->ps), *p = c->parent;
+	node_t *nn = node_new(k), *p = c->parent;
 	size_t kp = k / h->ps;
 
 	if (!nn)
@@ -836,7 +837,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	if (!x)
 		goto nomem;
 	if (pos < n) {
-		nn = node_new(n - pos, h->ps);
+		nn = node_new(n - pos);
 		if (!nn)
 			goto nomem;
 		memcpy(nn->key, key + pos, (n - pos) * sizeof(int32_t));
