@@ -19,7 +19,10 @@
  *     sits at the same level: the two caches never nest.  The KV event
  *     publisher's queue lock (lib/kvpub.c) is taken inside either, for an
  *     event's copy only.  RCU readers take no lock and may be inside any
- *     of these.
+ *     of these.  h->lock (lib/hiradix.c), the hierarchical radix
+ *     cache's mutex around every call, sits at this level too: it calls
+ *     the host pool and the device pool under it, and waits for transfers
+ *     under it (those waits take no library lock).
  *  3. hp->lock (lib/hostpool.c): the host pool's free pages, page states
  *     and busy counts, its transfers' states and its counters.  Taken
  *     inside the locks above (a tiered cache calls the host pool from its

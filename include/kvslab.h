@@ -18,5 +18,6 @@
 #include <kvslab/kvpub.h>
 #include <kvslab/hashcache.h>
 #include <kvslab/hostpool.h>
+#include <kvslab/hiradix.h>
 
 #endif /* KVSLAB_H */

@@ -74,7 +74,8 @@ struct_members() { # FILE NAME: one "type|name" line per member
 	}' "$1"
 }
 # HEADER:PAGE[:STEM]: the struct kvs_STEM_attr (STEM defaults to HEADER).
-for pair in slab:kvs_slab_create pool:kvs_pool_create hostpool:kvs_hpool_create:hpool; do
+for pair in slab:kvs_slab_create pool:kvs_pool_create hostpool:kvs_hpool_create:hpool \
+	hiradix:kvs_hiradix_create; do
 	hdr="$src/include/kvslab/${pair%%:*}.h"
 	rest=${pair#*:}
 	stem=${rest#*:}

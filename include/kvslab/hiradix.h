@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvslab/hiradix.h - the hierarchical radix cache: a prefix tree whose nodes
+ * keep their KV on the device (L1), on the host (L2), or both, with SGLang
+ * HiCache's write policies, two-level eviction and load back.  See
+ * kvs_hiradix_create(3).
+ */
+#ifndef KVSLAB_HIRADIX_H
+#define KVSLAB_HIRADIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <kvslab/pool.h>
+#include <kvslab/hostpool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kvs_hiradix kvs_hiradix_t;
+typedef struct kvs_hiradix_node kvs_hiradix_node_t;
+
+/* Write policies (SGLang's --hicache-write-policy). */
+#define KVS_WRITE_THROUGH 0		/* back up every node as it is inserted */
+#define KVS_WRITE_THROUGH_SELECTIVE 1	/* back up a node once hit threshold times */
+#define KVS_WRITE_BACK 2		/* back up a node when evicted from the device */
+
+/** Attributes of kvs_hiradix_create(); start from kvs_hiradix_attr_init(). */
+typedef struct kvs_hiradix_attr {
+	uint32_t write_policy;		/* default KVS_WRITE_THROUGH */
+	uint32_t hit_threshold;		/* WRITE_THROUGH_SELECTIVE's, default 2 */
+	uint64_t load_back_threshold;	/* tokens below which load back is skipped, default 0 */
+	uint64_t _reserved[6];
+} kvs_hiradix_attr_t;
+
+/** What kvs_hiradix_match() found besides the device prefix. */
+typedef struct kvs_hiradix_match {
+	size_t host_hit;		  /* tokens past the device prefix found on the host */
+	kvs_hiradix_node_t *last_device;  /* deepest matched node on the device (or the root) */
+	kvs_hiradix_node_t *last_node;	  /* deepest matched node (load back's argument) */
+	kvs_hiradix_node_t *last_host;	  /* deepest matched node with a valid host copy */
+	uint64_t _reserved[4];
+} kvs_hiradix_match_t;
+
+/** A node's state, from kvs_hiradix_node_info(). */
+typedef struct kvs_hiradix_node_info {
+	size_t tokens;			/* tokens of the node's key */
+	int on_device;			/* holds device pages */
+	int on_host;			/* holds a valid host copy */
+	int backup_pending;		/* a backup to the host is in flight */
+	int loading;			/* a load back into it is in flight */
+	uint32_t lock_ref;
+	uint32_t hit_count;
+	uint64_t _reserved[4];
+} kvs_hiradix_node_info_t;
+
+/** Tokens held, from kvs_hiradix_usage(). */
+typedef struct kvs_hiradix_usage {
+	uint64_t nodes;			/* nodes, the root not counted */
+	uint64_t device_tokens;		/* tokens on the device */
+	uint64_t host_tokens;		/* tokens with host pages (valid or in flight) */
+	uint64_t tombstone_tokens;	/* tokens on the host only */
+	uint64_t backups_pending;	/* backups in flight */
+	uint64_t loads_pending;		/* loads back in flight */
+	uint64_t _reserved[4];
+} kvs_hiradix_usage_t;
+
+int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr);
+kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
+				  const kvs_hiradix_attr_t *attr);
+int kvs_hiradix_destroy(kvs_hiradix_t *h);
+
+ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
+			  kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
+			   kvs_hiradix_node_t **last);
+ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
+			       kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				const int32_t *locs, kvs_hiradix_node_t **last);
+int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node);
+int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node);
+
+ssize_t kvs_hiradix_evict_device(kvs_hiradix_t *h, size_t tokens);
+ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens);
+ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
+			      int32_t *locs, kvs_hpool_xfer_t **xfer);
+int kvs_hiradix_poll(kvs_hiradix_t *h);
+
+kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h);
+int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
+			  kvs_hiradix_node_info_t *info);
+int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u);
+int kvs_hiradix_validate(kvs_hiradix_t *h);
+
+/*
+ * Statistics, defined once.  X(name, kind, description); kind is gauge (a
+ * level now) or counter (events since kvs_hiradix_create()).
+ */
+#define KVS_HIRADIX_STATS(X)                                                               \
+	X(nodes, gauge, "nodes, the root not counted")                                     \
+	X(device_tokens, gauge, "tokens on the device")                                    \
+	X(host_tokens, gauge, "tokens with host pages, valid or in flight")                \
+	X(tombstone_tokens, gauge, "tokens on the host only")                              \
+	X(backups_pending, gauge, "backups in flight")                                     \
+	X(loads_pending, gauge, "loads back in flight")                                    \
+	X(matches, counter, "kvs_hiradix_match() calls that succeeded")                    \
+	X(match_device_tokens, counter, "device tokens those matches found")               \
+	X(match_host_tokens, counter, "host-only tokens those matches found")              \
+	X(inserts, counter, "kvs_hiradix_insert() calls that succeeded")                   \
+	X(remat_tokens, counter, "tombstone tokens inserts made device-resident again")    \
+	X(backups, counter, "node backups submitted")                                      \
+	X(backup_tokens, counter, "tokens those backups copy")                             \
+	X(backup_fail, counter, "backups not submitted (no host pages, copy refused)")     \
+	X(backup_lost, counter, "host copies dropped: their transfer or a parent's failed") \
+	X(evict_device_tokens, counter, "device tokens freed by device eviction")          \
+	X(tombstoned, counter, "nodes device eviction made tombstones")                    \
+	X(deleted, counter, "nodes device eviction deleted")                               \
+	X(evict_host_tokens, counter, "host tokens freed by host eviction")                \
+	X(load_backs, counter, "loads back submitted")                                     \
+	X(load_tokens, counter, "tokens those loads copy")                                 \
+	X(load_skipped, counter, "loads back skipped: below the threshold or over quota")  \
+	X(load_fail, counter, "loads back whose completion reported an error")
+
+enum kvs_hiradix_stat {
+#define KVS_X_ENUM(n, k, d) KVS_HIRADIX_STAT_##n,
+	KVS_HIRADIX_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_HIRADIX_STAT__COUNT
+};
+
+uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item);
+int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value);
+const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item);
+int kvs_hiradix_stats_print(kvs_hiradix_t *h, void (*write_cb)(void *arg, const char *line),
+			    void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVSLAB_HIRADIX_H */

@@ -1,0 +1,1456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/hiradix.c - the hierarchical radix cache: SGLang HiCache's HiRadixTree
+ * over a device pool (L1, kvs_pool_t) and its host pool (L2, kvs_hpool_t).
+ *
+ * Why a file of its own and not lib/radix.c's nodes with a host value.  The
+ * radix cache's readers walk the tree under RCU with no lock, and its nodes
+ * carry one value whose pages a reader may copy out at any time.  A node of
+ * this tree changes state under its feet in ways an RCU reader would have to
+ * re-check at every step (device pages dropped while the node stays, host
+ * copies becoming valid when a transfer completes, load back filling device
+ * pages in).  This first piece keeps lib/radix.c and its tests untouched and
+ * takes one mutex around every call: a single writer, no lock-free readers.
+ *
+ * Nodes.  A node holds a span of whole pages of tokens: key[len], the device
+ * locations locs[len] (meaningful only while on_dev; the array stays
+ * allocated so that re-materialising a tombstone allocates nothing), and
+ * host[len / page_size], its host pages, or NULL.  States, as the seed
+ * names them: on the device (on_dev, maybe host_ok too), a tombstone (not
+ * on_dev, host_ok: evicted from the device, backed up on the host).  A node
+ * is never in neither.
+ *
+ * Host copies.  host != NULL and !host_ok: a backup is in flight (bx) or
+ * complete while its parent's is not (bx_done).  A host copy becomes valid
+ * only when its own transfer completed and its parent's copy is valid, so
+ * valid copies always form a prefix from the root (the backup invariant); a
+ * transfer that fails drops its node's host pages and those of every
+ * descendant (whose copies could only be in flight).  Completions are seen
+ * by kvs_hiradix_poll(), or waited for where a call needs a node settled
+ * (a split, an insert through a node being loaded, write-back eviction).
+ *
+ * Locks on nodes (lock_ref) count on the node and every ancestor, as
+ * SGLang's inc_lock_ref does: a backup in flight locks its node, a load
+ * back locks the last node loaded (so the chain and its anchor), the caller
+ * locks what its requests use.
+ *
+ * Leaf sets, kept as a node changes (leaf_update()), not found by a walk:
+ * dleaves, the device leaves (on_dev, unlocked, no child on the device), and
+ * hleaves, the host leaves (tombstones, unlocked, no child).  Both evictions
+ * take the least recently used member of their set (a scan of the set: fine
+ * for this piece, a heap later); a parent that becomes a leaf joins its set.
+ *
+ * Locking: h->lock, a mutex, around every exported call, at level 2 of the
+ * lock order (common/common.h); hostpool and pool calls are made under it
+ * (they take only their own, inner locks and never call back).  Waits for
+ * transfers happen under it too.  Recursion (validation, usage, dropping a
+ * failed copy's subtree, destroy) is as deep as the tree: a key's pages.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvslab/hiradix.h"
+
+struct hload;
+
+struct kvs_hiradix_node {
+	struct kvs_hiradix_node *parent, *child, *prev, *next; /* children list */
+	struct kvs_hiradix_node *dprev, *dnext, *hprev, *hnext; /* leaf sets */
+	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
+	int32_t *key, *locs, *host;
+	size_t len;
+	kvs_hpool_xfer_t *bx;
+	struct hload *ld;
+	uint32_t lock_ref, hit_count, nchildren, ndev;
+	uint64_t access;
+	bool on_dev, host_ok, bx_done, in_d, in_h;
+};
+
+/* A load back in flight: the chain top .. last, loaded together. */
+struct hload {
+	kvs_hpool_xfer_t *x;
+	struct kvs_hiradix_node *top, *last;
+	struct hload *prev, *next;
+};
+
+struct kvs_hiradix {
+	pthread_mutex_t lock;
+	kvs_pool_t *pool;
+	kvs_hpool_t *hp;
+	uint32_t ps, policy, threshold;
+	uint64_t lb_threshold, clock;
+	struct kvs_hiradix_node root;
+	struct kvs_hiradix_node *dleaves, *hleaves, *backups;
+	struct hload *loads;
+	uint64_t st[KVS_HIRADIX_STAT__COUNT]; /* the counters; gauges are walked */
+};
+
+#define ST(h, n, v) ((h)->st[KVS_HIRADIX_STAT_##n] += (v))
+
+typedef struct kvs_hiradix_node node_t;
+
+/* ------------------------------------------------------------ leaf sets */
+
+static void dset(kvs_hiradix_t *h, node_t *x, bool in)
+{
+	if (in == x->in_d)
+		return;
+	if (in) {
+		x->dprev = NULL;
+		x->dnext = h->dleaves;
+		if (h->dleaves)
+			h->dleaves->dprev = x;
+		h->dleaves = x;
+	} else {
+		if (x->dprev)
+			x->dprev->dnext = x->dnext;
+		else
+			h->dleaves = x->dnext;
+		if (x->dnext)
+			x->dnext->dprev = x->dprev;
+	}
+	x->in_d = in;
+}
+
+static void hset(kvs_hiradix_t *h, node_t *x, bool in)
+{
+	if (in == x->in_h)
+		return;
+	if (in) {
+		x->hprev = NULL;
+		x->hnext = h->hleaves;
+		if (h->hleaves)
+			h->hleaves->hprev = x;
+		h->hleaves = x;
+	} else {
+		if (x->hprev)
+			x->hprev->hnext = x->hnext;
+		else
+			h->hleaves = x->hnext;
+		if (x->hnext)
+			x->hnext->hprev = x->hprev;
+	}
+	x->in_h = in;
+}
+
+static bool is_dleaf(const kvs_hiradix_t *h, const node_t *x)
+{
+	return x != &h->root && x->on_dev && x->lock_ref == 0 && x->ndev == 0;
+}
+
+static bool is_hleaf(const kvs_hiradix_t *h, const node_t *x)
+{
+	return x != &h->root && !x->on_dev && x->host_ok && x->lock_ref == 0 &&
+	       x->nchildren == 0;
+}
+
+static void leaf_update(kvs_hiradix_t *h, node_t *x)
+{
+	dset(h, x, is_dleaf(h, x));
+	hset(h, x, is_hleaf(h, x));
+}
+
+static void set_dev(kvs_hiradix_t *h, node_t *x, bool on)
+{
+	if (x->on_dev == on)
+		return;
+	x->on_dev = on;
+	if (on)
+		x->parent->ndev++;
+	else
+		x->parent->ndev--;
+	leaf_update(h, x);
+	leaf_update(h, x->parent);
+}
+
+static void lock_path(kvs_hiradix_t *h, node_t *x, int d)
+{
+	for (; x; x = x->parent) {
+		x->lock_ref = (uint32_t)((int)x->lock_ref + d);
+		leaf_update(h, x);
+	}
+}
+
+/* ------------------------------------------------------------ nodes */
+
+static node_t *node_new(size_t len)
+{
+	node_t *x = calloc(1, sizeof(*x));
+
+	if (!x)
+		return NULL;
+	x->key = malloc(len * sizeof(int32_t));
+	x->locs = malloc(len * sizeof(int32_t));
+	x->len = len;
+	if (!x->key || !x->locs) {
+		free(x->key);
+		free(x->locs);
+		free(x);
+		return NULL;
+	}
+	return x;
+}
+
+static void child_add(node_t *p, node_t *c)
+{
+	c->parent = p;
+	c->prev = NULL;
+	c->next = p->child;
+	if (p->child)
+		p->child->prev = c;
+	p->child = c;
+	p->nchildren++;
+	if (c->on_dev)
+		p->ndev++;
+}
+
+static void child_del(node_t *p, node_t *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		p->child = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	p->nchildren--;
+	if (c->on_dev)
+		p->ndev--;
+}
+
+static void node_free(node_t *x)
+{
+	free(x->key);
+	free(x->locs);
+	free(x->host);
+	free(x);
+}
+
+static node_t *find_child(const kvs_hiradix_t *h, const node_t *x, const int32_t *key)
+{
+	node_t *c;
+
+	for (c = x->child; c; c = c->next)
+		if (memcmp(c->key, key, h->ps * sizeof(int32_t)) == 0)
+			return c;
+	return NULL;
+}
+
+/* Tokens, in whole pages, that @c's key shares with @key[0 .. n). */
+static size_t common(const kvs_hiradix_t *h, const node_t *c, const int32_t *key, size_t n)
+{
+	size_t m = c->len < n ? c->len : n, i;
+
+	for (i = 0; i < m; i++)
+		if (c->key[i] != key[i])
+			break;
+	return i - i % h->ps;
+}
+
+static void pages_of(const kvs_hiradix_t *h, const int32_t *locs, size_t len, int32_t *pages)
+{
+	size_t i;
+
+	for (i = 0; i < len / h->ps; i++)
+		pages[i] = locs[i * h->ps] / (int32_t)h->ps;
+}
+
+/* ------------------------------------------------------------ backups */
+
+static void bset(kvs_hiradix_t *h, node_t *x, bool in)
+{
+	if (in) {
+		x->bprev = NULL;
+		x->bnext = h->backups;
+		if (h->backups)
+			h->backups->bprev = x;
+		h->backups = x;
+	} else {
+		if (x->bprev)
+			x->bprev->bnext = x->bnext;
+		else
+			h->backups = x->bnext;
+		if (x->bnext)
+			x->bnext->bprev = x->bprev;
+		x->bprev = x->bnext = NULL;
+	}
+}
+
+static void host_release(kvs_hiradix_t *h, node_t *x)
+{
+	kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+	free(x->host);
+	x->host = NULL;
+	x->host_ok = false;
+	leaf_update(h, x);
+}
+
+/* Forget @x's transfer (waiting for it when in flight). */
+static void bx_end(kvs_hiradix_t *h, node_t *x)
+{
+	kvs_hpool_xfer_free(x->bx);
+	x->bx = NULL;
+	x->bx_done = false;
+	bset(h, x, false);
+	lock_path(h, x, -1);
+}
+
+/* @x's host copy failed: drop it and every descendant's (only in flight). */
+static void drop_host(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *c;
+
+	for (c = x->child; c; c = c->next)
+		if (c->host)
+			drop_host(h, c);
+	if (x->bx)
+		bx_end(h, x);
+	host_release(h, x);
+	ST(h, backup_lost, 1);
+}
+
+/* A transfer seen complete (@ok) or failed. */
+static void backup_done(kvs_hiradix_t *h, node_t *x, bool ok)
+{
+	if (!ok) {
+		drop_host(h, x);
+		return;
+	}
+	if (x->parent == &h->root || x->parent->host_ok) {
+		bx_end(h, x);
+		x->host_ok = true;
+		leaf_update(h, x);
+	} else {
+		x->bx_done = true;
+	}
+}
+
+static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens);
+
+/* Back up @x (on the device, no host copy), its ancestors first. */
+static int backup(kvs_hiradix_t *h, node_t *x)
+{
+	size_t np = x->len / h->ps;
+	int32_t *host, *dev;
+	int rc;
+
+	if (x->parent != &h->root && !x->parent->host && backup(h, x->parent) < 0)
+		return -1;
+	host = malloc(np * sizeof(*host));
+	dev = malloc(np * sizeof(*dev));
+	if (!host || !dev)
+		goto nomem;
+	if (kvs_hpool_alloc(h->hp, np, host) < 0) {
+		if (errno != ENOMEM)
+			goto fail;
+		evict_host(h, x->len);
+		if (kvs_hpool_alloc(h->hp, np, host) < 0)
+			goto fail;
+	}
+	pages_of(h, x->locs, x->len, dev);
+	if (kvs_hpool_backup(h->hp, dev, host, np, &x->bx) < 0) {
+		rc = errno;
+		kvs_hpool_free(h->hp, np, host);
+		errno = rc;
+		goto fail;
+	}
+	free(dev);
+	x->host = host;
+	bset(h, x, true);
+	lock_path(h, x, 1);
+	ST(h, backups, 1);
+	ST(h, backup_tokens, x->len);
+	return 0;
+nomem:
+	errno = ENOMEM;
+fail:
+	rc = errno;
+	ST(h, backup_fail, 1);
+	free(host);
+	free(dev);
+	errno = rc;
+	return -1;
+}
+
+static void inc_hit(kvs_hiradix_t *h, node_t *x)
+{
+	if (h->policy == KVS_WRITE_BACK)
+		return;
+	x->hit_count++;
+	if (!x->host && x->hit_count >= h->threshold)
+		(void)backup(h, x); /* best effort: the node stays without a copy */
+}
+
+/* ------------------------------------------------------------ loads */
+
+static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
+{
+	node_t *x;
+
+	kvs_hpool_xfer_free(ld->x);
+	if (!ok)
+		ST(h, load_fail, 1);
+	for (x = ld->last;; x = x->parent) {
+		x->ld = NULL;
+		if (!ok) {
+			/* Never claim data not there: tombstones again. */
+			kvs_pool_free(h->pool, x->len, x->locs);
+			set_dev(h, x, false);
+		}
+		if (x == ld->top)
+			break;
+	}
+	lock_path(h, ld->last, -1);
+	if (ld->prev)
+		ld->prev->next = ld->next;
+	else
+		h->loads = ld->next;
+	if (ld->next)
+		ld->next->prev = ld->prev;
+	free(ld);
+}
+
+/* Wait for what is in flight on @x (and, for a backup, its ancestors'). */
+static void settle(kvs_hiradix_t *h, node_t *x)
+{
+	if (x->ld)
+		load_done(h, x->ld, kvs_hpool_xfer_wait(x->ld->x) == 0);
+	if (x->bx && x->parent != &h->root && x->parent->bx)
+		settle(h, x->parent);
+	if (x->bx) {
+		if (x->bx_done)
+			backup_done(h, x, true);
+		else
+			backup_done(h, x, kvs_hpool_xfer_wait(x->bx) == 0);
+	}
+}
+
+static void poll_locked(kvs_hiradix_t *h)
+{
+	struct hload *ld, *ln;
+	bool again = true;
+	node_t *x;
+
+	for (ld = h->loads; ld; ld = ln) {
+		int r = kvs_hpool_xfer_query(ld->x);
+
+		ln = ld->next;
+		if (r != 0)
+			load_done(h, ld, r == 1);
+	}
+	/* Completions may free other entries (a failed parent drops its
+	 * children's): rescan after each change. */
+	while (again) {
+		again = false;
+		for (x = h->backups; x; x = x->bnext) {
+			int r;
+
+			if (x->bx_done) {
+				if (x->parent == &h->root || x->parent->host_ok) {
+					backup_done(h, x, true);
+					again = true;
+					break;
+				}
+				continue;
+			}
+			r = kvs_hpool_xfer_query(x->bx);
+			if (r != 0) {
+				backup_done(h, x, r == 1);
+				again = true;
+				break;
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------ split */
+
+/* Cut @c after @k tokens: parent -> nn (c's first k) -> c (the rest). */
+static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
+{
+	node_t *nn = node_new(k), *p = c->parent;
+	size_t kp = k / h->ps;
+
+	if (!nn)
+		return NULL;
+	if (c->host) {
+		nn->host = malloc(kp * sizeof(int32_t));
+		if (!nn->host) {
+			node_free(nn);
+			return NULL;
+		}
+		memcpy(nn->host, c->host, kp * sizeof(int32_t));
+		memmove(c->host, c->host + kp, (c->len - k) / h->ps * sizeof(int32_t));
+		nn->host_ok = c->host_ok;
+	}
+	memcpy(nn->key, c->key, k * sizeof(int32_t));
+	memcpy(nn->locs, c->locs, k * sizeof(int32_t));
+	memmove(c->key, c->key + k, (c->len - k) * sizeof(int32_t));
+	memmove(c->locs, c->locs + k, (c->len - k) * sizeof(int32_t));
+	c->len -= k;
+	nn->on_dev = c->on_dev;
+	nn->lock_ref = c->lock_ref;
+	nn->hit_count = c->hit_count;
+	nn->access = c->access;
+	child_del(p, c);
+	child_add(p, nn);
+	child_add(nn, c);
+	leaf_update(h, nn);
+	leaf_update(h, c);
+	return nn;
+}
+
+/* Walk @key[0 .. n) from the root, splitting where it ends inside a node;
+ * *@pos receives the tokens matched.  NULL with errno ENOMEM. */
+static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos, bool load_all)
+{
+	node_t *x = &h->root, *c;
+	size_t p = 0;
+
+	while (p < n && (c = find_child(h, x, key + p))) {
+		size_t k = common(h, c, key + p, n - p);
+
+		/* A load in flight below a new child could fail and leave a
+		 * device node under a tombstone: inserts wait for it.  Splits
+		 * wait for any transfer on the node (its host pages and its
+		 * handle are the whole node's). */
+		if (k < c->len)
+			settle(h, c);
+		else if (load_all && c->ld)
+			load_done(h, c->ld, kvs_hpool_xfer_wait(c->ld->x) == 0);
+		if (k < c->len) {
+			c = split(h, c, k);
+			if (!c)
+				return NULL;
+		}
+		c->access = ++h->clock;
+		p += k;
+		x = c;
+	}
+	*pos = p;
+	return x;
+}
+
+/* ------------------------------------------------------------ eviction */
+
+static node_t *lru(node_t *set, bool dev)
+{
+	node_t *best = NULL, *x;
+
+	for (x = set; x; x = dev ? x->dnext : x->hnext)
+		if (!best || x->access < best->access)
+			best = x;
+	return best;
+}
+
+static void node_delete(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *p = x->parent;
+
+	dset(h, x, false);
+	hset(h, x, false);
+	child_del(p, x);
+	leaf_update(h, p);
+	node_free(x);
+}
+
+static ssize_t evict_device(kvs_hiradix_t *h, size_t tokens)
+{
+	size_t done = 0;
+	node_t *x;
+
+	while (done < tokens && (x = lru(h->dleaves, true))) {
+		if (!x->host_ok && !x->host && h->policy == KVS_WRITE_BACK) {
+			/* Write back: copy it out now, then demote it.  A
+			 * failed copy leaves no host copy: deleted below. */
+			if (backup(h, x) == 0)
+				settle(h, x);
+		}
+		kvs_pool_free(h->pool, x->len, x->locs);
+		done += x->len;
+		if (x->host_ok) {
+			set_dev(h, x, false);
+			ST(h, tombstoned, 1);
+		} else {
+			node_delete(h, x); /* no child: none could be a tombstone */
+			ST(h, deleted, 1);
+		}
+	}
+	ST(h, evict_device_tokens, done);
+	return (ssize_t)done;
+}
+
+static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens)
+{
+	size_t done = 0;
+	node_t *x;
+
+	while (done < tokens && (x = lru(h->hleaves, false))) {
+		done += x->len;
+		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+		node_delete(h, x);
+	}
+	ST(h, evict_host_tokens, done);
+	return (ssize_t)done;
+}
+
+/* ------------------------------------------------------------ API */
+
+/**
+ * kvs_hiradix_attr_init() - defaults: write through, selective threshold 2,
+ * no load back threshold.
+ * @attr: attributes.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
+{
+	if (!attr) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(attr, 0, sizeof(*attr));
+	attr->write_policy = KVS_WRITE_THROUGH;
+	attr->hit_threshold = 2;
+	return 0;
+}
+
+/**
+ * kvs_hiradix_create() - a hierarchical radix cache over @pool and @hp.
+ * @pool: the device pool.
+ * @hp: a host pool created over @pool.
+ * @attr: attributes, or NULL for the defaults.
+ *
+ * Context: any thread.
+ * Return: the cache, or NULL with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
+					     const kvs_hiradix_attr_t *attr)
+{
+	kvs_hiradix_attr_t def;
+	kvs_hiradix_t *h;
+
+	if (!attr) {
+		kvs_hiradix_attr_init(&def);
+		attr = &def;
+	}
+	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
+	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pthread_mutex_init(&h->lock, NULL) != 0) {
+		free(h);
+		errno = ENOMEM;
+		return NULL;
+	}
+	h->pool = pool;
+	h->hp = hp;
+	h->ps = kvs_pool_page_size(pool);
+	h->policy = attr->write_policy;
+	h->threshold = attr->write_policy == KVS_WRITE_THROUGH ? 1 : attr->hit_threshold;
+	h->lb_threshold = attr->load_back_threshold;
+	h->root.on_dev = true;
+	h->root.host_ok = true;
+	return h;
+}
+
+static void free_tree(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *c, *n;
+
+	for (c = x->child; c; c = n) {
+		n = c->next;
+		free_tree(h, c);
+	}
+	if (x == &h->root)
+		return;
+	if (x->on_dev)
+		kvs_pool_free(h->pool, x->len, x->locs);
+	if (x->host)
+		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+	node_free(x);
+}
+
+/**
+ * kvs_hiradix_destroy() - wait for every transfer in flight, give every
+ * device page back to the pool and every host page to the host pool, and
+ * free the cache.
+ * @h: cache, or NULL.
+ *
+ * Context: no other call on @h, now or later.
+ * Return: 0.
+ */
+KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
+{
+	if (!h)
+		return 0;
+	while (h->loads)
+		load_done(h, h->loads, kvs_hpool_xfer_wait(h->loads->x) == 0);
+	while (h->backups)
+		settle(h, h->backups);
+	free_tree(h, &h->root);
+	pthread_mutex_destroy(&h->lock);
+	free(h);
+	return 0;
+}
+
+static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
+			  kvs_hiradix_match_t *m, bool lock)
+{
+	node_t *x, *y, *z, *c;
+	size_t pos, dev = 0, hit = 0;
+
+	if (!h || (n && !key)) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	n -= n % h->ps;
+	x = walk(h, key, n, &pos, true);
+	if (!x) {
+		pthread_mutex_unlock(&h->lock);
+		errno = ENOMEM;
+		return -1;
+	}
+	for (y = x; y != &h->root && !y->on_dev; y = y->parent)
+		hit += y->len;
+	for (z = x; z != &h->root && !z->host_ok; z = z->parent)
+		;
+	/* The device prefix: the path down to y. */
+	if (locs) {
+		pos = 0;
+		for (c = &h->root; c != y;) {
+			c = find_child(h, c, key + pos);
+			memcpy(locs + pos, c->locs, c->len * sizeof(int32_t));
+			pos += c->len;
+		}
+	}
+	for (c = y; c != &h->root; c = c->parent)
+		dev += c->len;
+	if (lock)
+		lock_path(h, x, 1);
+	ST(h, matches, 1);
+	ST(h, match_device_tokens, dev);
+	ST(h, match_host_tokens, hit);
+	if (m) {
+		memset(m, 0, sizeof(*m));
+		m->host_hit = hit;
+		m->last_device = y;
+		m->last_node = x;
+		m->last_host = z;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return (ssize_t)dev;
+}
+
+/**
+ * kvs_hiradix_match() - the longest cached prefix of @key.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens; only whole pages match.
+ * @locs: receives the device locations of the device-resident prefix
+ *        (room for @n), or NULL.
+ * @m: receives the host hit length and the last device, last matched and
+ *     last host nodes, or NULL.
+ *
+ * A match ending inside a node splits it (waiting for a transfer in flight
+ * on it first); a load back in flight on the path is waited for, so that
+ * the device locations returned hold their data (or, the load failed, are
+ * not returned).  Hit counts are not changed (kvs_hiradix_insert() does).
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a transfer.
+ * Return: the device-resident prefix length in tokens, or -1 with errno
+ * EINVAL or ENOMEM (nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				     int32_t *locs, kvs_hiradix_match_t *m)
+{
+	return match_impl(h, key, n, locs, m, false);
+}
+
+/**
+ * kvs_hiradix_match_lock() - kvs_hiradix_match(), and lock the last
+ * matched node (m->last_node) before the cache's mutex is released, so
+ * that no other thread's eviction comes in between.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_match().
+ * @m: receives the match; not NULL: the caller unlocks m->last_node.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_match(); -1 with errno EINVAL also for a NULL @m.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+					  int32_t *locs, kvs_hiradix_match_t *m)
+{
+	if (!m) {
+		errno = EINVAL;
+		return -1;
+	}
+	return match_impl(h, key, n, locs, m, true);
+}
+
+static bool locs_ok(const kvs_hiradix_t *h, const int32_t *locs, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (locs[i] < 0)
+			return false;
+		if (i % h->ps == 0 ? locs[i] % (int32_t)h->ps != 0 : locs[i] != locs[i - 1] + 1)
+			return false;
+	}
+	return true;
+}
+
+static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
+			   kvs_hiradix_node_t **last, bool lock)
+{
+	node_t *x, *c, *nn = NULL;
+	size_t pos, p;
+	ssize_t ret = 0;
+	bool seen_tomb = false;
+
+	if (!h || (n && (!key || !locs))) {
+		errno = EINVAL;
+		return -1;
+	}
+	n -= n % kvs_pool_page_size(h->pool);
+	if (!locs_ok(h, locs, n)) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	x = walk(h, key, n, &pos, true);
+	if (!x)
+		goto nomem;
+	if (pos < n) {
+		nn = node_new(n - pos);
+		if (!nn)
+			goto nomem;
+		memcpy(nn->key, key + pos, (n - pos) * sizeof(int32_t));
+		memcpy(nn->locs, locs + pos, (n - pos) * sizeof(int32_t));
+	}
+	/* Nothing can fail from here on. */
+	for (c = &h->root, p = 0; c != x;) {
+		c = find_child(h, c, key + p);
+		if (c->on_dev) {
+			if (!seen_tomb)
+				ret += (ssize_t)c->len;
+		} else {
+			seen_tomb = true;
+			memcpy(c->locs, locs + p, c->len * sizeof(int32_t));
+			set_dev(h, c, true);
+			ST(h, remat_tokens, c->len);
+		}
+		p += c->len;
+		inc_hit(h, c);
+	}
+	if (nn) {
+		nn->on_dev = true;
+		nn->access = ++h->clock;
+		child_add(x, nn);
+		leaf_update(h, nn);
+		leaf_update(h, x);
+		inc_hit(h, nn);
+		x = nn;
+	}
+	if (lock && x != &h->root)
+		lock_path(h, x, 1);
+	if (last)
+		*last = x == &h->root ? NULL : x;
+	ST(h, inserts, 1);
+	pthread_mutex_unlock(&h->lock);
+	return ret;
+nomem:
+	pthread_mutex_unlock(&h->lock);
+	errno = ENOMEM;
+	return -1;
+}
+
+/**
+ * kvs_hiradix_insert() - cache @key with its device locations.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens; only whole pages are inserted.
+ * @locs: the device locations of the tokens, page-aligned whole pages.  The
+ *        tree takes over the caller's reference on the pages past the
+ *        device-resident prefix: those re-materialising tombstones on the
+ *        path and those of the new node.
+ * @last: receives the node holding the last token (may be NULL); not
+ *        locked.
+ *
+ * Every node on the path (and the new one) counts a hit; under the write
+ * through policies a node reaching the threshold without a host copy is
+ * backed up (its ancestors first), best effort: a host pool too full or a
+ * copy that cannot be submitted leaves the node without a copy.
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a load back in flight on
+ * the path.
+ * Return: the leading tokens that were already on the device: the caller
+ * still owns locs[0 .. ret) and frees its duplicates; or -1 with errno
+ * EINVAL or ENOMEM (nothing inserted; a node may have been split).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n,
+				      const int32_t *locs, kvs_hiradix_node_t **last)
+{
+	return insert_impl(h, key, n, locs, last, false);
+}
+
+/**
+ * kvs_hiradix_insert_lock() - kvs_hiradix_insert(), and lock the node of
+ * the last token (*@last) before the cache's mutex is released.
+ * @h: cache.
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_insert().
+ * @last: receives the node, locked (NULL: nothing inserted or locked, @n
+ *        below a page); not NULL.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_insert(); -1 with errno EINVAL also for a NULL
+ * @last.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
+					   const int32_t *locs, kvs_hiradix_node_t **last)
+{
+	if (!last) {
+		errno = EINVAL;
+		return -1;
+	}
+	return insert_impl(h, key, n, locs, last, true);
+}
+
+/**
+ * kvs_hiradix_lock() - protect @node and its ancestors from eviction.
+ * @h: cache.
+ * @node: a node of @h (the root: nothing to do).
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
+{
+	if (!h || !node) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	lock_path(h, node, 1);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+/**
+ * kvs_hiradix_unlock() - undo one kvs_hiradix_lock() of @node.
+ * @h: cache.
+ * @node: a node of @h.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL (NULL, or @node not locked).
+ */
+KVS_EXPORT int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
+{
+	if (!h || !node) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	if (node->lock_ref == 0) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EINVAL;
+		return -1;
+	}
+	lock_path(h, node, -1);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+/**
+ * kvs_hiradix_evict_device() - free at least @tokens device tokens if
+ * possible, from the least recently used unlocked device leaves: a leaf
+ * with a valid host copy becomes a tombstone, one without is deleted (under
+ * KVS_WRITE_BACK it is backed up first, waiting for the copy, and becomes a
+ * tombstone if the copy succeeded).
+ * @h: cache.
+ * @tokens: tokens wanted.
+ *
+ * Context: MT-Safe (takes h->lock); may wait for write-back copies.
+ * Return: the tokens freed (possibly fewer or more), or -1 with errno EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_evict_device(kvs_hiradix_t *h, size_t tokens)
+{
+	ssize_t r;
+
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	poll_locked(h);
+	r = evict_device(h, tokens);
+	pthread_mutex_unlock(&h->lock);
+	return r;
+}
+
+/**
+ * kvs_hiradix_evict_host() - free at least @tokens of host copies if
+ * possible, deleting the least recently used unlocked tombstone leaves.
+ * @h: cache.
+ * @tokens: tokens wanted.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: the tokens freed, or -1 with errno EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
+{
+	ssize_t r;
+
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	poll_locked(h);
+	r = evict_host(h, tokens);
+	pthread_mutex_unlock(&h->lock);
+	return r;
+}
+
+/**
+ * kvs_hiradix_load_back() - bring the tombstones ending at @node back to
+ * the device.
+ * @h: cache.
+ * @node: the last node of a match (kvs_hiradix_match_t.last_node).
+ * @quota: the most device tokens to use (0: no limit).
+ * @locs: receives the new device locations, top node first (room for
+ *        the match's host_hit), or NULL.
+ * @xfer: receives the transfer, to wait on per layer with
+ *        kvs_hpool_xfer_layer_wait(); NULL when nothing was loaded.  It
+ *        belongs to @h and stays valid until the next kvs_hiradix_poll(),
+ *        kvs_hiradix_destroy(), or call that waits for it, from any
+ *        thread (or any eviction, which polls).
+ *
+ * All or nothing: device pages for the whole chain (evicting device leaves
+ * if the pool is short), or none.  The chain and its anchor stay locked
+ * until the copy is seen complete; a copy that fails makes the chain
+ * tombstones again.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: the tokens being loaded, 0 when there is nothing to load or it is
+ * below the load back threshold or over @quota; or -1 with errno EINVAL,
+ * ENOMEM, or the driver's (nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
+					 int32_t *locs, kvs_hpool_xfer_t **xfer)
+{
+	int32_t *dloc = NULL, *dev = NULL, *host = NULL;
+	struct hload *ld = NULL;
+	size_t total = 0, p, np;
+	node_t *y, *top = NULL;
+	int rc;
+
+	if (!h || !node || !xfer) {
+		errno = EINVAL;
+		return -1;
+	}
+	*xfer = NULL;
+	pthread_mutex_lock(&h->lock);
+	for (y = node; y != &h->root && !y->on_dev; y = y->parent) {
+		total += y->len;
+		top = y;
+	}
+	if (total == 0 || total < h->lb_threshold || (quota && total > quota)) {
+		if (total)
+			ST(h, load_skipped, 1);
+		pthread_mutex_unlock(&h->lock);
+		return 0;
+	}
+	np = total / h->ps;
+	ld = calloc(1, sizeof(*ld));
+	dloc = malloc(total * sizeof(int32_t));
+	dev = malloc(np * sizeof(int32_t));
+	host = malloc(np * sizeof(int32_t));
+	if (!ld || !dloc || !dev || !host) {
+		rc = ENOMEM;
+		goto out;
+	}
+	lock_path(h, node, 1);
+	if (kvs_pool_alloc(h->pool, total, dloc) < 0) {
+		evict_device(h, total);
+		if (kvs_pool_alloc(h->pool, total, dloc) < 0) {
+			rc = errno;
+			lock_path(h, node, -1);
+			goto out;
+		}
+	}
+	/* Top down: the chain's host pages in order. */
+	p = total;
+	for (y = node; y != top->parent; y = y->parent) {
+		p -= y->len;
+		memcpy(host + p / h->ps, y->host, y->len / h->ps * sizeof(int32_t));
+	}
+	pages_of(h, dloc, total, dev);
+	if (kvs_hpool_load(h->hp, dev, host, np, &ld->x) < 0) {
+		rc = errno;
+		kvs_pool_free(h->pool, total, dloc);
+		lock_path(h, node, -1);
+		goto out;
+	}
+	p = total;
+	for (y = node; y != top->parent; y = y->parent) {
+		p -= y->len;
+		memcpy(y->locs, dloc + p, y->len * sizeof(int32_t));
+		y->ld = ld;
+		set_dev(h, y, true);
+	}
+	ld->top = top;
+	ld->last = node;
+	ld->next = h->loads;
+	if (h->loads)
+		h->loads->prev = ld;
+	h->loads = ld;
+	*xfer = ld->x;
+	ST(h, load_backs, 1);
+	ST(h, load_tokens, total);
+	if (locs)
+		memcpy(locs, dloc, total * sizeof(int32_t));
+	free(dloc);
+	free(dev);
+	free(host);
+	pthread_mutex_unlock(&h->lock);
+	return (ssize_t)total;
+out:
+	pthread_mutex_unlock(&h->lock);
+	free(ld);
+	free(dloc);
+	free(dev);
+	free(host);
+	errno = rc;
+	return -1;
+}
+
+/**
+ * kvs_hiradix_poll() - take in the transfers that completed: host copies
+ * become valid (or, failed, are dropped with their descendants'), loads
+ * back unlock their chain (or, failed, leave it tombstones).
+ * @h: cache.
+ *
+ * Context: MT-Safe (takes h->lock); never waits.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_poll(kvs_hiradix_t *h)
+{
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	poll_locked(h);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+/**
+ * kvs_hiradix_root() - the root node (locking it is a no-op).
+ * @h: cache.
+ *
+ * Context: any thread.
+ * Return: the root, or NULL with errno EINVAL.
+ */
+KVS_EXPORT kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h)
+{
+	if (!h) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return &h->root;
+}
+
+/**
+ * kvs_hiradix_node_info() - the state of @node.
+ * @h: cache.
+ * @node: a node of @h.
+ * @info: receives it.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
+				     kvs_hiradix_node_info_t *info)
+{
+	if (!h || !node || !info) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	memset(info, 0, sizeof(*info));
+	info->tokens = node->len;
+	info->on_device = node->on_dev;
+	info->on_host = node->host_ok;
+	info->backup_pending = node->host && !node->host_ok;
+	info->loading = node->ld != NULL;
+	info->lock_ref = node->lock_ref;
+	info->hit_count = node->hit_count;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+static void usage_walk(const node_t *x, kvs_hiradix_usage_t *u)
+{
+	const node_t *c;
+
+	for (c = x->child; c; c = c->next) {
+		u->nodes++;
+		if (c->on_dev)
+			u->device_tokens += c->len;
+		if (c->host)
+			u->host_tokens += c->len;
+		if (!c->on_dev)
+			u->tombstone_tokens += c->len;
+		usage_walk(c, u);
+	}
+}
+
+/**
+ * kvs_hiradix_usage() - what the cache holds (a walk of the tree).
+ * @h: cache.
+ * @u: receives it.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
+{
+	const node_t *x;
+	const struct hload *ld;
+
+	if (!h || !u) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	memset(u, 0, sizeof(*u));
+	usage_walk(&h->root, u);
+	for (x = h->backups; x; x = x->bnext)
+		u->backups_pending++;
+	for (ld = h->loads; ld; ld = ld->next)
+		u->loads_pending++;
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+struct vstate {
+	uint64_t nd, nh, nb;
+};
+
+static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate *v)
+{
+	const node_t *c;
+	uint32_t nc = 0, ndev = 0;
+
+	for (c = x->child; c; c = c->next) {
+		nc++;
+		ndev += c->on_dev;
+		if (c->parent != x || c->len == 0 || c->len % h->ps != 0)
+			return false;
+		/* Device copies and host copies both form prefixes. */
+		if (c->on_dev && !x->on_dev)
+			return false;
+		if (c->host_ok && !x->host_ok)
+			return false;
+		if (c->host && !x->host && x != &h->root)
+			return false;
+		if (!c->on_dev && !c->host_ok)
+			return false;
+		if (c->host_ok && (!c->host || c->bx))
+			return false;
+		if (c->host && !c->host_ok && !c->bx)
+			return false;
+		if (c->bx && c->lock_ref == 0)
+			return false;
+		if (c->ld && (!c->on_dev || c->lock_ref == 0))
+			return false;
+		if (c->lock_ref > x->lock_ref && x != &h->root)
+			return false;
+		if (c->in_d != is_dleaf(h, c) || c->in_h != is_hleaf(h, c))
+			return false;
+		v->nd += c->in_d;
+		v->nh += c->in_h;
+		v->nb += c->bx != NULL;
+		if (c->prev ? c->prev->next != c : x->child != c)
+			return false;
+		if (!validate_walk(h, c, v))
+			return false;
+	}
+	return nc == x->nchildren && ndev == x->ndev;
+}
+
+/**
+ * kvs_hiradix_validate() - check the tree's invariants: device and host
+ * copies form prefixes from the root, every node is on the device or a
+ * valid tombstone, child counts, locks, and the leaf sets and backup list
+ * against the nodes' states.
+ * @h: cache.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL or EUCLEAN (an invariant broken).
+ */
+KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
+{
+	struct vstate v = {0, 0, 0};
+	const node_t *x;
+	uint64_t nd = 0, nh = 0, nb = 0;
+	bool ok;
+
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	ok = validate_walk(h, &h->root, &v);
+	for (x = h->dleaves; x; x = x->dnext)
+		nd++;
+	for (x = h->hleaves; x; x = x->hnext)
+		nh++;
+	for (x = h->backups; x; x = x->bnext)
+		nb++;
+	ok = ok && nd == v.nd && nh == v.nh && nb == v.nb && !h->root.in_d && !h->root.in_h;
+	pthread_mutex_unlock(&h->lock);
+	if (!ok) {
+		errno = EUCLEAN;
+		return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ statistics */
+
+#define KVS_X_NAME(n, k, d) #n,
+#define KVS_X_KIND(n, k, d) #k,
+#define KVS_X_DESC(n, k, d) d,
+static const char *const stat_names[] = {KVS_HIRADIX_STATS(KVS_X_NAME)};
+static const char *const stat_kinds[] = {KVS_HIRADIX_STATS(KVS_X_KIND)};
+static const char *const stat_descs[] = {KVS_HIRADIX_STATS(KVS_X_DESC)};
+#undef KVS_X_NAME
+#undef KVS_X_KIND
+#undef KVS_X_DESC
+
+static void stats_fill(kvs_hiradix_t *h, uint64_t *v)
+{
+	kvs_hiradix_usage_t u;
+
+	kvs_hiradix_usage(h, &u);
+	pthread_mutex_lock(&h->lock);
+	memcpy(v, h->st, sizeof(h->st));
+	pthread_mutex_unlock(&h->lock);
+	v[KVS_HIRADIX_STAT_nodes] = u.nodes;
+	v[KVS_HIRADIX_STAT_device_tokens] = u.device_tokens;
+	v[KVS_HIRADIX_STAT_host_tokens] = u.host_tokens;
+	v[KVS_HIRADIX_STAT_tombstone_tokens] = u.tombstone_tokens;
+	v[KVS_HIRADIX_STAT_backups_pending] = u.backups_pending;
+	v[KVS_HIRADIX_STAT_loads_pending] = u.loads_pending;
+}
+
+/**
+ * kvs_hiradix_stat() - one statistic.
+ * @h: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes h->lock; the gauges walk the tree).
+ * Return: its value; 0 for a NULL cache or an unknown item.
+ */
+KVS_EXPORT uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item)
+{
+	uint64_t v[KVS_HIRADIX_STAT__COUNT];
+
+	if (!h || (unsigned)item >= KVS_HIRADIX_STAT__COUNT)
+		return 0;
+	stats_fill(h, v);
+	return v[item];
+}
+
+/**
+ * kvs_hiradix_stat_name() - a statistic's name.
+ * @item: statistic.
+ *
+ * Context: any thread.
+ * Return: a static string, or NULL for an unknown item.
+ */
+KVS_EXPORT const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item)
+{
+	return (unsigned)item < KVS_HIRADIX_STAT__COUNT ? stat_names[item] : NULL;
+}
+
+/**
+ * kvs_hiradix_stat_get() - read a statistic by name.
+ * @h: cache.
+ * @name: as kvs_hiradix_stat_name() gives it.
+ * @value: receives the value.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: 0, or -1 with errno EINVAL or ENOENT.
+ */
+KVS_EXPORT int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value)
+{
+	unsigned i;
+
+	if (!h || !name || !value) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		if (strcmp(name, stat_names[i]) == 0) {
+			*value = kvs_hiradix_stat(h, (enum kvs_hiradix_stat)i);
+			return 0;
+		}
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+/**
+ * kvs_hiradix_stats_print() - print every statistic through a callback.
+ * @h: cache.
+ * @write_cb: called once per line.
+ * @arg: passed to @write_cb.
+ *
+ * Context: MT-Safe (takes h->lock to read, not while calling @write_cb).
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_stats_print(kvs_hiradix_t *h,
+				       void (*write_cb)(void *arg, const char *line), void *arg)
+{
+	static const char *const policies[] = {"write_through", "write_through_selective",
+					       "write_back"};
+	uint64_t v[KVS_HIRADIX_STAT__COUNT];
+	char line[200];
+	unsigned i;
+
+	if (!h || !write_cb) {
+		errno = EINVAL;
+		return -1;
+	}
+	stats_fill(h, v);
+	snprintf(line, sizeof(line), "hiradix page_size %u write_policy %s hit_threshold %u\n",
+		 h->ps, policies[h->policy], h->threshold);
+	write_cb(arg, line);
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		snprintf(line, sizeof(line), "%-20s %20llu  %-7s # %s\n", stat_names[i],
+			 (unsigned long long)v[i], stat_kinds[i], stat_descs[i]);
+		write_cb(arg, line);
+	}
+	return 0;
+}

@@ -1,0 +1,1056 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/unit/test_hiradix.c - the hierarchical radix cache, on every
+ * backend: the seed's state transitions (eviction with and without a host
+ * copy, a tombstone re-materialised by insert, host eviction, load back bit
+ * for bit), the selective threshold, write back at eviction, a seeded
+ * random run checking the invariants (kvs_hiradix_validate()) and the bytes
+ * after every step, copies failing under the fault driver, bad input.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define GRAN (64 * 1024)
+#define LAYERS 2
+#define HEADS 2
+#define HDIM 8
+#define TB (HEADS * HDIM * 2) /* bytes of one token in one buffer */
+#define MAXT 256
+
+/* A fault driver to arm (fail its next copy) just before request()'s
+ * insert, after the KV writes; and whether KV writes may fail. */
+static kvs_drv_t *arm_fault;
+static int lax_writes;
+
+struct env {
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_hpool_t *hp;
+	kvs_hiradix_t *h;
+	uint32_t ps;
+};
+
+static void env_open_drv(struct env *e, kvs_drv_t *d, uint32_t ps, uint32_t policy,
+			 uint32_t threshold, uint64_t dev_pages, uint64_t host_pages)
+{
+	kvs_pool_attr_t pa;
+	kvs_hpool_attr_t ha;
+	kvs_hiradix_attr_t a;
+
+	memset(e, 0, sizeof(*e));
+	e->d = d;
+	ck_assert_ptr_nonnull(d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = LAYERS;
+	pa.model.tp_size = 1;
+	pa.model.dtype_size = 2;
+	pa.model.context_len = 4096;
+	pa.model.kv_heads = HEADS;
+	pa.model.head_dim = HDIM;
+	pa.page_size = ps;
+	pa.max_tokens = dev_pages * ps;
+	pa.magazine = 0;
+	e->pool = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(e->pool);
+	e->ps = ps;
+	kvs_hpool_attr_init(&ha);
+	ha.ratio = 0;
+	ha.bytes = host_pages * ps * TB * 2 * LAYERS;
+	e->hp = kvs_hpool_create(e->pool, &ha);
+	ck_assert_ptr_nonnull(e->hp);
+	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
+	a.write_policy = policy;
+	a.hit_threshold = threshold;
+	e->h = kvs_hiradix_create(e->pool, e->hp, &a);
+	ck_assert_ptr_nonnull(e->h);
+}
+
+static void env_open(struct env *e, int i, uint32_t ps, uint32_t policy, uint32_t threshold)
+{
+	env_open_drv(e, tu_open_gran(i, GRAN, 0, 0), ps, policy, threshold, 64, 64);
+}
+
+static void env_close(struct env *e)
+{
+	ck_assert_int_eq(kvs_hiradix_validate(e->h), 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(e->h), 0);
+	ck_assert_uint_eq(kvs_hpool_available(e->hp), kvs_hpool_capacity(e->hp));
+	ck_assert_uint_eq(kvs_hpool_stat(e->hp, KVS_HPOOL_STAT_xfers_live), 0);
+	ck_assert_int_eq(kvs_hpool_destroy(e->hp), 0);
+	ck_assert_uint_eq(kvs_pool_available(e->pool), kvs_pool_capacity(e->pool));
+	ck_assert_int_eq(kvs_pool_destroy(e->pool), 0);
+	ck_assert_int_eq(kvs_drv_close(e->d), 0);
+}
+
+static void valid(struct env *e)
+{
+	ck_assert_int_eq(kvs_hiradix_validate(e->h), 0);
+}
+
+/* The bytes of token @i of @key: a function of the prefix key[0 .. i], so
+ * that equal prefixes hold equal KV. */
+static unsigned int tok_seed(const int32_t *key, size_t i, uint32_t layer, int which)
+{
+	uint64_t x = 1469598103934665603ull;
+	size_t j;
+
+	for (j = 0; j <= i; j++)
+		x = (x ^ (uint32_t)key[j]) * 1099511628211ull;
+	x = (x ^ layer) * 1099511628211ull;
+	x = (x ^ (unsigned)which) * 1099511628211ull;
+	return (unsigned int)(x ^ (x >> 32));
+}
+
+static void kv_write(struct env *e, const int32_t *key, const int32_t *locs, size_t from,
+		     size_t n)
+{
+	unsigned char k[TB], v[TB];
+	size_t i;
+	uint32_t l;
+
+	for (i = from; i < n; i++)
+		for (l = 0; l < LAYERS; l++) {
+			tu_fill(k, TB, tok_seed(key, i, l, 0));
+			tu_fill(v, TB, tok_seed(key, i, l, 1));
+			if (kvs_pool_set_kv(e->pool, l, locs[i], 1, k, v) < 0)
+				ck_assert(lax_writes);
+		}
+}
+
+static int kv_check(struct env *e, const int32_t *key, const int32_t *locs, size_t n)
+{
+	unsigned char k[TB], v[TB];
+	size_t i;
+	uint32_t l;
+
+	for (i = 0; i < n; i++)
+		for (l = 0; l < LAYERS; l++) {
+			ck_assert_int_eq(kvs_pool_get_kv(e->pool, l, locs[i], 1, k, v), 0);
+			if (!tu_check(k, TB, tok_seed(key, i, l, 0)) ||
+			    !tu_check(v, TB, tok_seed(key, i, l, 1)))
+				return 0;
+		}
+	return 1;
+}
+
+/* Take in completions until nothing is in flight. */
+static void settle_all(struct env *e)
+{
+	kvs_hiradix_usage_t u;
+	long i;
+
+	for (i = 0; i < 10000000; i++) {
+		ck_assert_int_eq(kvs_hiradix_poll(e->h), 0);
+		ck_assert_int_eq(kvs_hiradix_usage(e->h, &u), 0);
+		if (!u.backups_pending && !u.loads_pending)
+			return;
+	}
+	ck_abort_msg("transfers never completed");
+}
+
+/*
+ * What a request does: match, allocate device pages for the rest, write
+ * its KV, insert.  Returns the tokens inserted (0: the pool is full).
+ */
+static size_t request(struct env *e, const int32_t *key, size_t n, kvs_hiradix_node_t **last)
+{
+	int32_t locs[MAXT];
+	ssize_t dev, ret;
+
+	n -= n % e->ps;
+	dev = kvs_hiradix_match(e->h, key, n, locs, NULL);
+	ck_assert_int_ge(dev, 0);
+	if ((size_t)dev < n && kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0) {
+		ck_assert_int_eq(errno, ENOMEM);
+		kvs_hiradix_evict_device(e->h, n - (size_t)dev);
+		if (kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0)
+			return 0;
+		/* Eviction may have shortened the device prefix. */
+		{
+			int32_t l2[MAXT];
+			ssize_t d2 = kvs_hiradix_match(e->h, key, n, l2, NULL);
+
+			ck_assert_int_le(d2, dev);
+			if (d2 < dev) {
+				kvs_pool_free(e->pool, n - (size_t)dev, locs + dev);
+				return 0;
+			}
+		}
+	}
+	kv_write(e, key, locs, (size_t)dev, n);
+	if (arm_fault) {
+		ck_assert_int_eq(kvs_fault_fail_nth(arm_fault, KVS_OP_COPY, 1, EIO), 0);
+		arm_fault = NULL;
+	}
+	ret = kvs_hiradix_insert(e->h, key, n, locs, last);
+	ck_assert_int_eq(ret, dev);
+	return n;
+}
+
+static kvs_hiradix_node_info_t info(struct env *e, kvs_hiradix_node_t *x)
+{
+	kvs_hiradix_node_info_t i;
+
+	ck_assert_int_eq(kvs_hiradix_node_info(e->h, x, &i), 0);
+	return i;
+}
+
+static kvs_hiradix_usage_t usage(struct env *e)
+{
+	kvs_hiradix_usage_t u;
+
+	ck_assert_int_eq(kvs_hiradix_usage(e->h, &u), 0);
+	return u;
+}
+
+/* Load back what a match of @key finds on the host only; check the bytes. */
+static void load_and_check(struct env *e, const int32_t *key, size_t n, size_t want)
+{
+	int32_t locs[MAXT], nl[MAXT];
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	ssize_t dev, got;
+	uint32_t l;
+
+	dev = kvs_hiradix_match(e->h, key, n, locs, &m);
+	ck_assert_int_ge(dev, 0);
+	ck_assert_uint_eq(m.host_hit, want);
+	got = kvs_hiradix_load_back(e->h, m.last_node, 0, nl, &x);
+	ck_assert_int_eq(got, (ssize_t)want);
+	if (!want) {
+		ck_assert_ptr_null(x);
+		return;
+	}
+	ck_assert_ptr_nonnull(x);
+	ck_assert(info(e, m.last_node).loading);
+	ck_assert_uint_gt(info(e, m.last_node).lock_ref, 0);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	valid(e);
+	settle_all(e);
+	ck_assert(!info(e, m.last_node).loading);
+	ck_assert_uint_eq(info(e, m.last_node).lock_ref, 0);
+	ck_assert_int_eq(kvs_hiradix_match(e->h, key, n, locs, &m), dev + (ssize_t)want);
+	ck_assert_uint_eq(m.host_hit, 0);
+	ck_assert(kv_check(e, key, locs, (size_t)dev + want));
+	ck_assert_int_eq(memcmp(locs + dev, nl, want * sizeof(int32_t)), 0);
+}
+
+static void keyseq(int32_t *k, size_t n, int32_t base)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		k[i] = base + (int32_t)i;
+}
+
+/* ------------------------------------------------------------ transitions */
+
+START_TEST(test_transitions)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a, *b;
+	kvs_hiradix_match_t m;
+	kvs_hiradix_usage_t u;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 100);
+	/* A, then A + B: write through backs up both. */
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	valid(&e);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	valid(&e);
+	settle_all(&e);
+	valid(&e);
+	ck_assert(info(&e, a).on_host && info(&e, b).on_host);
+	ck_assert(info(&e, a).on_device && info(&e, b).on_device);
+	/* L1 eviction of a backed-up leaf: B becomes a tombstone. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	ck_assert(!info(&e, b).on_device && info(&e, b).on_host);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, &m), 8);
+	ck_assert_uint_eq(m.host_hit, 8);
+	ck_assert_ptr_eq(m.last_device, a);
+	ck_assert_ptr_eq(m.last_node, b);
+	ck_assert_ptr_eq(m.last_host, b);
+	/* Other pages take B's old device pages' place, then load back. */
+	{
+		int32_t junk[32];
+
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 32, junk), 0);
+		kv_write(&e, ab, junk, 0, 16); /* wrong bytes everywhere */
+		load_and_check(&e, ab, 16, 8);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 32, junk), 0);
+	}
+	valid(&e);
+	/* Both to tombstones: the deepest first, then its parent. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	valid(&e);
+	u = usage(&e);
+	ck_assert_uint_eq(u.device_tokens, 0);
+	ck_assert_uint_eq(u.tombstone_tokens, 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 16);
+	ck_assert_ptr_eq(m.last_device, kvs_hiradix_root(e.h));
+	/* Insert re-materialises the tombstones with new device pages. */
+	ck_assert_uint_eq(request(&e, ab, 16, NULL), 16);
+	valid(&e);
+	u = usage(&e);
+	ck_assert_uint_eq(u.nodes, 2);
+	ck_assert_uint_eq(u.device_tokens, 16);
+	ck_assert_uint_eq(u.tombstone_tokens, 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, NULL), 16);
+	ck_assert(kv_check(&e, ab, locs, 16));
+	/* L2 eviction deletes tombstones, deepest first. */
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 16), 0); /* none yet */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 4), 8);
+	valid(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 100), 8);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp));
+	env_close(&e);
+}
+END_TEST
+
+/* Without a host copy an evicted node is deleted; a lock protects. */
+START_TEST(test_evict_no_backup)
+{
+	int32_t ab[16];
+	kvs_hiradix_node_t *a, *b;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH_SELECTIVE, 100);
+	keyseq(ab, 16, 7);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	settle_all(&e);
+	ck_assert(!info(&e, a).on_host && !info(&e, b).on_host);
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, b), 0);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, b), 0);
+	valid(&e);
+	/* match_lock and insert_lock hold what they return. */
+	{
+		kvs_hiradix_match_t m;
+		kvs_hiradix_node_t *l;
+		int32_t locs[16];
+
+		ck_assert_int_eq(kvs_hiradix_match_lock(e.h, ab, 16, locs, &m), 16);
+		ck_assert_ptr_eq(m.last_node, b);
+		ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+		ck_assert_int_eq(kvs_hiradix_insert_lock(e.h, ab, 16, locs, &l), 16);
+		ck_assert_ptr_eq(l, b);
+		ck_assert_uint_eq(info(&e, b).lock_ref, 2);
+		ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+		ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+		ck_assert_int_eq(kvs_hiradix_unlock(e.h, l), 0);
+		valid(&e);
+	}
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), kvs_pool_capacity(e.pool));
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ policies */
+
+START_TEST(test_selective)
+{
+	int32_t k[12];
+	kvs_hiradix_node_t *a;
+	struct env e;
+	uint32_t t;
+
+	for (t = 2; t <= 3; t++) {
+		uint32_t hit;
+
+		env_open(&e, _i, 4, KVS_WRITE_THROUGH_SELECTIVE, t);
+		keyseq(k, 12, 1);
+		for (hit = 1; hit < t; hit++) {
+			ck_assert_uint_eq(request(&e, k, 12, &a), 12);
+			settle_all(&e);
+			ck_assert_uint_eq(info(&e, a).hit_count, hit);
+			ck_assert(!info(&e, a).on_host);
+			ck_assert_uint_eq(usage(&e).host_tokens, 0);
+		}
+		ck_assert_uint_eq(request(&e, k, 12, &a), 12);
+		valid(&e);
+		settle_all(&e);
+		ck_assert(info(&e, a).on_host);
+		valid(&e);
+		env_close(&e);
+	}
+}
+END_TEST
+
+START_TEST(test_write_back)
+{
+	int32_t ab[16];
+	kvs_hiradix_node_t *a, *b;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_BACK, 0);
+	keyseq(ab, 16, 55);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	settle_all(&e);
+	/* No copy and no hit counted before eviction. */
+	ck_assert(!info(&e, a).on_host && !info(&e, b).on_host);
+	ck_assert_uint_eq(info(&e, b).hit_count, 0);
+	ck_assert_uint_eq(usage(&e).host_tokens, 0);
+	/* Eviction writes B back (and A, its parent, first). */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	ck_assert(!info(&e, b).on_device && info(&e, b).on_host);
+	ck_assert(info(&e, a).on_device && info(&e, a).on_host);
+	load_and_check(&e, ab, 16, 8);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	valid(&e);
+	load_and_check(&e, ab, 16, 16);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* Load back's quota and threshold; a full device pool is made room in. */
+START_TEST(test_load_back_limits)
+{
+	int32_t ab[16], nl[16];
+	kvs_hiradix_attr_t a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 3);
+	ck_assert_uint_eq(request(&e, ab, 16, NULL), 16);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 8, nl, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_uint_eq(usage(&e).device_tokens, 0);
+	/* Loading the root or a device node: nothing to do. */
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, kvs_hiradix_root(e.h), 0, nl, &x), 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(e.h), 0);
+	kvs_hiradix_attr_init(&a);
+	a.load_back_threshold = 32;
+	e.h = kvs_hiradix_create(e.pool, e.hp, &a);
+	ck_assert_ptr_nonnull(e.h);
+	ck_assert_uint_eq(request(&e, ab, 16, NULL), 16);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 0);
+	ck_assert_ptr_null(x);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ random */
+
+/* Keys from a few shared stems, so prefixes meet and nodes split. */
+static size_t rand_key(uint64_t *rng, int32_t *k, uint32_t ps)
+{
+	size_t n = (tu_rng(rng) % 8 + 1) * ps, i;
+	int32_t stem = (int32_t)(tu_rng(rng) % 3) * 1000;
+	size_t cut = tu_rng(rng) % (n + 1);
+	int32_t tail = (int32_t)(tu_rng(rng) % 4) * 100000;
+
+	for (i = 0; i < n; i++)
+		k[i] = stem + (int32_t)i + (i >= cut ? tail : 0);
+	return n;
+}
+
+/* What the random runs did, summed: each transition must have happened. */
+static uint64_t r_loads, r_tombs, r_hevict, r_remat;
+
+static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
+{
+	uint64_t rng = seed;
+	struct env e;
+	long step, steps = tu_scaled(400, 150);
+
+	env_open_drv(&e, tu_open_gran(be, GRAN, 0, 0), ps, policy, 2, 24, 20);
+	for (step = 0; step < steps; step++) {
+		int32_t k[MAXT], locs[MAXT];
+		kvs_hiradix_match_t m;
+		kvs_hpool_xfer_t *x;
+		size_t n = rand_key(&rng, k, ps);
+		ssize_t dev, got;
+
+		switch (tu_rng(&rng) % 8) {
+		case 0:
+		case 1:
+		case 2: {
+			kvs_hiradix_usage_t u0 = usage(&e);
+
+			request(&e, k, n, NULL);
+			r_remat += usage(&e).tombstone_tokens < u0.tombstone_tokens;
+			break;
+		}
+		case 3:
+			dev = kvs_hiradix_match(e.h, k, n, locs, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert(kv_check(&e, k, locs, (size_t)dev));
+			got = kvs_hiradix_load_back(e.h, m.last_node, 0, locs + dev, &x);
+			if (got < 0) {
+				ck_assert_int_eq(errno, ENOMEM);
+				break;
+			}
+			ck_assert_uint_eq((size_t)got, m.host_hit);
+			r_loads += got > 0;
+			valid(&e);
+			if (x)
+				ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
+			ck_assert(kv_check(&e, k, locs, (size_t)dev + (size_t)got));
+			if (tu_rng(&rng) & 1)
+				settle_all(&e);
+			break;
+		case 4: {
+			uint64_t t0 = usage(&e).tombstone_tokens;
+
+			ck_assert_int_ge(kvs_hiradix_evict_device(e.h, tu_rng(&rng) % 16), 0);
+			r_tombs += usage(&e).tombstone_tokens > t0;
+			break;
+		}
+		case 5:
+			dev = kvs_hiradix_evict_host(e.h, tu_rng(&rng) % 16);
+			ck_assert_int_ge(dev, 0);
+			r_hevict += dev > 0;
+			break;
+		case 6:
+			ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+			break;
+		case 7:
+			dev = kvs_hiradix_match(e.h, k, n, NULL, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert_int_eq(kvs_hiradix_lock(e.h, m.last_device), 0);
+			ck_assert_int_ge(kvs_hiradix_evict_device(e.h, 64), 0);
+			valid(&e);
+			/* What was locked is still on the device. */
+			ck_assert_int_ge(kvs_hiradix_match(e.h, k, n, NULL, NULL), dev);
+			ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_device), 0);
+			break;
+		}
+		valid(&e);
+	}
+	settle_all(&e);
+	env_close(&e);
+}
+
+START_TEST(test_random)
+{
+	uint32_t pol;
+
+	r_loads = r_tombs = r_hevict = r_remat = 0;
+	for (pol = 0; pol <= KVS_WRITE_BACK; pol++) {
+		random_run(_i, 1, pol, 0x9e3779b97f4a7c15ull + pol);
+		random_run(_i, 4, pol, 0xdeadbeefcafef00dull + pol);
+	}
+	ck_assert_uint_gt(r_loads, 0);
+	ck_assert_uint_gt(r_tombs, 0);
+	ck_assert_uint_gt(r_hevict, 0);
+	ck_assert_uint_gt(r_remat, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------ threads */
+
+#define NTHREADS 4
+
+struct targ {
+	struct env *e;
+	uint64_t seed;
+	long steps;
+};
+
+/* A request through the _lock variants: the device prefix stays the
+ * tree's, and its bytes right, from the match to the unlock. */
+static void *thread_fn(void *p)
+{
+	struct targ *t = p;
+	struct env *e = t->e;
+	uint64_t rng = t->seed;
+	long i;
+
+	for (i = 0; i < t->steps; i++) {
+		int32_t k[MAXT], locs[MAXT];
+		kvs_hiradix_match_t m;
+		kvs_hiradix_node_t *l;
+		size_t n = rand_key(&rng, k, e->ps);
+		ssize_t dev, ret;
+
+		switch (tu_rng(&rng) % 5) {
+		case 0:
+		case 1:
+			dev = kvs_hiradix_match_lock(e->h, k, n, locs, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert(kv_check(e, k, locs, (size_t)dev));
+			if ((size_t)dev == n ||
+			    (kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0 &&
+			     (kvs_hiradix_evict_device(e->h, n - (size_t)dev) < 0 ||
+			      kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev) < 0))) {
+				ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+				break;
+			}
+			kv_write(e, k, locs, (size_t)dev, n);
+			ret = kvs_hiradix_insert_lock(e->h, k, n, locs, &l);
+			ck_assert_int_ge(ret, dev);
+			/* Another thread may have cached more meanwhile. */
+			if (ret > dev)
+				ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)(ret - dev), locs + dev), 0);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, l), 0);
+			break;
+		case 2: {
+			kvs_hpool_xfer_t *x;
+
+			ck_assert_int_ge(kvs_hiradix_match_lock(e->h, k, n, NULL, &m), 0);
+			ret = kvs_hiradix_load_back(e->h, m.last_node, 0, NULL, &x);
+			ck_assert(ret >= 0 || errno == ENOMEM);
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			/* A match waits for the load: the bytes are there. */
+			dev = kvs_hiradix_match_lock(e->h, k, n, locs, &m);
+			ck_assert_int_ge(dev, 0);
+			ck_assert(kv_check(e, k, locs, (size_t)dev));
+			ck_assert_int_eq(kvs_hiradix_unlock(e->h, m.last_node), 0);
+			break;
+		}
+		case 3:
+			ck_assert_int_ge(kvs_hiradix_evict_device(e->h, tu_rng(&rng) % 16), 0);
+			ck_assert_int_ge(kvs_hiradix_evict_host(e->h, tu_rng(&rng) % 16), 0);
+			break;
+		case 4:
+			ck_assert_int_eq(kvs_hiradix_poll(e->h), 0);
+			ck_assert_int_eq(kvs_hiradix_validate(e->h), 0);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Threads sharing one cache, every call under its mutex: requests through
+ * the _lock variants on shared stems, loads back, evictions at both levels,
+ * polls; no device prefix returned ever holds wrong bytes, the invariants
+ * hold throughout, and every page comes back at the end.
+ */
+START_TEST(test_threads)
+{
+	pthread_t th[NTHREADS];
+	struct targ ta[NTHREADS];
+	uint32_t pol;
+
+	for (pol = 0; pol <= KVS_WRITE_BACK; pol++) {
+		struct env e;
+		int i;
+
+		env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 4, pol, 2, 48, 40);
+		for (i = 0; i < NTHREADS; i++) {
+			ta[i].e = &e;
+			ta[i].seed = 0x1234567ull * (uint64_t)(i + 1) + pol;
+			ta[i].steps = tu_scaled(300, 30);
+			ck_assert_int_eq(pthread_create(&th[i], NULL, thread_fn, &ta[i]), 0);
+		}
+		for (i = 0; i < NTHREADS; i++)
+			ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		settle_all(&e);
+		valid(&e);
+		ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backups_pending), 0);
+		env_close(&e);
+	}
+}
+END_TEST
+
+/* ------------------------------------------------------------ faults */
+
+/*
+ * Copies that fail at submission: a write-through backup that cannot be
+ * submitted leaves its node without a copy (and its host pages free); a
+ * load back that cannot be submitted fails with the driver's errno and
+ * changes nothing; with the faults cleared all works again.
+ */
+START_TEST(test_faults)
+{
+	int32_t ab[16], nl[16];
+	kvs_hiradix_node_t *a, *b;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	uint64_t avail;
+	struct env e;
+	kvs_drv_t *f;
+
+	f = kvs_fault_open(tu_open_gran(_i, GRAN, 0, 0));
+	ck_assert_ptr_nonnull(f);
+	env_open_drv(&e, f, 4, KVS_WRITE_THROUGH, 0, 64, 64);
+	keyseq(ab, 16, 900);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	settle_all(&e);
+	ck_assert(info(&e, a).on_host);
+	/* B's backup fails at its first copy. */
+	arm_fault = f;
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	valid(&e);
+	settle_all(&e);
+	ck_assert(!info(&e, b).on_host && !info(&e, b).backup_pending);
+	ck_assert_uint_eq(usage(&e).host_tokens, 8);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backup_fail), 1);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backups), 1);
+	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp) - 2);
+	/* B has no copy: evicted, it is gone. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	/* A, a tombstone whose load fails at submission. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 8, NULL, &m), 0);
+	avail = kvs_pool_available(e.pool);
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_COPY, 1, EIO), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_ptr_null(x);
+	valid(&e);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	ck_assert(!info(&e, m.last_node).on_device && info(&e, m.last_node).on_host);
+	ck_assert_uint_eq(info(&e, m.last_node).lock_ref, 0);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	load_and_check(&e, ab, 8, 8);
+	/* Random failures through a random run keep the invariants. */
+	ck_assert_int_eq(kvs_fault_fail_random(f, KVS_OP_COPY, 0.2, 42, EIO), 0);
+	lax_writes = 1;
+	{
+		uint64_t rng = 77;
+		int i;
+
+		for (i = 0; i < 200; i++) {
+			int32_t k[MAXT];
+			size_t n = rand_key(&rng, k, 4);
+
+			if (i % 3 == 2) {
+				ck_assert_int_ge(kvs_hiradix_match(e.h, k, n, NULL, &m), 0);
+				if (kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x) < 0)
+					ck_assert(errno == EIO || errno == ENOMEM);
+			} else if (i % 3 == 1) {
+				kvs_hiradix_evict_device(e.h, 8);
+			} else {
+				request(&e, k, n, NULL);
+			}
+			valid(&e);
+			kvs_hiradix_poll(e.h);
+			valid(&e);
+		}
+	}
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	lax_writes = 0;
+	settle_all(&e);
+	env_close(&e);
+}
+END_TEST
+
+/*
+ * The libcuda double: a backup whose completion reports an error (a
+ * device fault while its copies are in flight) drops the node's host copy
+ * and its descendants'; the tree stays valid.
+ */
+START_TEST(test_completion_error)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a, *b;
+	struct env e;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 4242);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, locs), 0);
+	kv_write(&e, ab, locs, 0, 16);
+	tu_dbl_clear_sticky();
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, ab, 8, locs, &a), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, ab, 16, locs, &b), 8);
+	ck_assert(info(&e, a).backup_pending && info(&e, b).backup_pending);
+	valid(&e);
+	ck_assert_int_eq(tu_dbl_kernel(0, 4096, 64, 1000), 0);
+	ck_assert_int_eq(tu_dbl_sticky(), 700);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	settle_all(&e);
+	valid(&e);
+	ck_assert(!info(&e, a).on_host && !info(&e, b).on_host);
+	ck_assert_uint_eq(usage(&e).host_tokens, 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_backup_lost), 2);
+	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp));
+	tu_dbl_clear_sticky();
+	env_close(&e);
+}
+END_TEST
+
+/*
+ * The double, copies held: a load back keeps its chain and anchor locked
+ * (device eviction cannot take them, polls leave them loading) until its
+ * copies complete; then a load whose completion reports an error leaves
+ * its chain tombstones again, its new device pages back in the pool.
+ */
+START_TEST(test_load_held)
+{
+	int32_t ab[16], nl[16], locs[16];
+	kvs_hiradix_node_t *a, *b;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	uint64_t avail;
+	struct env e;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 31337);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, &b), 16);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert(!info(&e, b).on_device);
+	tu_dbl_clear_sticky();
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 8);
+	ck_assert(info(&e, b).loading && info(&e, b).on_device);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+	ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+	ck_assert(info(&e, b).loading);
+	valid(&e);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	settle_all(&e);
+	ck_assert(!info(&e, b).loading);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, NULL), 16);
+	ck_assert(kv_check(&e, ab, locs, 16));
+	/* A load whose completion fails. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	avail = kvs_pool_available(e.pool);
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 8);
+	ck_assert_int_eq(tu_dbl_kernel(0, 4096, 64, 1000), 0);
+	ck_assert_int_eq(tu_dbl_sticky(), 700);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, 0), -1);
+	settle_all(&e);
+	valid(&e);
+	ck_assert(!info(&e, b).on_device && info(&e, b).on_host && !info(&e, b).loading);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_fail), 1);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_backs), 2);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 8);
+	ck_assert_uint_eq(m.host_hit, 8);
+	tu_dbl_clear_sticky();
+	load_and_check(&e, ab, 16, 8);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ stats */
+
+static void count_line(void *arg, const char *line)
+{
+	ck_assert_ptr_nonnull(strchr(line, '\n'));
+	(*(int *)arg)++;
+}
+
+static uint64_t st(struct env *e, enum kvs_hiradix_stat i)
+{
+	return kvs_hiradix_stat(e->h, i);
+}
+
+START_TEST(test_stats)
+{
+	int32_t ab[16];
+	struct env e;
+	uint64_t v;
+	int lines = 0;
+	unsigned i;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 808);
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8);
+	ck_assert_uint_eq(request(&e, ab, 16, NULL), 16);
+	settle_all(&e);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_inserts), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_matches), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_match_device_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backups), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backup_tokens), 16);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_nodes), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_device_tokens), 16);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_host_tokens), 16);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_tombstoned), 1);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_tombstone_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_evict_device_tokens), 8);
+	load_and_check(&e, ab, 16, 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_match_host_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_backs), 1);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_tokens), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_loads_pending), 0);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_remat_tokens), 8);
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_evict_host_tokens), 8);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_deleted), 0);
+	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
+		const char *n = kvs_hiradix_stat_name((enum kvs_hiradix_stat)i);
+
+		ck_assert_ptr_nonnull(n);
+		ck_assert_int_eq(kvs_hiradix_stat_get(e.h, n, &v), 0);
+		ck_assert_uint_eq(v, kvs_hiradix_stat(e.h, (enum kvs_hiradix_stat)i));
+	}
+	ck_assert_ptr_null(kvs_hiradix_stat_name(KVS_HIRADIX_STAT__COUNT));
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT__COUNT), 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(NULL, KVS_HIRADIX_STAT_nodes), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stat_get(e.h, "nope", &v), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stat_get(e.h, NULL, &v), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_stats_print(e.h, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_stats_print(e.h, count_line, &lines), 0);
+	ck_assert_int_eq(lines, KVS_HIRADIX_STAT__COUNT + 1);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ bad input */
+
+START_TEST(test_bad_input)
+{
+	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, locs[8];
+	kvs_hiradix_attr_t a;
+	kvs_hiradix_node_info_t ni;
+	kvs_hiradix_usage_t u;
+	kvs_hiradix_node_t *n;
+	kvs_hpool_xfer_t *x;
+	struct env e, o;
+
+#define BAD(expr, err)                          \
+	do {                                    \
+		errno = 0;                      \
+		ck_assert_int_eq((expr), -1);   \
+		ck_assert_int_eq(errno, (err)); \
+	} while (0)
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	env_open(&o, _i, 4, KVS_WRITE_THROUGH, 0);
+	BAD(kvs_hiradix_attr_init(NULL), EINVAL);
+	kvs_hiradix_attr_init(&a);
+	errno = 0;
+	ck_assert_ptr_null(kvs_hiradix_create(NULL, e.hp, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, NULL, &a));
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, o.hp, &a));
+	a.write_policy = 3;
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
+	a.write_policy = KVS_WRITE_THROUGH_SELECTIVE;
+	a.hit_threshold = 0;
+	errno = 0;
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_destroy(NULL), 0);
+
+	BAD(kvs_hiradix_match(NULL, k, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_match(e.h, NULL, 8, locs, NULL), EINVAL);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, NULL, 0, NULL, NULL), 0);
+	BAD(kvs_hiradix_match_lock(e.h, k, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_insert_lock(e.h, k, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_insert(NULL, k, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_insert(e.h, NULL, 8, locs, NULL), EINVAL);
+	BAD(kvs_hiradix_insert(e.h, k, 8, NULL, NULL), EINVAL);
+	/* Locations not in whole pages. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	locs[0]++;
+	BAD(kvs_hiradix_insert(e.h, k, 8, locs, NULL), EINVAL);
+	locs[0]--;
+	locs[5] = locs[4] + 2;
+	BAD(kvs_hiradix_insert(e.h, k, 8, locs, NULL), EINVAL);
+	locs[5] = locs[4] + 1;
+	locs[4] = -4;
+	BAD(kvs_hiradix_insert(e.h, k, 8, locs, NULL), EINVAL);
+	locs[4] = locs[5] - 1;
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k, 8, locs, &n), 0);
+	ck_assert_ptr_nonnull(n);
+	settle_all(&e); /* the write-through backup's lock released */
+	BAD(kvs_hiradix_lock(NULL, n), EINVAL);
+	BAD(kvs_hiradix_lock(e.h, NULL), EINVAL);
+	BAD(kvs_hiradix_unlock(e.h, NULL), EINVAL);
+	BAD(kvs_hiradix_unlock(e.h, n), EINVAL);
+	BAD(kvs_hiradix_evict_device(NULL, 1), EINVAL);
+	BAD(kvs_hiradix_evict_host(NULL, 1), EINVAL);
+	BAD(kvs_hiradix_load_back(NULL, n, 0, NULL, &x), EINVAL);
+	BAD(kvs_hiradix_load_back(e.h, NULL, 0, NULL, &x), EINVAL);
+	BAD(kvs_hiradix_load_back(e.h, n, 0, NULL, NULL), EINVAL);
+	BAD(kvs_hiradix_poll(NULL), EINVAL);
+	BAD(kvs_hiradix_node_info(e.h, n, NULL), EINVAL);
+	BAD(kvs_hiradix_node_info(NULL, n, &ni), EINVAL);
+	BAD(kvs_hiradix_usage(e.h, NULL), EINVAL);
+	BAD(kvs_hiradix_usage(NULL, &u), EINVAL);
+	BAD(kvs_hiradix_validate(NULL), EINVAL);
+	errno = 0;
+	ck_assert_ptr_null(kvs_hiradix_root(NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	settle_all(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	env_close(&e);
+	env_close(&o);
+#undef BAD
+}
+END_TEST
+
+static Suite *hiradix_suite(void)
+{
+	Suite *s = suite_create("hiradix");
+	TCase *tc = tcase_create("hiradix");
+	int nb = tu_nbackends();
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_transitions, 0, nb);
+	tcase_add_loop_test(tc, test_evict_no_backup, 0, nb);
+	tcase_add_loop_test(tc, test_selective, 0, nb);
+	tcase_add_loop_test(tc, test_write_back, 0, nb);
+	tcase_add_loop_test(tc, test_load_back_limits, 0, nb);
+	tcase_add_loop_test(tc, test_random, 0, nb);
+	tcase_add_loop_test(tc, test_threads, 0, nb);
+	tcase_add_loop_test(tc, test_faults, 0, nb);
+	tcase_add_loop_test(tc, test_completion_error, 0, nb);
+	tcase_add_loop_test(tc, test_load_held, 0, nb);
+	tcase_add_loop_test(tc, test_stats, 0, nb);
+	tcase_add_loop_test(tc, test_bad_input, 0, nb);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(hiradix_suite());
+}
