@@ -19,6 +19,12 @@
  * of the request's locations for it, but it checks their shape: q->locs
  * keeps the tree's locations there (from the match, the load back, or a
  * match again after an insert that found duplicates).
+ *
+ * Copies take no simulated time: the backups an insert starts are waited
+ * for before the call returns (write back waits inside eviction, a load
+ * back at the first prefill), so what the cache holds at each step does
+ * not depend on the speed of the driver's copy thread and a replay is
+ * reproducible.  The wait for backups on a shortfall stays, for safety.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -138,6 +144,21 @@ ssize_t rp_tsim_match(struct rp_tsim *t, kvs_req_t *req, size_t *host_hit)
 	if (r >= 0 && host_hit)
 		*host_hit = m.host_hit;
 	return r;
+}
+
+/* Wait until no backup or load is in flight: copies take no simulated
+ * time, and a replay does not depend on how fast the copy thread runs. */
+static int settle_all(struct rp_tsim *t)
+{
+	kvs_hiradix_usage_t u;
+
+	for (;;) {
+		if (kvs_hiradix_poll(t->h) < 0 || kvs_hiradix_usage(t->h, &u) < 0)
+			return -1;
+		if (!u.backups_pending && !u.loads_pending)
+			return 0;
+		nanosleep(&(struct timespec){0, 20000}, NULL);
+	}
 }
 
 /* @n tokens (whole pages) of device memory into @locs, evicting from the
@@ -357,7 +378,7 @@ static int cache(struct rp_tsim *t, struct rp_treq *q, kvs_req_t *req, uint32_t 
 	q->lock = last;
 	t->locked += aligned - req->prefix_len;
 	req->prefix_len = aligned;
-	return 0;
+	return settle_all(t); /* the backups the insert started */
 }
 
 int rp_tsim_cache_unfinished(struct rp_tsim *t, struct rp_treq *q, kvs_req_t *req)
@@ -425,11 +446,7 @@ kvs_hiradix_t *rp_tsim_cache(struct rp_tsim *t)
 
 void rp_tsim_drain(struct rp_tsim *t)
 {
-	kvs_hiradix_usage_t u;
-
 	/* Backups in flight lock their nodes: let them land first. */
-	while (kvs_hiradix_poll(t->h) == 0 && kvs_hiradix_usage(t->h, &u) == 0 &&
-	       (u.backups_pending || u.loads_pending))
-		nanosleep(&(struct timespec){0, 20000}, NULL);
+	(void)settle_all(t);
 	(void)kvs_hiradix_evict_device(t->h, SIZE_MAX / 2);
 }
