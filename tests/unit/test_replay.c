@@ -351,6 +351,161 @@ START_TEST(test_bad_options)
 }
 END_TEST
 
+/* ------------------------------------------------------ host tier */
+
+/*
+ * --host-pool, pages of 16, a device of 4096 tokens (one slab), a host
+ * pool of 2x, write through; blocks of 512 tokens:
+ *  R0 at 0 ms: blocks 1-4 (2048 in), 2 outputs: prefill, cache_unfinished
+ *     inserts 2048 tokens (backed up to the host), finish caches nothing
+ *     more (2049 tokens: the last page is partial).
+ *  R1 at 100 ms: blocks 5-8: 2048 tokens plus a page for its decode: 2064
+ *     tokens needed, 2048 free: device eviction makes R0's node a
+ *     tombstone (its host copy is valid).
+ *  R2 at 200 ms: blocks 1, 2, 9, 10: blocks 1, 2 (1024 tokens) are on the
+ *     host only: loaded back, an L2 hit; nothing on the device (L1 0).
+ * The L1-only radix run of the same trace finds nothing for R2.
+ */
+static void tier_trace(struct rp_trace *t)
+{
+	static uint32_t b0[4] = {1, 2, 3, 4}, b1[4] = {5, 6, 7, 8}, b2[4] = {1, 2, 9, 10};
+	static struct rp_req r[3];
+
+	memset(t, 0, sizeof(*t));
+	r[0] = (struct rp_req){0, 2048, 2, 4, b0};
+	r[1] = (struct rp_req){100, 2048, 2, 4, b1};
+	r[2] = (struct rp_req){200, 2048, 2, 4, b2};
+	t->req = r;
+	t->n = 3;
+	t->max_input = 2048;
+	t->max_output = 2;
+	t->next_block = 11;
+}
+
+static void tier_opts(struct rp_sim_opts *o)
+{
+	tiny_opts(o);
+	o->kv_bytes = 8192; /* 4096 tokens */
+	o->host_ratio = 2;
+}
+
+START_TEST(test_hand_checked_tier)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_PAGED, 16, "paged:16");
+	struct rp_result r, l1;
+	size_t i;
+
+	tier_trace(&t);
+	tier_opts(&o);
+	ck_assert_msg(rp_simulate(&t, &o, &s, &r, NULL, NULL) == 0, "%s: %s", r.error,
+		      strerror(errno));
+	ck_assert_msg(r.tiered, "not tiered");
+	ck_assert_uint_eq(r.capacity_tokens, 4096);
+	ck_assert_uint_eq(r.host_pool_bytes, 8192 * 2);
+	ck_assert_uint_eq(r.requests_done, 3);
+	ck_assert_uint_eq(r.preempted, 0);
+	ck_assert_uint_eq(r.req_tokens, 6144);
+	ck_assert_uint_eq(r.l1_tokens, 0);
+	ck_assert_uint_eq(r.l2_tokens, 1024);
+	ck_assert_uint_eq(r.hit_tokens, 1024);
+	ck_assert_uint_eq(r.load_backs, 1);
+	ck_assert_uint_ge(r.backup_tokens, 2048);
+	ck_assert_uint_eq(r.live_over_mapped, 0);
+	for (i = 0; i < r.nsamples; i++)
+		ck_assert_uint_le(r.samples[i].live, r.samples[i].mapped);
+	ck_assert_uint_eq(r.end_mapped, r.mapped_peak); /* paged: all mapped */
+	rp_result_free(&r);
+
+	/* Without the host tier R2 recomputes everything. */
+	o.host_ratio = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &l1, NULL, NULL), 0);
+	ck_assert(!l1.tiered);
+	ck_assert_uint_eq(l1.requests_done, 3);
+	ck_assert_uint_eq(l1.hit_tokens, 0);
+	rp_result_free(&l1);
+}
+END_TEST
+
+/* The same trace under pressure, L1 only and tiered with each write
+ * policy: the tier never hits less (L1 + L2 >= the L1-only hit). */
+START_TEST(test_tier_never_worse)
+{
+	struct rp_synth_opts so;
+	struct rp_sim_opts o;
+	struct rp_trace t;
+	struct rp_strategy s = strat(RP_SLAB, 16, "slab:16");
+	struct rp_result l1, r;
+	uint32_t pol;
+
+	rp_synth_defaults(&so);
+	so.requests = 150;
+	so.rate = 50;
+	so.input_mean = 2000;
+	so.output_mean = 50;
+	so.prefixes = 8;
+	so.seed = 5;
+	ck_assert_int_eq(rp_trace_synth(&so, &t), 0);
+	tiny_opts(&o);
+	o.kv_bytes = 64 * 1024; /* 32768 tokens */
+	o.max_running = 16;
+	o.reserve = 16;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &l1, NULL, NULL), 0);
+	ck_assert_uint_eq(l1.requests_done + l1.rejected, 150);
+	for (pol = KVS_WRITE_THROUGH; pol <= KVS_WRITE_BACK; pol++) {
+		size_t i;
+
+		o.host_ratio = 4;
+		o.write_policy = pol;
+		ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), 0);
+		ck_assert_uint_eq(r.requests_done + r.rejected, 150);
+		ck_assert_uint_eq(r.req_tokens, l1.req_tokens);
+		ck_assert_uint_eq(r.hit_tokens, r.l1_tokens + r.l2_tokens);
+		ck_assert_msg(r.hit_tokens >= l1.hit_tokens, "policy %u: L1 %llu + L2 %llu < %llu",
+			      pol, (unsigned long long)r.l1_tokens, (unsigned long long)r.l2_tokens,
+			      (unsigned long long)l1.hit_tokens);
+		ck_assert_uint_gt(r.l2_tokens, 0);
+		ck_assert_uint_eq(r.live_over_mapped, 0);
+		for (i = 0; i < r.nsamples; i++) {
+			ck_assert_uint_le(r.samples[i].live, r.samples[i].mapped);
+			ck_assert_uint_le(r.samples[i].mapped, o.kv_bytes);
+		}
+		ck_assert_uint_le(r.end_mapped, (uint64_t)o.min_empty * 8192);
+		rp_result_free(&r);
+	}
+	rp_result_free(&l1);
+	rp_trace_free(&t);
+}
+END_TEST
+
+/* A host tier needs the radix cache, a prefix cache and a known policy. */
+START_TEST(test_tier_bad_options)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy s = strat(RP_PAGED, 16, "paged:16");
+	struct rp_result r;
+
+	tier_trace(&t);
+	tier_opts(&o);
+	s.cache = RP_CACHE_HASH;
+	errno = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	s.cache = RP_CACHE_RADIX;
+	o.no_cache = 1;
+	errno = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	o.no_cache = 0;
+	o.write_policy = 3;
+	errno = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &s, &r, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
 /* ------------------------------------------------------ robustness */
 
 /* Three small requests (1024 in, 3 out) and @extra, all at time 0. */
@@ -597,6 +752,42 @@ START_TEST(test_tool_exit_and_messages)
 	unlink(path);
 	free(path);
 
+	/* The host tier: its table and JSON keys; bad options exit 2. */
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
+			 "{\"timestamp\": 1, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 3]}\n");
+	snprintf(args, sizeof(args), "-m tiny -M 64M -s paged:16 --host-pool 2x "
+		 "--write-policy write_back --json=- %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "L1 hit  L2 hit"), "%s", out);
+	ck_assert_msg(strstr(out, "\"cache\": \"hiradix\""), "%s", out);
+	ck_assert_msg(strstr(out, "\"write_policy\": \"write_back\", \"l1_hit_ratio\": 0.426667, "
+				  "\"l2_hit_ratio\": 0.000000"), "%s", out);
+	ck_assert_msg(strstr(out, "\"recomputed_tokens\": 688"), "%s", out);
+	ck_assert_msg(strstr(out, "\"host_pool_bytes\": "), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M --host-pool 64M %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool 2x --cache hash %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "--host-pool works with --cache radix only"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool 2x --cache radix,hash %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool 2x --no-cache %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool 0x %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "invalid value '0x' for --host-pool"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool lots %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny --host-pool 2x --write-policy lru %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "invalid value 'lru' for --write-policy"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --write-policy write_back %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "need --host-pool"), "%s", out);
+	unlink(path);
+	free(path);
+
 	/* Parse errors name the file, the line and the field. */
 	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n"
 			 "{\"timestamp\": 1, \"input_length\": 12x, \"output_length\": 4, \"hash_ids\": [1]}\n");
@@ -625,6 +816,9 @@ int main(void)
 	tcase_add_test(tc, test_hash_no_cache);
 	tcase_add_test(tc, test_pressure_invariants);
 	tcase_add_test(tc, test_bad_options);
+	tcase_add_test(tc, test_hand_checked_tier);
+	tcase_add_test(tc, test_tier_never_worse);
+	tcase_add_test(tc, test_tier_bad_options);
 	tcase_add_test(tc, test_huge_lengths_rejected);
 	tcase_add_test(tc, test_long_output_rejected);
 	tcase_add_test(tc, test_nothing_completes);

@@ -28,6 +28,7 @@ struct opts {
 	const char *trace_path, *csv, *plot, *json, *model_name, *strategies, *caches;
 	enum rp_format fmt;
 	int strict, quiet, progress;
+	int wpolicy_set, loadth_set;	/* given on the command line */
 	uint32_t granules;
 	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
 	struct rp_synth_opts synth;
@@ -73,6 +74,11 @@ static void usage(FILE *f)
 		"                          blocks) or radix,hash for both side by side  [radix]\n"
 		"      --block-hash=FN     hash: sha256_cbor, sha256_cbor_64 or xxh3_128\n"
 		"                                                                  [sha256_cbor]\n"
+		"      --host-pool=SIZE|Rx a host (L2) tier under the radix cache: SIZE of host\n"
+		"                          memory (64G) or R times the device budget (2x)\n"
+		"      --write-policy=P    write_through, write_through_selective or write_back\n"
+		"                                                                  [write_through]\n"
+		"      --load-back-threshold=N  host hits below N tokens are recomputed   [0]\n"
 		"Strategies:\n"
 		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
 		"                          [static:1,paged:16,slab:16]\n"
@@ -97,7 +103,8 @@ enum {
 	O_STRICT = 256, O_REQUESTS, O_RATE, O_IN_MEAN, O_IN_MAX, O_OUT_MEAN, O_OUT_MAX, O_SHARED,
 	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
-	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH
+	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH,
+	O_HOSTPOOL, O_WPOLICY, O_LOADTH
 };
 
 static const struct option longopts[] = {
@@ -122,7 +129,10 @@ static const struct option longopts[] = {
 	{"plot", required_argument, 0, O_PLOT},  {"json", required_argument, 0, O_JSON},
 	{"sample-every", required_argument, 0, O_SAMPLE}, {"quiet", no_argument, 0, 'q'},
 	{"no-progress", no_argument, 0, O_NOPROG}, {"no-cache", no_argument, 0, O_NOCACHE},
-	{"cache", required_argument, 0, O_CACHE}, {"block-hash", required_argument, 0, O_BLOCKHASH}, {"help", no_argument, 0, 'h'},
+	{"cache", required_argument, 0, O_CACHE}, {"block-hash", required_argument, 0, O_BLOCKHASH},
+	{"host-pool", required_argument, 0, O_HOSTPOOL},
+	{"write-policy", required_argument, 0, O_WPOLICY},
+	{"load-back-threshold", required_argument, 0, O_LOADTH}, {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -372,6 +382,38 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			else
 				r = bad("--block-hash", optarg);
 			break;
+		case O_HOSTPOOL: {
+			size_t len = strlen(optarg);
+
+			o->sim.host_bytes = 0;
+			o->sim.host_ratio = 0;
+			if (len > 1 && (optarg[len - 1] == 'x' || optarg[len - 1] == 'X')) {
+				char num[64];
+
+				if (len >= sizeof(num)) {
+					r = bad("--host-pool", optarg);
+					break;
+				}
+				memcpy(num, optarg, len - 1);
+				num[len - 1] = 0;
+				r = parse_double("--host-pool", num, 1e-6, 1e6, &o->sim.host_ratio);
+				if (r < 0 || !(o->sim.host_ratio > 0))
+					r = bad("--host-pool", optarg);
+			} else {
+				r = parse_size("--host-pool", optarg, &o->sim.host_bytes);
+			}
+			break;
+		}
+		case O_WPOLICY:
+			if (rp_write_policy_parse(optarg, &o->sim.write_policy) < 0)
+				r = bad("--write-policy", optarg);
+			o->wpolicy_set = 1;
+			break;
+		case O_LOADTH:
+			r = parse_u64("--load-back-threshold", optarg, 0, UINT32_MAX, &v);
+			o->sim.load_threshold = v;
+			o->loadth_set = 1;
+			break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;
@@ -383,6 +425,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		o->trace_path = argv[optind++];
 	if (optind < argc) {
 		fprintf(stderr, "kvslab-replay: one trace at a time\n");
+		return -1;
+	}
+	if (!RP_TIERED(&o->sim) && (o->wpolicy_set || o->loadth_set)) {
+		fprintf(stderr, "kvslab-replay: --write-policy and --load-back-threshold need "
+				"--host-pool\n");
+		return -1;
+	}
+	if (RP_TIERED(&o->sim) && o->sim.no_cache) {
+		fprintf(stderr, "kvslab-replay: --host-pool needs a prefix cache, not --no-cache\n");
 		return -1;
 	}
 	if (o->sim.max_empty < o->sim.min_empty) {
@@ -444,6 +495,11 @@ int main(int argc, char **argv)
 	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0 ||
 	    parse_caches(o.caches, caches, &nc) < 0)
 		return 2;
+	if (RP_TIERED(&o.sim) && (nc != 1 || caches[0] != RP_CACHE_RADIX)) {
+		fprintf(stderr, "kvslab-replay: --host-pool works with --cache radix only (the "
+				"hashed block cache has no host tier)\n");
+		return 2;
+	}
 	/* Each strategy with each cache; named by the cache unless it is
 	 * the radix cache alone. */
 	for (i = ns; i-- > 0;)

@@ -30,7 +30,45 @@ static double cache_rps(const struct rp_result *r)
 
 static const char *cache_name(const struct rp_result *r)
 {
-	return r->strat.cache == RP_CACHE_HASH ? "hash" : "radix";
+	return r->strat.cache == RP_CACHE_HASH ? "hash" : r->tiered ? "hiradix" : "radix";
+}
+
+static double ratio_of(uint64_t part, uint64_t whole)
+{
+	return whole ? (double)part / (double)whole : 0;
+}
+
+static uint64_t recomputed(const struct rp_result *r)
+{
+	return r->req_tokens > r->hit_tokens ? r->req_tokens - r->hit_tokens : 0;
+}
+
+/* The third table, only when a run had a host tier. */
+static void tier_table(FILE *f, const struct rp_result *res, size_t n)
+{
+	size_t i;
+	int any = 0;
+
+	for (i = 0; i < n; i++)
+		any |= res[i].tiered;
+	if (!any)
+		return;
+	fprintf(f, "\n%-16s %-23s %10s %7s %7s %12s %12s %10s %11s %11s\n", "strategy",
+		"write policy", "host MiB", "L1 hit", "L2 hit", "input tok", "recomputed",
+		"loads back", "backup MiB", "host pk MiB");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		if (!r->tiered)
+			continue;
+		fprintf(f, "%-16s %-23s %10.1f %7.4f %7.4f %12llu %12llu %10llu %11.1f %11.1f\n",
+			r->strat.name, rp_write_policy_name(r->write_policy),
+			mib((double)r->host_pool_bytes), ratio_of(r->l1_tokens, r->req_tokens),
+			ratio_of(r->l2_tokens, r->req_tokens), (unsigned long long)r->req_tokens,
+			(unsigned long long)recomputed(r), (unsigned long long)r->load_backs,
+			mib((double)r->backup_tokens * (double)r->cell),
+			mib((double)r->host_tokens_peak * (double)r->cell));
+	}
 }
 
 void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
@@ -51,7 +89,7 @@ void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
 			mib(r->live_mean), r->frag_peak, r->frag_mean, r->internal_frag_mean,
 			mib(r->cached_mean));
 	}
-	fprintf(f, "\n%-16s %5s %7s %8s %8s %9s %10s %9s %15s %15s %11s %9s\n", "strategy",
+	fprintf(f, "\n%-16s %7s %7s %8s %8s %9s %10s %9s %15s %15s %11s %9s\n", "strategy",
 		"cache", "hit", "done", "preempt", "rejected", "drv calls", "drv ms",
 		"alloc p50/p99 us", "match p50/p99 us", "cache req/s", "end MiB");
 	for (i = 0; i < n; i++) {
@@ -60,12 +98,13 @@ void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
 
 		snprintf(a, sizeof(a), "%.1f/%.1f", r->alloc_p50_ns / 1e3, r->alloc_p99_ns / 1e3);
 		snprintf(m, sizeof(m), "%.1f/%.1f", r->match_p50_ns / 1e3, r->match_p99_ns / 1e3);
-		fprintf(f, "%-16s %5s %7.4f %8llu %8llu %9llu %10llu %9.1f %15s %15s %11.0f %9.1f\n",
+		fprintf(f, "%-16s %7s %7.4f %8llu %8llu %9llu %10llu %9.1f %15s %15s %11.0f %9.1f\n",
 			r->strat.name, cache_name(r), hit_ratio(r),
 			(unsigned long long)r->requests_done, (unsigned long long)r->preempted,
 			(unsigned long long)r->rejected, (unsigned long long)r->drv_calls,
 			r->drv_ns / 1e6, a, m, cache_rps(r), mib((double)r->end_mapped));
 	}
+	tier_table(f, res, n);
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
 		int k;
@@ -171,7 +210,23 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 		for (k = 0; k < RP_REJECT__COUNT; k++)
 			fprintf(f, "%s\"%s\": %llu", k ? ", " : "", rp_reject_name((enum rp_reject)k),
 				(unsigned long long)r->rejects[k]);
-		fprintf(f, "}}%s\n", i + 1 < n ? "," : "");
+		fprintf(f, "}");
+		if (r->tiered)
+			fprintf(f, ",\n     \"host_pool_bytes\": %llu, \"write_policy\": \"%s\", "
+				"\"l1_hit_ratio\": %.6f, \"l2_hit_ratio\": %.6f, \"l1_hit_tokens\": "
+				"%llu, \"l2_hit_tokens\": %llu, \"recomputed_tokens\": %llu,\n     "
+				"\"load_backs\": %llu, \"backup_tokens\": %llu, \"evict_host_tokens\": "
+				"%llu, \"host_tokens_peak\": %llu",
+				(unsigned long long)r->host_pool_bytes,
+				rp_write_policy_name(r->write_policy),
+				ratio_of(r->l1_tokens, r->req_tokens),
+				ratio_of(r->l2_tokens, r->req_tokens),
+				(unsigned long long)r->l1_tokens, (unsigned long long)r->l2_tokens,
+				(unsigned long long)recomputed(r), (unsigned long long)r->load_backs,
+				(unsigned long long)r->backup_tokens,
+				(unsigned long long)r->evict_host_tokens,
+				(unsigned long long)r->host_tokens_peak);
+		fprintf(f, "}%s\n", i + 1 < n ? "," : "");
 	}
 	fprintf(f, "  ]\n}\n");
 	if (f != stdout && fclose(f) != 0)

@@ -35,10 +35,12 @@
 
 #include "sim.h"
 #include "sim_hash.h"
+#include "sim_tier.h"
 
 struct sreq {
 	kvs_req_t req;
 	struct rp_hreq *hq;		/* --cache hash: its blocks and hashes */
+	struct rp_treq *tq;		/* --host-pool: its device pages */
 	int32_t *tokens;
 	size_t idx;
 	uint32_t input, out, generated;
@@ -60,6 +62,7 @@ struct sim {
 	kvs_radix_t *radix;
 	kvs_flow_t *flow;
 	struct rp_hsim *hs;		/* --cache hash, instead of radix and flow */
+	struct rp_tsim *ts;		/* --host-pool, instead of radix and flow */
 	struct sreq **run;
 	size_t nrun;
 	size_t *requeue;		/* preempted requests, taken before new ones */
@@ -99,6 +102,8 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->shrink_quiet = 65536;
 	o->sample_every = 1;
 	o->hash_fn = KVS_HASH_SHA256_CBOR;
+	o->write_policy = KVS_WRITE_THROUGH;
+	o->load_threshold = UINT64_MAX;
 }
 
 static int lat_add(struct lat *l, uint64_t ns)
@@ -161,6 +166,11 @@ static struct sreq *sreq_new(struct sim *s, size_t idx)
 		free(r);
 		return NULL;
 	}
+	if (s->ts && !(r->tq = rp_treq_new(s->ts, r->input + r->out + 1))) {
+		free(r->tokens);
+		free(r);
+		return NULL;
+	}
 	return r;
 }
 
@@ -168,6 +178,7 @@ static void sreq_free(struct sreq *r)
 {
 	if (r) {
 		rp_hreq_free(r->hq);
+		rp_treq_free(r->tq);
 		free(r->tokens);
 		free(r);
 	}
@@ -187,7 +198,9 @@ static void run_remove(struct sim *s, size_t i)
 static ssize_t c_match(struct sim *s, struct sreq *r)
 {
 	uint64_t t0 = now_ns();
-	ssize_t m = s->hs ? rp_hsim_match(s->hs, r->hq, &r->req) : kvs_flow_match(s->flow, &r->req);
+	ssize_t m = s->hs   ? rp_hsim_match(s->hs, r->hq, &r->req)
+		    : s->ts ? rp_tsim_match(s->ts, &r->req, NULL)
+			    : kvs_flow_match(s->flow, &r->req);
 
 	s->res->cache_ns += now_ns() - t0;
 	return m;
@@ -199,6 +212,8 @@ static void c_release(struct sim *s, struct sreq *r)
 
 	if (s->hs)
 		rp_hsim_release(s->hs, r->hq, &r->req);
+	else if (s->ts)
+		rp_tsim_release(s->ts, r->tq, &r->req);
 	else
 		kvs_flow_release(s->flow, &r->req);
 	s->res->cache_ns += now_ns() - t0;
@@ -211,6 +226,8 @@ static int c_finish(struct sim *s, struct sreq *r)
 
 	if (s->hs)
 		rp_hsim_release(s->hs, r->hq, &r->req);
+	else if (s->ts)
+		rc = rp_tsim_finish(s->ts, r->tq, &r->req);
 	else
 		rc = kvs_flow_cache_finished(s->flow, &r->req);
 	s->res->cache_ns += now_ns() - t0;
@@ -222,19 +239,32 @@ static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp
 		   size_t n, int extend)
 {
 	uint64_t t0 = now_ns();
+	struct rp_treq **tb = NULL;
 	int rc;
 	size_t i;
 
+	if (s->ts && !(tb = malloc((n + 1) * sizeof(*tb))))
+		return -1;
 	for (i = 0; i < n; i++) {
 		batch[i] = &rs[i]->req;
 		hb[i] = rs[i]->hq;
+		if (tb)
+			tb[i] = rs[i]->tq;
 	}
-	if (s->hs)
+	if (s->ts)
+		rc = extend ? rp_tsim_extend(s->ts, tb, batch, n) : rp_tsim_decode(s->ts, tb, batch, n);
+	else if (s->hs)
 		rc = extend ? rp_hsim_extend(s->hs, hb, batch, n) : rp_hsim_decode(s->hs, hb, batch, n);
 	else if (extend)
 		rc = kvs_flow_prepare_extend(s->flow, batch, n, NULL) < 0 ? -1 : 0;
 	else
 		rc = kvs_flow_prepare_decode(s->flow, batch, n, NULL);
+	if (tb) {
+		int e = errno;
+
+		free(tb);
+		errno = e;
+	}
 	t0 = now_ns() - t0;
 	s->res->cache_ns += t0;
 	lat_add(&s->alloc_lat, t0);
@@ -249,7 +279,8 @@ static int c_cache_unfinished(struct sim *s, struct sreq *r)
 	if (s->hs)
 		return 0; /* blocks are cached as they fill */
 	t0 = now_ns();
-	rc = kvs_flow_cache_unfinished(s->flow, &r->req);
+	rc = s->ts ? rp_tsim_cache_unfinished(s->ts, r->tq, &r->req)
+		   : kvs_flow_cache_unfinished(s->flow, &r->req);
 	s->res->cache_ns += now_ns() - t0;
 	return rc;
 }
@@ -257,7 +288,9 @@ static int c_cache_unfinished(struct sim *s, struct sreq *r)
 /* Tokens the cache could give back (evictable). */
 static uint64_t c_evictable(struct sim *s)
 {
-	return s->hs ? rp_hsim_evictable(s->hs) : kvs_radix_evictable(s->radix);
+	return s->hs ? rp_hsim_evictable(s->hs)
+	       : s->ts ? rp_tsim_evictable(s->ts)
+		       : kvs_radix_evictable(s->radix);
 }
 
 /* Release the newest running request and send it back to the queue. */
@@ -433,6 +466,14 @@ static int prefill(struct sim *s)
 			s->counted[r->idx] = 1;
 			s->res->hit_tokens += r->req.prefix_len;
 			s->res->req_tokens += r->input;
+			if (s->ts) {
+				uint64_t l2 = rp_treq_loaded(r->tq);
+
+				if (l2 > r->req.prefix_len)
+					l2 = r->req.prefix_len;
+				s->res->l2_tokens += l2;
+				s->res->l1_tokens += r->req.prefix_len - l2;
+			}
 		}
 		/* As SGLang's scheduler does after every prefill (chunk) of a
 		 * request that goes on: its tokens enter the tree, so that
@@ -523,7 +564,14 @@ static int sample(struct sim *s, uint64_t step)
 	} else {
 		for (i = 0; i < s->nrun; i++)
 			own += s->run[i]->req.kv_len - s->run[i]->req.prefix_len;
-		live = (own + kvs_radix_tokens(s->radix)) * res->cell;
+		live = (own + (s->ts ? rp_tsim_device_tokens(s->ts) : kvs_radix_tokens(s->radix))) *
+		       res->cell;
+		if (s->ts) {
+			uint64_t ht = rp_tsim_host_tokens(s->ts);
+
+			if (ht > res->host_tokens_peak)
+				res->host_tokens_peak = ht;
+		}
 	}
 	held = kvs_slab_stat(sl, KVS_SLAB_STAT_objects) * ps * res->cell;
 	cached = c_evictable(s) * res->cell;
@@ -725,6 +773,13 @@ static int setup(struct sim *s)
 					errno == ENOTSUP ? "this build has no library for the chosen "
 							   "--block-hash"
 							 : strerror(errno));
+	} else if (RP_TIERED(o)) {
+		s->ts = rp_tsim_create(s->pool, o->host_bytes, o->host_ratio, o->write_policy,
+				       o->load_threshold);
+		if (!s->ts)
+			return fail_msg(s, "cannot create the host pool and hierarchical radix "
+					   "cache: %s", strerror(errno));
+		s->res->host_pool_bytes = rp_tsim_host_tokens_max(s->ts) * s->res->cell;
 	} else {
 		kvs_radix_attr_t ra;
 
@@ -754,12 +809,15 @@ static void teardown(struct sim *s)
 	for (i = 0; i < s->nrun; i++) {
 		if (s->hs)
 			rp_hsim_release(s->hs, s->run[i]->hq, &s->run[i]->req);
+		else if (s->ts)
+			rp_tsim_release(s->ts, s->run[i]->tq, &s->run[i]->req);
 		else if (s->flow)
 			kvs_flow_release(s->flow, &s->run[i]->req);
 		sreq_free(s->run[i]);
 	}
 	sreq_free(s->head);
 	rp_hsim_destroy(s->hs);
+	rp_tsim_destroy(s->ts);
 	kvs_flow_destroy(s->flow);
 	kvs_radix_destroy(s->radix);
 	kvs_reqtab_destroy(s->tab);
@@ -788,9 +846,13 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	memset(res, 0, sizeof(*res));
 	memset(&s, 0, sizeof(s));
 	res->strat = *st;
+	res->tiered = o && RP_TIERED(o);
+	res->write_policy = o ? o->write_policy : 0;
 	res->cell = kvs_model_cell_size(&o->model);
 	if (!t || !o || !res->cell || st->page_size == 0 || o->max_running == 0 ||
-	    o->sample_every == 0 || !(o->step_ms > 0)) {
+	    o->sample_every == 0 || !(o->step_ms > 0) ||
+	    (RP_TIERED(o) && (st->cache != RP_CACHE_RADIX || o->no_cache ||
+			      !rp_write_policy_name(o->write_policy)))) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -804,6 +866,8 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		    t->req[s.next].arrival_ms > s.t_ms)
 			s.t_ms = t->req[s.next].arrival_ms; /* idle: skip to the next arrival */
 		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0)
+			goto out;
+		if (s.ts && rp_tsim_poll(s.ts) < 0)
 			goto out;
 		/* Between forward passes, as a scheduler would: frees never
 		 * unmap, so the release policy runs here (or on the worker). */
@@ -834,8 +898,14 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	if (s.hs) {
 		res->hash_ns = rp_hsim_hash_ns(s.hs);
 		rp_hsim_drain(s.hs);
-	}
-	else
+	} else if (s.ts) {
+		kvs_hiradix_t *h = rp_tsim_cache(s.ts);
+
+		res->backup_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_backup_tokens);
+		res->load_backs = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_load_backs);
+		res->evict_host_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_evict_host_tokens);
+		rp_tsim_drain(s.ts);
+	} else
 		kvs_radix_evict(s.radix, UINT64_MAX / 2);
 	kvs_slab_flush(kvs_pool_slab(s.pool));
 	kvs_slab_shrink(kvs_pool_slab(s.pool));
@@ -858,6 +928,30 @@ void rp_result_free(struct rp_result *res)
 	free(res->samples);
 	res->samples = NULL;
 	res->nsamples = res->cap_samples = 0;
+}
+
+static const char *const policy_names[] = {
+	[KVS_WRITE_THROUGH] = "write_through",
+	[KVS_WRITE_THROUGH_SELECTIVE] = "write_through_selective",
+	[KVS_WRITE_BACK] = "write_back",
+};
+
+const char *rp_write_policy_name(uint32_t policy)
+{
+	return policy < sizeof(policy_names) / sizeof(policy_names[0]) ? policy_names[policy]
+									  : NULL;
+}
+
+int rp_write_policy_parse(const char *name, uint32_t *policy)
+{
+	uint32_t k;
+
+	for (k = 0; k < sizeof(policy_names) / sizeof(policy_names[0]); k++)
+		if (!strcmp(name, policy_names[k])) {
+			*policy = k;
+			return 0;
+		}
+	return -1;
 }
 
 static const char *const reject_names[] = {

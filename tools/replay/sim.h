@@ -43,7 +43,20 @@ struct rp_sim_opts {
 	int no_cache;			/* a disabled prefix cache: nothing kept */
 	int hash_fn;			/* --cache hash: enum kvs_hash_fn */
 	uint64_t sample_every;		/* steps between samples (>= 1) */
+	/* --host-pool: a host (L2) tier under the radix cache when either is
+	 * not 0: host_bytes of host memory, or host_ratio x the device pages. */
+	uint64_t host_bytes;
+	double host_ratio;
+	uint32_t write_policy;		/* KVS_WRITE_* */
+	uint64_t load_threshold;	/* UINT64_MAX: the cache's default */
 };
+
+/* Whether @o asks for a host tier. */
+#define RP_TIERED(o) ((o)->host_bytes != 0 || (o)->host_ratio > 0)
+
+/* "write_through", ...: NULL for an unknown policy; and back. */
+const char *rp_write_policy_name(uint32_t policy);
+int rp_write_policy_parse(const char *name, uint32_t *policy);
 
 void rp_sim_defaults(struct rp_sim_opts *o);
 
@@ -94,6 +107,14 @@ struct rp_result {
 	double frag_peak, frag_mean, internal_frag_mean;
 	uint64_t end_mapped;		/* after draining: cache evicted, slabs shrunk */
 	uint64_t hit_tokens, req_tokens;
+	/* --host-pool: hit_tokens = l1_tokens (device prefix at the first
+	 * prefill) + l2_tokens (loaded back from the host); recomputed =
+	 * req_tokens - hit_tokens. */
+	int tiered;
+	uint32_t write_policy;
+	uint64_t host_pool_bytes;
+	uint64_t l1_tokens, l2_tokens;
+	uint64_t backup_tokens, load_backs, evict_host_tokens, host_tokens_peak;
 	uint64_t drv_calls, drv_ns;
 	uint64_t alloc_p50_ns, alloc_p99_ns, match_p50_ns, match_p99_ns;
 	uint64_t cache_ns;		/* in the prefix cache's calls: match, extend, decode, finish */
