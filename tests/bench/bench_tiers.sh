@@ -1,0 +1,59 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+#
+# tests/bench/bench_tiers.sh - the radix cache alone (L1) against the
+# hierarchical radix cache with a host pool (L2) of 1x, 2x and 4x the
+# device pool, on the Mooncake conversation trace: pages of 16, device
+# memory for 10% and 30% of the trace's unique tokens, write-through.
+# Prints L1 and L2 hit ratios, the input tokens recomputed, and completed
+# requests per second of time spent in the cache's calls.
+#
+# Usage: bench_tiers.sh [TRACE.jsonl]   (default: the conversation trace
+# in $KVSLAB_SHARED/traces, else in a "shared" folder beside the source or
+# one of its parents).  Exit 77 when there is no trace or no python3.
+set -eu
+
+top_src=${KVSLAB_TOP_SRCDIR:-.}
+top_build=${KVSLAB_TOP_BUILDDIR:-.}
+replay="$top_build/tools/kvslab-replay"
+trace=${1:-}
+if [ -z "$trace" ]; then
+	if [ -n "${KVSLAB_SHARED:-}" ]; then
+		trace="$KVSLAB_SHARED/traces/conversation_trace.jsonl"
+	else
+		d=$(cd "$top_src" && pwd)
+		while [ "$d" != / ]; do
+			d=$(dirname "$d")
+			if [ -f "$d/shared/traces/conversation_trace.jsonl" ]; then
+				trace="$d/shared/traces/conversation_trace.jsonl"
+				break
+			fi
+		done
+	fi
+fi
+if [ -z "$trace" ] || [ ! -f "$trace" ]; then
+	echo "bench_tiers: no conversation trace (set KVSLAB_SHARED)" >&2
+	exit 77
+fi
+command -v python3 >/dev/null || { echo "bench_tiers: no python3" >&2; exit 77; }
+
+echo "bench_tiers: $trace, pages of 16, model tiny, write_through"
+printf '%-7s %-6s %8s %8s %8s %14s %12s\n' device L2 "L1 hit" "L2 hit" hit recomputed "req/s cache"
+for pct in 10 30; do
+	for host in none 1x 2x 4x; do
+		opt=
+		[ $host = none ] || opt="--host-pool $host"
+		# shellcheck disable=SC2086
+		"$replay" -q --no-progress -m tiny -M "$pct%" -s paged:16 $opt --json - "$trace" |
+		python3 -c '
+import json, sys
+pct, host = sys.argv[1], sys.argv[2]
+for s in json.load(sys.stdin)["strategies"]:
+    l1 = s.get("l1_hit_ratio", s["hit_ratio"])
+    l2 = s.get("l2_hit_ratio", 0.0)
+    rec = s.get("recomputed_tokens")
+    print("%-7s %-6s %8.4f %8.4f %8.4f %14s %12.0f" % (pct + "%", host, l1, l2, s["hit_ratio"],
+          rec if rec is not None else "-", s["cache_requests_per_s"]))
+' "$pct" "$host"
+	done
+done
