@@ -48,6 +48,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +59,15 @@
 
 struct hload;
 
+/* A node's links in one leaf set (see lset()). */
+struct leaf_link {
+	struct kvs_hiradix_node *prev, *next;
+	bool in;
+};
+
 struct kvs_hiradix_node {
 	struct kvs_hiradix_node *parent, *child, *prev, *next; /* children list */
-	struct kvs_hiradix_node *dprev, *dnext, *hprev, *hnext; /* leaf sets */
+	struct leaf_link dl, hl;	/* the device and host leaf sets */
 	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
 	int32_t *key, *locs, *host;
 	size_t len;
@@ -68,7 +75,7 @@ struct kvs_hiradix_node {
 	struct hload *ld;
 	uint32_t lock_ref, hit_count, nchildren, ndev;
 	uint64_t access;
-	bool on_dev, host_ok, bx_done, in_d, in_h;
+	bool on_dev, host_ok, bx_done;
 };
 
 /* A load back in flight: the chain top .. last, loaded together. */
@@ -96,46 +103,39 @@ typedef struct kvs_hiradix_node node_t;
 
 /* ------------------------------------------------------------ leaf sets */
 
-static void dset(kvs_hiradix_t *h, node_t *x, bool in)
+/* Put @x in or out of the leaf set whose head is *@head and whose links
+ * are at @off in each node. */
+static void lset(node_t **head, node_t *x, size_t off, bool in)
 {
-	if (in == x->in_d)
+	struct leaf_link *l = (struct leaf_link *)((char *)x + off);
+
+	if (in == l->in)
 		return;
 	if (in) {
-		x->dprev = NULL;
-		x->dnext = h->dleaves;
-		if (h->dleaves)
-			h->dleaves->dprev = x;
-		h->dleaves = x;
+		l->prev = NULL;
+		l->next = *head;
+		if (*head)
+			((struct leaf_link *)((char *)*head + off))->prev = x;
+		*head = x;
 	} else {
-		if (x->dprev)
-			x->dprev->dnext = x->dnext;
+		if (l->prev)
+			((struct leaf_link *)((char *)l->prev + off))->next = l->next;
 		else
-			h->dleaves = x->dnext;
-		if (x->dnext)
-			x->dnext->dprev = x->dprev;
+			*head = l->next;
+		if (l->next)
+			((struct leaf_link *)((char *)l->next + off))->prev = l->prev;
 	}
-	x->in_d = in;
+	l->in = in;
+}
+
+static void dset(kvs_hiradix_t *h, node_t *x, bool in)
+{
+	lset(&h->dleaves, x, offsetof(node_t, dl), in);
 }
 
 static void hset(kvs_hiradix_t *h, node_t *x, bool in)
 {
-	if (in == x->in_h)
-		return;
-	if (in) {
-		x->hprev = NULL;
-		x->hnext = h->hleaves;
-		if (h->hleaves)
-			h->hleaves->hprev = x;
-		h->hleaves = x;
-	} else {
-		if (x->hprev)
-			x->hprev->hnext = x->hnext;
-		else
-			h->hleaves = x->hnext;
-		if (x->hnext)
-			x->hnext->hprev = x->hprev;
-	}
-	x->in_h = in;
+	lset(&h->hleaves, x, offsetof(node_t, hl), in);
 }
 
 static bool is_dleaf(const kvs_hiradix_t *h, const node_t *x)
@@ -541,7 +541,7 @@ static node_t *lru(node_t *set, bool dev)
 {
 	node_t *best = NULL, *x;
 
-	for (x = set; x; x = dev ? x->dnext : x->hnext)
+	for (x = set; x; x = dev ? x->dl.next : x->hl.next)
 		if (!best || x->access < best->access)
 			best = x;
 	return best;
@@ -1285,10 +1285,10 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->lock_ref > x->lock_ref && x != &h->root)
 			return false;
-		if (c->in_d != is_dleaf(h, c) || c->in_h != is_hleaf(h, c))
+		if (c->dl.in != is_dleaf(h, c) || c->hl.in != is_hleaf(h, c))
 			return false;
-		v->nd += c->in_d;
-		v->nh += c->in_h;
+		v->nd += c->dl.in;
+		v->nh += c->hl.in;
 		v->nb += c->bx != NULL;
 		if (c->prev ? c->prev->next != c : x->child != c)
 			return false;
@@ -1321,13 +1321,13 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	}
 	pthread_mutex_lock(&h->lock);
 	ok = validate_walk(h, &h->root, &v);
-	for (x = h->dleaves; x; x = x->dnext)
+	for (x = h->dleaves; x; x = x->dl.next)
 		nd++;
-	for (x = h->hleaves; x; x = x->hnext)
+	for (x = h->hleaves; x; x = x->hl.next)
 		nh++;
 	for (x = h->backups; x; x = x->bnext)
 		nb++;
-	ok = ok && nd == v.nd && nh == v.nh && nb == v.nb && !h->root.in_d && !h->root.in_h;
+	ok = ok && nd == v.nd && nh == v.nh && nb == v.nb && !h->root.dl.in && !h->root.hl.in;
 	pthread_mutex_unlock(&h->lock);
 	if (!ok) {
 		errno = EUCLEAN;

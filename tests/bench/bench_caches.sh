@@ -13,29 +13,10 @@
 # one of its parents).  Exit 77 when there is no trace or no python3.
 set -eu
 
-top_src=${KVSLAB_TOP_SRCDIR:-.}
 top_build=${KVSLAB_TOP_BUILDDIR:-.}
 replay="$top_build/tools/kvslab-replay"
-trace=${1:-}
-if [ -z "$trace" ]; then
-	if [ -n "${KVSLAB_SHARED:-}" ]; then
-		trace="$KVSLAB_SHARED/traces/conversation_trace.jsonl"
-	else
-		d=$(cd "$top_src" && pwd)
-		while [ "$d" != / ]; do
-			d=$(dirname "$d")
-			if [ -f "$d/shared/traces/conversation_trace.jsonl" ]; then
-				trace="$d/shared/traces/conversation_trace.jsonl"
-				break
-			fi
-		done
-	fi
-fi
-if [ -z "$trace" ] || [ ! -f "$trace" ]; then
-	echo "bench_caches: no conversation trace (set KVSLAB_SHARED)" >&2
-	exit 77
-fi
-command -v python3 >/dev/null || { echo "bench_caches: no python3" >&2; exit 77; }
+bench=bench_caches
+. "$(dirname "$0")/find_trace.sh"
 
 echo "bench_caches: $trace, pages of 16, model tiny (KV bytes do not matter here)"
 printf '%-9s %-17s %8s %12s %12s %10s %9s\n' capacity cache hit "req/s cache" "req/s w/o h" "hash %" preempt
