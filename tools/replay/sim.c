@@ -78,7 +78,7 @@ struct sim {
 	uint64_t frag_steps;
 };
 
-static uint64_t now_ns(void)
+uint64_t rp_now_ns(void)
 {
 	struct timespec ts;
 
@@ -197,18 +197,18 @@ static void run_remove(struct sim *s, size_t i)
  */
 static ssize_t c_match(struct sim *s, struct sreq *r)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = rp_now_ns();
 	ssize_t m = s->hs   ? rp_hsim_match(s->hs, r->hq, &r->req)
 		    : s->ts ? rp_tsim_match(s->ts, &r->req, NULL)
 			    : kvs_flow_match(s->flow, &r->req);
 
-	s->res->cache_ns += now_ns() - t0;
+	s->res->cache_ns += rp_now_ns() - t0;
 	return m;
 }
 
 static void c_release(struct sim *s, struct sreq *r)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = rp_now_ns();
 
 	if (s->hs)
 		rp_hsim_release(s->hs, r->hq, &r->req);
@@ -216,12 +216,12 @@ static void c_release(struct sim *s, struct sreq *r)
 		rp_tsim_release(s->ts, r->tq, &r->req);
 	else
 		kvs_flow_release(s->flow, &r->req);
-	s->res->cache_ns += now_ns() - t0;
+	s->res->cache_ns += rp_now_ns() - t0;
 }
 
 static int c_finish(struct sim *s, struct sreq *r)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = rp_now_ns();
 	int rc = 0;
 
 	if (s->hs)
@@ -230,7 +230,7 @@ static int c_finish(struct sim *s, struct sreq *r)
 		rc = rp_tsim_finish(s->ts, r->tq, &r->req);
 	else
 		rc = kvs_flow_cache_finished(s->flow, &r->req);
-	s->res->cache_ns += now_ns() - t0;
+	s->res->cache_ns += rp_now_ns() - t0;
 	return rc;
 }
 
@@ -238,7 +238,7 @@ static int c_finish(struct sim *s, struct sreq *r)
 static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp_hreq **hb,
 		   size_t n, int extend)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = rp_now_ns();
 	struct rp_treq **tb = NULL;
 	int rc;
 	size_t i;
@@ -265,7 +265,7 @@ static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp
 		free(tb);
 		errno = e;
 	}
-	t0 = now_ns() - t0;
+	t0 = rp_now_ns() - t0;
 	s->res->cache_ns += t0;
 	lat_add(&s->alloc_lat, t0);
 	return rc;
@@ -278,10 +278,10 @@ static int c_cache_unfinished(struct sim *s, struct sreq *r)
 
 	if (s->hs)
 		return 0; /* blocks are cached as they fill */
-	t0 = now_ns();
+	t0 = rp_now_ns();
 	rc = s->ts ? rp_tsim_cache_unfinished(s->ts, r->tq, &r->req)
 		   : kvs_flow_cache_unfinished(s->flow, &r->req);
-	s->res->cache_ns += now_ns() - t0;
+	s->res->cache_ns += rp_now_ns() - t0;
 	return rc;
 }
 
@@ -398,9 +398,9 @@ static int admit(struct sim *s)
 		if (!r)
 			return -1;
 		r->req.ntokens = r->input;
-		t0 = now_ns();
+		t0 = rp_now_ns();
 		m = c_match(s, r);
-		lat_add(&s->match_lat, now_ns() - t0);
+		lat_add(&s->match_lat, rp_now_ns() - t0);
 		if (m < 0) {
 			sreq_free(r);
 			return -1;
@@ -840,7 +840,7 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		const struct rp_strategy *st, struct rp_result *res, rp_progress_cb cb, void *arg)
 {
 	struct sim s;
-	uint64_t step = 0, wall0 = now_ns();
+	uint64_t step = 0, wall0 = rp_now_ns();
 	int rc = -1, e = 0;
 
 	memset(res, 0, sizeof(*res));
@@ -917,7 +917,7 @@ out:
 	if (rc)
 		e = errno;
 	teardown(&s);
-	res->wall_s = (double)(now_ns() - wall0) / 1e9;
+	res->wall_s = (double)(rp_now_ns() - wall0) / 1e9;
 	if (rc)
 		errno = e;
 	return rc;

@@ -60,6 +60,9 @@ int rp_write_policy_parse(const char *name, uint32_t *policy);
 
 void rp_sim_defaults(struct rp_sim_opts *o);
 
+/* CLOCK_MONOTONIC in nanoseconds, for the replay's timings. */
+uint64_t rp_now_ns(void);
+
 /*
  * Why a request was turned away before it ran, one counter each in
  * struct rp_result: name (for the CSV/JSON keys and the table) and what

@@ -16,8 +16,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "sim.h"
 #include "sim_hash.h"
 
 struct rp_hsim {
@@ -99,14 +99,6 @@ void rp_hreq_free(struct rp_hreq *q)
 	}
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Hash the full blocks of the request's first @ntokens tokens. */
 static int hash_upto(struct rp_hsim *h, struct rp_hreq *q, const kvs_req_t *req, size_t ntokens)
 {
@@ -115,10 +107,10 @@ static int hash_upto(struct rp_hsim *h, struct rp_hreq *q, const kvs_req_t *req,
 
 	if (h->disabled || ntokens / h->bs <= q->nhashes)
 		return 0;
-	t0 = now_ns();
+	t0 = rp_now_ns();
 	rc = kvs_block_hash_request(h->hasher, req->tokens, ntokens, NULL, q->hashes,
 				    q->max_blocks, &q->nhashes);
-	h->hash_ns += now_ns() - t0;
+	h->hash_ns += rp_now_ns() - t0;
 	return rc;
 }
 
