@@ -53,11 +53,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
+#include "kvevent.h"
 #include "kvslab/hiradix.h"
 
 struct hload;
+struct hbatch;
 
 /* A node's links in one leaf set (see lset()). */
 struct leaf_link {
@@ -71,17 +74,40 @@ struct kvs_hiradix_node {
 	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
 	int32_t *key, *locs, *host;
 	size_t len;
-	kvs_hpool_xfer_t *bx;
+	struct hbatch *bt;		/* a backup's batch, while one is pending */
 	struct hload *ld;
 	uint32_t lock_ref, hit_count, nchildren, ndev;
 	uint64_t access;
-	bool on_dev, host_ok, bx_done;
+	uint64_t hash;			/* chained hash of its last page (events only) */
+	bool on_dev, host_ok;
 };
 
-/* A load back in flight: the chain top .. last, loaded together. */
-struct hload {
+/* Host pages of a copy dropped while its transfer is in flight. */
+struct orphan {
+	struct orphan *next;
+	size_t n;
+	int32_t *pages;
+};
+
+/* One transfer of the controller: the backups (or loads back) merged into
+ * one kvs_hpool_backup() (kvs_hpool_load()); h->wq and h->lq, with no
+ * transfer, are the queues. */
+struct hbatch {
 	kvs_hpool_xfer_t *x;
+	uint32_t refs;			/* nodes or loads it still serves */
+	int state;			/* 0 in flight, 1 complete, -1 failed */
+	bool handed;			/* a load transfer the caller holds */
+	struct hbatch *next;		/* its ack queue, oldest first */
+	struct hbatch *hnext;		/* the handed-out list */
+	struct orphan *orphans;		/* freed with it */
+};
+
+/* A load back: the chain top .. last, loaded together. */
+struct hload {
+	struct hbatch *bt;
 	struct kvs_hiradix_node *top, *last;
+	int32_t *dev, *host;		/* while queued: its pages, top first */
+	size_t np;
 	struct hload *prev, *next;
 };
 
@@ -94,6 +120,17 @@ struct kvs_hiradix {
 	struct kvs_hiradix_node root;
 	struct kvs_hiradix_node *dleaves, *hleaves, *backups;
 	struct hload *loads;
+	struct hbatch wq, lq;		/* the write and load queues */
+	struct hbatch *wacks, *lacks;	/* the ack queues */
+	struct hbatch *handed, *last_load;
+	uint64_t bgen;			/* backups taken out of h->backups */
+	uint32_t flags, poll_us;
+	kvs_hiradix_agree_cb agree;
+	void *agree_arg;
+	struct kvev_sink sink;
+	pthread_t thread;
+	pthread_cond_t wake;
+	bool has_thread, stop;
 	uint64_t st[KVS_HIRADIX_STAT__COUNT]; /* the counters; gauges are walked */
 };
 
@@ -259,7 +296,50 @@ static void pages_of(const kvs_hiradix_t *h, const int32_t *locs, size_t len, in
 		pages[i] = locs[i * h->ps] / (int32_t)h->ps;
 }
 
-/* ------------------------------------------------------------ backups */
+/* ------------------------------------------------------------ events */
+
+/* @x's chained page hash, from its parent's; kept only when events go
+ * somewhere. */
+static void node_hash(kvs_hiradix_t *h, node_t *x)
+{
+	if (h->sink.cb)
+		x->hash = kvev_chain(&h->sink, x->parent->hash, 0, x->key, 0, (uint32_t)x->len, 0);
+}
+
+/* One event of @type per page of @x, on @medium. */
+static void node_events(kvs_hiradix_t *h, node_t *x, int type, int medium)
+{
+	struct kvev_sink s = h->sink;
+
+	if (!s.cb)
+		return;
+	s.medium = medium;
+	kvev_chain(&s, x->parent->hash, 0, x->key, 0, (uint32_t)x->len, type);
+}
+
+/* ------------------------------------------------------------ batches */
+
+/*
+ * The controller.  A backup or a load back is first queued (h->wq, h->lq:
+ * batches with no transfer yet); submit_writes() and submit_loads() start
+ * everything queued as one kvs_hpool_backup() or kvs_hpool_load(), whose
+ * runs of adjacent pages the host pool merges into single copies, and put
+ * the batch at the tail of its ack queue (h->wacks, h->lacks).  Without
+ * KVS_HIRADIX_DEFER each call submits what it queued before it returns;
+ * with it the queues wait for kvs_hiradix_submit(), a poll, or a call that
+ * must wait for one of their copies.
+ *
+ * take_acks() finds the batches that completed.  Backup batches are taken
+ * in order, and only as many as the agree hook allows (the minimum over
+ * tensor-parallel ranks), so that every rank marks the same nodes backed
+ * up.  A batch's state (0 in flight, 1 done, -1 failed) then drives its
+ * nodes: resolve() makes a done node's copy valid once its parent's is
+ * (cascading down), drops a failed one's.  A batch is freed when it is
+ * resolved, no node or load refers to it (refs) and, for a load handed to
+ * the caller, the caller's next poll or submit has come (handed).  Host
+ * pages of a copy dropped while its batch is in flight cannot be freed yet
+ * (busy in the transfer): they wait on the batch (orphans).
+ */
 
 static void bset(kvs_hiradix_t *h, node_t *x, bool in)
 {
@@ -277,29 +357,110 @@ static void bset(kvs_hiradix_t *h, node_t *x, bool in)
 		if (x->bnext)
 			x->bnext->bprev = x->bprev;
 		x->bprev = x->bnext = NULL;
+		h->bgen++;
 	}
 }
 
+static bool queued(const kvs_hiradix_t *h, const struct hbatch *b)
+{
+	return b == &h->wq || b == &h->lq;
+}
+
+static void batch_free(kvs_hiradix_t *h, struct hbatch *b)
+{
+	struct orphan *o;
+
+	kvs_hpool_xfer_free(b->x); /* seen complete: no wait */
+	while ((o = b->orphans)) {
+		b->orphans = o->next;
+		kvs_hpool_free(h->hp, o->n, o->pages);
+		free(o->pages);
+		free(o);
+	}
+	free(b);
+}
+
+/* Free @b if nothing needs it any more. */
+static void batch_check(kvs_hiradix_t *h, struct hbatch *b)
+{
+	if (b->refs == 0 && b->state != 0 && !b->handed)
+		batch_free(h, b);
+}
+
+static void batch_put(kvs_hiradix_t *h, struct hbatch *b)
+{
+	if (queued(h, b))
+		return;
+	b->refs--;
+	batch_check(h, b);
+}
+
+/* Append @b to the ack queue at *@q. */
+static void ack_push(struct hbatch **q, struct hbatch *b)
+{
+	while (*q)
+		q = &(*q)->next;
+	*q = b;
+}
+
+/* Take @b, seen complete or failed, out of the ack queue at *@q. */
+static void ack_take(struct hbatch **q, struct hbatch *b, int state)
+{
+	while (*q != b)
+		q = &(*q)->next;
+	*q = b->next;
+	b->next = NULL;
+	b->state = state;
+}
+
+/* Wait for @b's transfer (submitted) and take it out of its ack queue. */
+static void batch_wait(kvs_hiradix_t *h, struct hbatch *b, bool load)
+{
+	if (b->state == 0)
+		ack_take(load ? &h->lacks : &h->wacks, b,
+			 kvs_hpool_xfer_wait(b->x) == 0 ? 1 : -1);
+}
+
+/* ------------------------------------------------------------ backups */
+
 static void host_release(kvs_hiradix_t *h, node_t *x)
 {
-	kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+	struct orphan *o;
+	size_t np = x->len / h->ps;
+
+	if (x->bt && !queued(h, x->bt) && x->bt->state == 0) {
+		/* Still the destination of a copy in flight. */
+		o = malloc(sizeof(*o));
+		if (o) {
+			o->n = np;
+			o->pages = x->host;
+			o->next = x->bt->orphans;
+			x->bt->orphans = o;
+			x->host = NULL;
+		} else {
+			batch_wait(h, x->bt, false);
+		}
+	}
+	if (x->host)
+		kvs_hpool_free(h->hp, np, x->host);
 	free(x->host);
 	x->host = NULL;
 	x->host_ok = false;
 	leaf_update(h, x);
 }
 
-/* Forget @x's transfer (waiting for it when in flight). */
+/* Forget @x's backup: its batch is resolved, or its copy dropped. */
 static void bx_end(kvs_hiradix_t *h, node_t *x)
 {
-	kvs_hpool_xfer_free(x->bx);
-	x->bx = NULL;
-	x->bx_done = false;
+	struct hbatch *b = x->bt;
+
 	bset(h, x, false);
+	x->bt = NULL;
 	lock_path(h, x, -1);
+	batch_put(h, b);
 }
 
-/* @x's host copy failed: drop it and every descendant's (only in flight). */
+/* @x's host copy failed: drop it and every descendant's (only pending). */
 static void drop_host(kvs_hiradix_t *h, node_t *x)
 {
 	node_t *c;
@@ -307,71 +468,139 @@ static void drop_host(kvs_hiradix_t *h, node_t *x)
 	for (c = x->child; c; c = c->next)
 		if (c->host)
 			drop_host(h, c);
-	if (x->bx)
+	host_release(h, x); /* first: it needs to see the batch */
+	if (x->bt)
 		bx_end(h, x);
-	host_release(h, x);
 	ST(h, backup_lost, 1);
 }
 
-/* A transfer seen complete (@ok) or failed. */
-static void backup_done(kvs_hiradix_t *h, node_t *x, bool ok)
+/* @x's copy is complete and its parent's valid: valid now, and so are its
+ * children's that completed meanwhile. */
+static void make_valid(kvs_hiradix_t *h, node_t *x)
 {
-	if (!ok) {
-		drop_host(h, x);
-		return;
-	}
-	if (x->parent == &h->root || x->parent->host_ok) {
-		bx_end(h, x);
-		x->host_ok = true;
-		leaf_update(h, x);
-	} else {
-		x->bx_done = true;
+	node_t *c;
+
+	bx_end(h, x);
+	x->host_ok = true;
+	leaf_update(h, x);
+	node_events(h, x, KVS_KV_STORED, KVS_MEDIUM_CPU);
+	for (c = x->child; c; c = c->next)
+		if (c->bt && !queued(h, c->bt) && c->bt->state == 1)
+			make_valid(h, c);
+}
+
+/* Act on the backups whose batch is resolved. */
+static void resolve(kvs_hiradix_t *h)
+{
+	node_t *x = h->backups, *n;
+
+	while (x) {
+		uint64_t gen = h->bgen;
+		int s = queued(h, x->bt) ? 0 : x->bt->state;
+
+		n = x->bnext;
+		if (s < 0)
+			drop_host(h, x);
+		else if (s > 0 && (x->parent == &h->root || x->parent->host_ok))
+			make_valid(h, x);
+		/* Others than x left the list: start again. */
+		x = h->bgen - gen > (s != 0) ? h->backups : n;
 	}
 }
 
 static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens);
 
-/* Back up @x (on the device, no host copy), its ancestors first. */
+/* Queue a backup of @x (on the device, no host copy), its ancestors'
+ * first. */
 static int backup(kvs_hiradix_t *h, node_t *x)
 {
 	size_t np = x->len / h->ps;
-	int32_t *host, *dev;
-	int rc;
+	int32_t *host;
 
 	if (x->parent != &h->root && !x->parent->host && backup(h, x->parent) < 0)
 		return -1;
 	host = malloc(np * sizeof(*host));
-	dev = malloc(np * sizeof(*dev));
-	if (!host || !dev)
-		goto nomem;
+	if (!host) {
+		ST(h, backup_fail, 1);
+		errno = ENOMEM;
+		return -1;
+	}
 	if (kvs_hpool_alloc(h->hp, np, host) < 0) {
-		if (errno != ENOMEM)
-			goto fail;
-		evict_host(h, x->len);
-		if (kvs_hpool_alloc(h->hp, np, host) < 0)
-			goto fail;
+		if (errno == ENOMEM) {
+			evict_host(h, x->len);
+			if (kvs_hpool_alloc(h->hp, np, host) == 0)
+				goto ok;
+		}
+		ST(h, backup_fail, 1);
+		free(host);
+		errno = ENOMEM;
+		return -1;
 	}
-	pages_of(h, x->locs, x->len, dev);
-	if (kvs_hpool_backup(h->hp, dev, host, np, &x->bx) < 0) {
-		rc = errno;
-		kvs_hpool_free(h->hp, np, host);
-		errno = rc;
-		goto fail;
-	}
-	free(dev);
+ok:
 	x->host = host;
+	x->bt = &h->wq;
 	bset(h, x, true);
 	lock_path(h, x, 1);
-	ST(h, backups, 1);
-	ST(h, backup_tokens, x->len);
 	return 0;
-nomem:
-	errno = ENOMEM;
-fail:
-	rc = errno;
-	ST(h, backup_fail, 1);
-	free(host);
+}
+
+/* Start every queued backup as one transfer.  A failure drops them all. */
+static int submit_writes(kvs_hiradix_t *h)
+{
+	size_t np = 0, k = 0;
+	int32_t *dev = NULL, *host = NULL;
+	struct hbatch *b = NULL;
+	node_t *x, *n;
+	int rc = ENOMEM;
+
+	for (x = h->backups; x; x = x->bnext)
+		if (x->bt == &h->wq)
+			np += x->len / h->ps;
+	if (np == 0)
+		return 0;
+	b = calloc(1, sizeof(*b));
+	dev = malloc(np * sizeof(*dev));
+	host = malloc(np * sizeof(*host));
+	if (!b || !dev || !host)
+		goto fail;
+	/* The list is newest first: fill from the end, ancestors first. */
+	k = np;
+	for (x = h->backups; x; x = x->bnext) {
+		if (x->bt != &h->wq)
+			continue;
+		k -= x->len / h->ps;
+		pages_of(h, x->locs, x->len, dev + k);
+		memcpy(host + k, x->host, x->len / h->ps * sizeof(*host));
+	}
+	if (kvs_hpool_backup(h->hp, dev, host, np, &b->x) < 0) {
+		rc = errno;
+		goto fail;
+	}
+	for (x = h->backups; x; x = x->bnext)
+		if (x->bt == &h->wq) {
+			x->bt = b;
+			b->refs++;
+			ST(h, backups, 1);
+			ST(h, backup_tokens, x->len);
+		}
+	ack_push(&h->wacks, b);
+	ST(h, write_batches, 1);
 	free(dev);
+	free(host);
+	return 0;
+fail:
+	free(b);
+	free(dev);
+	free(host);
+	for (x = h->backups; x; x = n) {
+		n = x->bnext;
+		if (x->bt == &h->wq) {
+			/* Never submitted: not lost, failed. */
+			host_release(h, x);
+			bx_end(h, x);
+			ST(h, backup_fail, 1);
+		}
+	}
 	errno = rc;
 	return -1;
 }
@@ -391,7 +620,6 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 {
 	node_t *x;
 
-	kvs_hpool_xfer_free(ld->x);
 	if (!ok)
 		ST(h, load_fail, 1);
 	for (x = ld->last;; x = x->parent) {
@@ -400,6 +628,8 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 			/* Never claim data not there: tombstones again. */
 			kvs_pool_free(h->pool, x->len, x->locs);
 			set_dev(h, x, false);
+		} else {
+			node_events(h, x, KVS_KV_STORED, KVS_MEDIUM_GPU);
 		}
 		if (x == ld->top)
 			break;
@@ -411,65 +641,187 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 		h->loads = ld->next;
 	if (ld->next)
 		ld->next->prev = ld->prev;
+	batch_put(h, ld->bt);
+	free(ld->dev);
+	free(ld->host);
 	free(ld);
 }
 
-/* Wait for what is in flight on @x (and, for a backup, its ancestors'). */
+/* Start every queued load back as one transfer.  A failure undoes them
+ * all (their chains are tombstones again). */
+static int submit_loads(kvs_hiradix_t *h)
+{
+	struct hload *ld, *ln;
+	size_t np = 0, k = 0;
+	int32_t *dev = NULL, *host = NULL;
+	struct hbatch *b;
+	int rc = ENOMEM;
+
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq)
+			np += ld->np;
+	if (np == 0)
+		return 0;
+	b = calloc(1, sizeof(*b));
+	dev = malloc(np * sizeof(*dev));
+	host = malloc(np * sizeof(*host));
+	if (!b || !dev || !host)
+		goto fail;
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq) {
+			memcpy(dev + k, ld->dev, ld->np * sizeof(*dev));
+			memcpy(host + k, ld->host, ld->np * sizeof(*host));
+			k += ld->np;
+		}
+	if (kvs_hpool_load(h->hp, dev, host, np, &b->x) < 0) {
+		rc = errno;
+		goto fail;
+	}
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq) {
+			ld->bt = b;
+			b->refs++;
+			free(ld->dev);
+			free(ld->host);
+			ld->dev = ld->host = NULL;
+		}
+	ack_push(&h->lacks, b);
+	h->last_load = b;
+	ST(h, load_batches, 1);
+	free(dev);
+	free(host);
+	return 0;
+fail:
+	free(b);
+	free(dev);
+	free(host);
+	for (ld = h->loads; ld; ld = ln) {
+		ln = ld->next;
+		if (ld->bt == &h->lq)
+			load_done(h, ld, false);
+	}
+	errno = rc;
+	return -1;
+}
+
+/* Wait for a load back in flight into @x. */
+static void settle_load(kvs_hiradix_t *h, node_t *x)
+{
+	struct hload *ld = x->ld;
+
+	if (!ld)
+		return;
+	if (ld->bt == &h->lq && submit_loads(h) < 0)
+		return; /* undone: x is a tombstone again */
+	batch_wait(h, ld->bt, true);
+	load_done(h, ld, ld->bt->state > 0);
+}
+
+/* Wait for what is in flight on @x: a load back into it, its backup (and,
+ * first, its ancestors'). */
 static void settle(kvs_hiradix_t *h, node_t *x)
 {
-	if (x->ld)
-		load_done(h, x->ld, kvs_hpool_xfer_wait(x->ld->x) == 0);
-	if (x->bx && x->parent != &h->root && x->parent->bx)
+	settle_load(h, x);
+	if (!x->bt)
+		return;
+	if (x->parent != &h->root && x->parent->bt)
 		settle(h, x->parent);
-	if (x->bx) {
-		if (x->bx_done)
-			backup_done(h, x, true);
-		else
-			backup_done(h, x, kvs_hpool_xfer_wait(x->bx) == 0);
+	if (x->bt == &h->wq && submit_writes(h) < 0)
+		return; /* dropped */
+	if (!x->bt)
+		return; /* dropped with its parent's */
+	batch_wait(h, x->bt, false);
+	resolve(h);
+}
+
+/* Take in the transfers that completed; backup batches in order, as many
+ * as every rank has. */
+static void take_acks(kvs_hiradix_t *h, bool caller)
+{
+	struct hbatch *b, *bn;
+	struct hload *ld, *ln;
+	uint64_t k = 0;
+
+	for (b = h->lacks; b; b = bn) {
+		int r = kvs_hpool_xfer_query(b->x);
+
+		bn = b->next;
+		if (r != 0) {
+			ack_take(&h->lacks, b, r == 1 ? 1 : -1);
+			batch_check(h, b); /* no load left in it */
+		}
+	}
+	for (ld = h->loads; ld; ld = ln) {
+		ln = ld->next;
+		if (!queued(h, ld->bt) && ld->bt->state != 0)
+			load_done(h, ld, ld->bt->state > 0);
+	}
+	if (h->agree && !caller)
+		return; /* the ranks agree in the caller's polls only */
+	for (b = h->wacks; b && kvs_hpool_xfer_query(b->x) != 0; b = b->next)
+		k++;
+	if (h->agree) {
+		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_WRITE_ACKS, k);
+
+		k = a < k ? a : k;
+	}
+	while (k--) {
+		b = h->wacks;
+		ack_take(&h->wacks, b, kvs_hpool_xfer_query(b->x) == 1 ? 1 : -1);
+		batch_check(h, b); /* every node of it dropped */
+	}
+	resolve(h);
+}
+
+/* Give back the load transfers handed to the caller. */
+static void unhand(kvs_hiradix_t *h)
+{
+	struct hbatch *b;
+
+	while ((b = h->handed)) {
+		h->handed = b->hnext;
+		b->handed = false;
+		batch_check(h, b); /* else freed when taken in or put */
 	}
 }
 
-static void poll_locked(kvs_hiradix_t *h)
+/* Hand the load batch just submitted to the caller. */
+static kvs_hpool_xfer_t *hand(kvs_hiradix_t *h)
 {
-	struct hload *ld, *ln;
-	bool again = true;
-	node_t *x;
+	struct hbatch *b = h->last_load;
 
-	for (ld = h->loads; ld; ld = ln) {
-		int r = kvs_hpool_xfer_query(ld->x);
+	h->last_load = NULL;
+	if (!b)
+		return NULL;
+	b->handed = true;
+	b->hnext = h->handed;
+	h->handed = b;
+	return b->x;
+}
 
-		ln = ld->next;
-		if (r != 0)
-			load_done(h, ld, r == 1);
-	}
-	/* Completions may free other entries (a failed parent drops its
-	 * children's): rescan after each change. */
-	while (again) {
-		again = false;
-		for (x = h->backups; x; x = x->bnext) {
-			int r;
+/* What a caller's call does before returning: submit its copies unless
+ * deferred. */
+static void flush(kvs_hiradix_t *h)
+{
+	if (!(h->flags & KVS_HIRADIX_DEFER))
+		(void)submit_writes(h);
+}
 
-			if (x->bx_done) {
-				if (x->parent == &h->root || x->parent->host_ok) {
-					backup_done(h, x, true);
-					again = true;
-					break;
-				}
-				continue;
-			}
-			r = kvs_hpool_xfer_query(x->bx);
-			if (r != 0) {
-				backup_done(h, x, r == 1);
-				again = true;
-				break;
-			}
-		}
-	}
+/* A poll: by the caller (@caller), or by an eviction or the thread. */
+static void poll_locked(kvs_hiradix_t *h, bool caller)
+{
+	if (caller)
+		unhand(h);
+	if (h->flags & KVS_HIRADIX_DEFER)
+		(void)submit_writes(h);
+	take_acks(h, caller);
 }
 
 /* ------------------------------------------------------------ split */
 
-/* Cut @c after @k tokens: parent -> nn (c's first k) -> c (the rest). */
+/* Cut @c after @k tokens: parent -> nn (c's first k) -> c (the rest).  A
+ * backup or a load in flight on @c is shared: nn joins its batch or its
+ * chain, so nothing waits. */
 static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 {
 	node_t *nn = node_new(k), *p = c->parent;
@@ -499,14 +851,30 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 	child_del(p, c);
 	child_add(p, nn);
 	child_add(nn, c);
+	node_hash(h, nn);
+	if (c->ld) {
+		nn->ld = c->ld;
+		if (c->ld->top == c)
+			c->ld->top = nn;
+	}
+	if (c->bt) {
+		nn->bt = c->bt;
+		if (!queued(h, c->bt))
+			c->bt->refs++;
+		bset(h, nn, true);
+		lock_path(h, nn, 1);
+	}
 	leaf_update(h, nn);
 	leaf_update(h, c);
 	return nn;
 }
 
 /* Walk @key[0 .. n) from the root, splitting where it ends inside a node;
- * *@pos receives the tokens matched.  NULL with errno ENOMEM. */
-static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos, bool load_all)
+ * *@pos receives the tokens matched.  A load back in flight on the path is
+ * waited for: a match must return locations that hold their data, and an
+ * insert must not hang a device node under a chain whose load could still
+ * fail.  NULL with errno ENOMEM. */
+static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos)
 {
 	node_t *x = &h->root, *c;
 	size_t p = 0;
@@ -514,14 +882,7 @@ static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos,
 	while (p < n && (c = find_child(h, x, key + p))) {
 		size_t k = common(h, c, key + p, n - p);
 
-		/* A load in flight below a new child could fail and leave a
-		 * device node under a tombstone: inserts wait for it.  Splits
-		 * wait for any transfer on the node (its host pages and its
-		 * handle are the whole node's). */
-		if (k < c->len)
-			settle(h, c);
-		else if (load_all && c->ld)
-			load_done(h, c->ld, kvs_hpool_xfer_wait(c->ld->x) == 0);
+		settle_load(h, c);
 		if (k < c->len) {
 			c = split(h, c, k);
 			if (!c)
@@ -572,6 +933,7 @@ static ssize_t evict_device(kvs_hiradix_t *h, size_t tokens)
 		}
 		kvs_pool_free(h->pool, x->len, x->locs);
 		done += x->len;
+		node_events(h, x, KVS_KV_REMOVED, KVS_MEDIUM_GPU);
 		if (x->host_ok) {
 			set_dev(h, x, false);
 			ST(h, tombstoned, 1);
@@ -592,10 +954,72 @@ static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens)
 	while (done < tokens && (x = lru(h->hleaves, false))) {
 		done += x->len;
 		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+		node_events(h, x, KVS_KV_REMOVED, KVS_MEDIUM_CPU);
 		node_delete(h, x);
 	}
 	ST(h, evict_host_tokens, done);
 	return (ssize_t)done;
+}
+
+/* ------------------------------------------------------------ thread */
+
+/* KVS_HIRADIX_THREAD: submit and take in every poll_us, as a scheduler's
+ * poll would, so that copies start and complete without the caller. */
+static void *thread_main(void *arg)
+{
+	kvs_hiradix_t *h = arg;
+	struct timespec t;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->stop) {
+		poll_locked(h, false);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		t.tv_nsec += (long)(h->poll_us % 1000000) * 1000;
+		t.tv_sec += h->poll_us / 1000000 + t.tv_nsec / 1000000000;
+		t.tv_nsec %= 1000000000;
+		pthread_cond_timedwait(&h->wake, &h->lock, &t);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static int thread_start(kvs_hiradix_t *h)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca) != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&h->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	rc = pthread_create(&h->thread, NULL, thread_main, h);
+	if (rc != 0) {
+		pthread_cond_destroy(&h->wake);
+		errno = rc == EAGAIN ? EAGAIN : ENOMEM;
+		return -1;
+	}
+	h->has_thread = true;
+	return 0;
+}
+
+static void thread_stop(kvs_hiradix_t *h)
+{
+	if (!h->has_thread)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_signal(&h->wake);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->wake);
+	h->has_thread = false;
 }
 
 /* ------------------------------------------------------------ API */
@@ -617,6 +1041,7 @@ KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->write_policy = KVS_WRITE_THROUGH;
 	attr->hit_threshold = 2;
+	attr->poll_us = 1000;
 	return 0;
 }
 
@@ -640,7 +1065,9 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 		attr = &def;
 	}
 	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
-	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0)) {
+	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0) ||
+	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD)) ||
+	    ((attr->flags & KVS_HIRADIX_THREAD) && attr->poll_us == 0)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -660,8 +1087,20 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->policy = attr->write_policy;
 	h->threshold = attr->write_policy == KVS_WRITE_THROUGH ? 1 : attr->hit_threshold;
 	h->lb_threshold = attr->load_back_threshold;
+	h->flags = attr->flags;
+	h->poll_us = attr->poll_us;
+	h->agree = attr->agree;
+	h->agree_arg = attr->agree_arg;
+	h->sink.cb = attr->event_cb;
+	h->sink.arg = attr->event_arg;
+	h->sink.ps = h->ps;
 	h->root.on_dev = true;
 	h->root.host_ok = true;
+	if ((h->flags & KVS_HIRADIX_THREAD) && thread_start(h) < 0) {
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		return NULL;
+	}
 	return h;
 }
 
@@ -693,12 +1132,28 @@ static void free_tree(kvs_hiradix_t *h, node_t *x)
  */
 KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 {
+	struct hbatch *b;
+
 	if (!h)
 		return 0;
+	thread_stop(h);
+	unhand(h);
+	(void)submit_writes(h);
+	(void)submit_loads(h);
+	h->last_load = NULL;
 	while (h->loads)
-		load_done(h, h->loads, kvs_hpool_xfer_wait(h->loads->x) == 0);
+		settle_load(h, h->loads->last);
 	while (h->backups)
 		settle(h, h->backups);
+	/* Batches whose every node was dropped: wait, then free. */
+	while ((b = h->wacks)) {
+		batch_wait(h, b, false);
+		batch_check(h, b);
+	}
+	while ((b = h->lacks)) {
+		batch_wait(h, b, true);
+		batch_check(h, b);
+	}
 	free_tree(h, &h->root);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
@@ -717,7 +1172,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	}
 	pthread_mutex_lock(&h->lock);
 	n -= n % h->ps;
-	x = walk(h, key, n, &pos, true);
+	x = walk(h, key, n, &pos);
 	if (!x) {
 		pthread_mutex_unlock(&h->lock);
 		errno = ENOMEM;
@@ -833,7 +1288,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	x = walk(h, key, n, &pos, true);
+	x = walk(h, key, n, &pos);
 	if (!x)
 		goto nomem;
 	if (pos < n) {
@@ -853,6 +1308,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 			seen_tomb = true;
 			memcpy(c->locs, locs + p, c->len * sizeof(int32_t));
 			set_dev(h, c, true);
+			node_events(h, c, KVS_KV_STORED, KVS_MEDIUM_GPU);
 			ST(h, remat_tokens, c->len);
 		}
 		p += c->len;
@@ -862,11 +1318,14 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 		nn->on_dev = true;
 		nn->access = ++h->clock;
 		child_add(x, nn);
+		node_hash(h, nn);
+		node_events(h, nn, KVS_KV_STORED, KVS_MEDIUM_GPU);
 		leaf_update(h, nn);
 		leaf_update(h, x);
 		inc_hit(h, nn);
 		x = nn;
 	}
+	flush(h);
 	if (lock && x != &h->root)
 		lock_path(h, x, 1);
 	if (last)
@@ -999,7 +1458,7 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_device(kvs_hiradix_t *h, size_t tokens)
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	poll_locked(h);
+	poll_locked(h, false);
 	r = evict_device(h, tokens);
 	pthread_mutex_unlock(&h->lock);
 	return r;
@@ -1023,10 +1482,27 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	poll_locked(h);
+	poll_locked(h, false);
 	r = evict_host(h, tokens);
 	pthread_mutex_unlock(&h->lock);
 	return r;
+}
+
+/* Cut the chain of tombstones ending at @node so that it holds its first
+ * @want tokens only (top down), splitting a node; the new last node, or
+ * NULL with errno ENOMEM. */
+static node_t *chain_cut(kvs_hiradix_t *h, node_t *node, size_t total, size_t want)
+{
+	size_t end = total;
+	node_t *y;
+
+	for (y = node;; y = y->parent) {
+		size_t start = end - y->len;
+
+		if (start < want)
+			return want - start < y->len ? split(h, y, want - start) : y;
+		end = start;
+	}
 }
 
 /**
@@ -1038,27 +1514,30 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
  * @locs: receives the new device locations, top node first (room for
  *        the match's host_hit), or NULL.
  * @xfer: receives the transfer, to wait on per layer with
- *        kvs_hpool_xfer_layer_wait(); NULL when nothing was loaded.  It
- *        belongs to @h and stays valid until the next kvs_hiradix_poll(),
- *        kvs_hiradix_destroy(), or call that waits for it, from any
- *        thread (or any eviction, which polls).
+ *        kvs_hpool_xfer_layer_wait(); NULL when nothing was loaded or
+ *        under KVS_HIRADIX_DEFER (kvs_hiradix_submit() starts the load and
+ *        hands out the transfer).  It stays valid until the caller's next
+ *        kvs_hiradix_poll() or kvs_hiradix_submit(), or kvs_hiradix_destroy().
  *
  * All or nothing: device pages for the whole chain (evicting device leaves
- * if the pool is short), or none.  The chain and its anchor stay locked
- * until the copy is seen complete; a copy that fails makes the chain
- * tombstones again.
+ * if the pool is short), or none.  With an agree hook, the ranks first
+ * agree on the tokens to load (KVS_AGREE_LOAD: the hook is called on every
+ * call, with the chain's tokens, 0 included); fewer agreed loads the chain's
+ * top part only, splitting a node where it ends.  The chain and its anchor
+ * stay locked until the copy is seen complete; a copy that fails makes the
+ * chain tombstones again.
  *
  * Context: MT-Safe (takes h->lock).
  * Return: the tokens being loaded, 0 when there is nothing to load or it is
  * below the load back threshold or over @quota; or -1 with errno EINVAL,
- * ENOMEM, or the driver's (nothing changed).
+ * ENOMEM, or the driver's (nothing loaded).
  */
 KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
 					 int32_t *locs, kvs_hpool_xfer_t **xfer)
 {
-	int32_t *dloc = NULL, *dev = NULL, *host = NULL;
+	int32_t *dloc = NULL;
 	struct hload *ld = NULL;
-	size_t total = 0, p, np;
+	size_t total = 0, p, k;
 	node_t *y, *top = NULL;
 	int rc;
 
@@ -1068,9 +1547,24 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 	}
 	*xfer = NULL;
 	pthread_mutex_lock(&h->lock);
-	for (y = node; y != &h->root && !y->on_dev; y = y->parent) {
+	for (y = node; y != &h->root && !y->on_dev; y = y->parent)
 		total += y->len;
-		top = y;
+	if (h->agree) {
+		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_LOAD, total);
+
+		if (a < total) {
+			a -= a % h->ps;
+			if (a == 0) {
+				total = 0;
+			} else {
+				node = chain_cut(h, node, total, a);
+				if (!node) {
+					rc = ENOMEM;
+					goto out;
+				}
+				total = a;
+			}
+		}
 	}
 	if (total == 0 || total < h->lb_threshold || (quota && total > quota)) {
 		if (total)
@@ -1078,12 +1572,16 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		pthread_mutex_unlock(&h->lock);
 		return 0;
 	}
-	np = total / h->ps;
+	for (top = node, p = top->len; p < total; p += top->len)
+		top = top->parent;
 	ld = calloc(1, sizeof(*ld));
 	dloc = malloc(total * sizeof(int32_t));
-	dev = malloc(np * sizeof(int32_t));
-	host = malloc(np * sizeof(int32_t));
-	if (!ld || !dloc || !dev || !host) {
+	if (ld) {
+		ld->np = total / h->ps;
+		ld->dev = malloc(ld->np * sizeof(int32_t));
+		ld->host = malloc(ld->np * sizeof(int32_t));
+	}
+	if (!ld || !dloc || !ld->dev || !ld->host) {
 		rc = ENOMEM;
 		goto out;
 	}
@@ -1097,56 +1595,115 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		}
 	}
 	/* Top down: the chain's host pages in order. */
+	pages_of(h, dloc, total, ld->dev);
 	p = total;
 	for (y = node; y != top->parent; y = y->parent) {
 		p -= y->len;
-		memcpy(host + p / h->ps, y->host, y->len / h->ps * sizeof(int32_t));
-	}
-	pages_of(h, dloc, total, dev);
-	if (kvs_hpool_load(h->hp, dev, host, np, &ld->x) < 0) {
-		rc = errno;
-		kvs_pool_free(h->pool, total, dloc);
-		lock_path(h, node, -1);
-		goto out;
-	}
-	p = total;
-	for (y = node; y != top->parent; y = y->parent) {
-		p -= y->len;
+		k = p / h->ps;
+		memcpy(ld->host + k, y->host, y->len / h->ps * sizeof(int32_t));
 		memcpy(y->locs, dloc + p, y->len * sizeof(int32_t));
 		y->ld = ld;
 		set_dev(h, y, true);
 	}
+	ld->bt = &h->lq;
 	ld->top = top;
 	ld->last = node;
 	ld->next = h->loads;
 	if (h->loads)
 		h->loads->prev = ld;
 	h->loads = ld;
-	*xfer = ld->x;
+	if (!(h->flags & KVS_HIRADIX_DEFER)) {
+		if (submit_loads(h) < 0) {
+			/* Undone by submit_loads(): tombstones again. */
+			rc = errno;
+			ST(h, load_fail, -1);
+			ld = NULL;
+			goto out;
+		}
+		*xfer = hand(h);
+	}
 	ST(h, load_backs, 1);
 	ST(h, load_tokens, total);
 	if (locs)
 		memcpy(locs, dloc, total * sizeof(int32_t));
 	free(dloc);
-	free(dev);
-	free(host);
 	pthread_mutex_unlock(&h->lock);
 	return (ssize_t)total;
 out:
 	pthread_mutex_unlock(&h->lock);
+	if (ld) {
+		free(ld->dev);
+		free(ld->host);
+	}
 	free(ld);
 	free(dloc);
-	free(dev);
-	free(host);
 	errno = rc;
 	return -1;
 }
 
 /**
+ * kvs_hiradix_submit() - start every queued copy: the backups queued since
+ * the last submission as one transfer, the loads back as another.
+ * @h: cache.
+ * @load_xfer: receives the loads' transfer, to wait on per layer with
+ *             kvs_hpool_xfer_layer_wait() before the forward pass reads
+ *             each layer (NULL: no load was queued), or NULL.  It stays
+ *             valid until the caller's next kvs_hiradix_poll() or
+ *             kvs_hiradix_submit(), or kvs_hiradix_destroy().
+ *
+ * Without KVS_HIRADIX_DEFER every call submits its own copies and this
+ * finds nothing queued.  A batch that cannot be submitted is undone: its
+ * backups are dropped (counted in backup_fail), its loads make their chains
+ * tombstones again (load_fail), and the locations kvs_hiradix_load_back()
+ * returned for them no longer hold data: the requests that took them must
+ * compute those tokens (as after a load whose copy failed).
+ *
+ * Context: MT-Safe (takes h->lock); never waits.
+ * Return: 0, or -1 with errno EINVAL, ENOMEM or the driver's (the other
+ * batch is still submitted).
+ */
+KVS_EXPORT int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer)
+{
+	int rc = 0, err = 0;
+
+	if (load_xfer)
+		*load_xfer = NULL;
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	unhand(h);
+	if (submit_writes(h) < 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (submit_loads(h) < 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (load_xfer)
+		*load_xfer = hand(h);
+	else
+		h->last_load = NULL;
+	pthread_mutex_unlock(&h->lock);
+	if (rc)
+		errno = err;
+	return rc;
+}
+
+/**
  * kvs_hiradix_poll() - take in the transfers that completed: host copies
  * become valid (or, failed, are dropped with their descendants'), loads
- * back unlock their chain (or, failed, leave it tombstones).
+ * back unlock their chain (or, failed, leave it tombstones).  Under
+ * KVS_HIRADIX_DEFER, first submits the queued backups (not the loads:
+ * kvs_hiradix_submit() hands out their transfer).
  * @h: cache.
+ *
+ * Backup batches are taken in submission order; with an agree hook, only
+ * as many as every rank has complete (KVS_AGREE_WRITE_ACKS, asked on every
+ * call): every rank then marks the same nodes backed up.  The load
+ * transfers handed out before this call may be freed by it.
  *
  * Context: MT-Safe (takes h->lock); never waits.
  * Return: 0, or -1 with errno EINVAL.
@@ -1158,7 +1715,7 @@ KVS_EXPORT int kvs_hiradix_poll(kvs_hiradix_t *h)
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	poll_locked(h);
+	poll_locked(h, true);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -1275,11 +1832,11 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (!c->on_dev && !c->host_ok)
 			return false;
-		if (c->host_ok && (!c->host || c->bx))
+		if (c->host_ok && (!c->host || c->bt))
 			return false;
-		if (c->host && !c->host_ok && !c->bx)
+		if (c->host && !c->host_ok && !c->bt)
 			return false;
-		if (c->bx && c->lock_ref == 0)
+		if (c->bt && c->lock_ref == 0)
 			return false;
 		if (c->ld && (!c->on_dev || c->lock_ref == 0))
 			return false;
@@ -1289,7 +1846,7 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		v->nd += c->dl.in;
 		v->nh += c->hl.in;
-		v->nb += c->bx != NULL;
+		v->nb += c->bt != NULL;
 		if (c->prev ? c->prev->next != c : x->child != c)
 			return false;
 		if (!validate_walk(h, c, v))

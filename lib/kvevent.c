@@ -38,7 +38,8 @@ uint64_t kvev_chain(const struct kvev_sink *sink, uint64_t h, uint64_t extra,
 					     .parent_hash = h,
 					     .tokens = sink->ps,
 					     .extra_key = extra,
-					     .token_ids = type == KVS_KV_STORED ? keys + i : NULL};
+					     .token_ids = type == KVS_KV_STORED ? keys + i : NULL,
+					     .medium = sink->medium};
 
 			sink->cb(sink->arg, &ev);
 		}

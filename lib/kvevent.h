@@ -15,6 +15,7 @@ struct kvev_sink {
 	kvs_kv_event_cb cb;
 	void *arg;
 	uint32_t ps;			/* tokens per page */
+	int medium;			/* KVS_MEDIUM_* of its events */
 };
 
 static inline uint64_t kvev_mix64(uint64_t x)

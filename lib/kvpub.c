@@ -222,7 +222,7 @@ static int pack_event(msgpack_packer *pk, const struct kvs_kvpub *p, const struc
 		r |= pack_key(pk, map, "lora_id");
 		r |= msgpack_pack_nil(pk);
 		r |= pack_key(pk, map, "medium");
-		r |= pack_str(pk, "GPU");
+		r |= pack_str(pk, ev->medium == KVS_MEDIUM_CPU ? "CPU" : "GPU");
 		r |= pack_key(pk, map, "lora_name");
 		r |= msgpack_pack_nil(pk);
 		break;
@@ -232,7 +232,7 @@ static int pack_event(msgpack_packer *pk, const struct kvs_kvpub *p, const struc
 		r |= msgpack_pack_array(pk, 1);
 		r |= msgpack_pack_uint64(pk, ev->hash);
 		r |= pack_key(pk, map, "medium");
-		r |= pack_str(pk, "GPU");
+		r |= pack_str(pk, ev->medium == KVS_MEDIUM_CPU ? "CPU" : "GPU");
 		break;
 	default: /* KVS_KV_ALL_CLEARED; the queue holds no other type */
 		r |= pack_head(pk, map, "AllBlocksCleared", 0);

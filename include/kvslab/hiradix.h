@@ -14,6 +14,7 @@
 
 #include <kvslab/pool.h>
 #include <kvslab/hostpool.h>
+#include <kvslab/radix.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,12 +28,28 @@ typedef struct kvs_hiradix_node kvs_hiradix_node_t;
 #define KVS_WRITE_THROUGH_SELECTIVE 1	/* back up a node once hit threshold times */
 #define KVS_WRITE_BACK 2		/* back up a node when evicted from the device */
 
+/* Controller flags (kvs_hiradix_attr_t.flags). */
+#define KVS_HIRADIX_DEFER 0x1	/* queue copies until kvs_hiradix_submit() or a poll */
+#define KVS_HIRADIX_THREAD 0x2	/* a background thread submits and polls */
+
+/* What the agree hook is asked to agree on (the minimum across ranks). */
+#define KVS_AGREE_WRITE_ACKS 1	/* completed backup batches to take in */
+#define KVS_AGREE_LOAD 2	/* tokens to load back */
+
+typedef uint64_t (*kvs_hiradix_agree_cb)(void *arg, int what, uint64_t value);
+
 /** Attributes of kvs_hiradix_create(); start from kvs_hiradix_attr_init(). */
 typedef struct kvs_hiradix_attr {
 	uint32_t write_policy;		/* default KVS_WRITE_THROUGH */
 	uint32_t hit_threshold;		/* WRITE_THROUGH_SELECTIVE's, default 2 */
 	uint64_t load_back_threshold;	/* tokens below which load back is skipped, default 0 */
-	uint64_t _reserved[6];
+	uint32_t flags;			/* KVS_HIRADIX_DEFER, KVS_HIRADIX_THREAD; default 0 */
+	uint32_t poll_us;		/* the thread's period, default 1000 */
+	kvs_hiradix_agree_cb agree;	/* tensor-parallel ranks agree on a minimum; optional */
+	void *agree_arg;
+	kvs_kv_event_cb event_cb;	/* KV events of both tiers; optional */
+	void *event_arg;
+	uint64_t _reserved[1];
 } kvs_hiradix_attr_t;
 
 /** What kvs_hiradix_match() found besides the device prefix. */
@@ -88,6 +105,7 @@ ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens);
 ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
 			      int32_t *locs, kvs_hpool_xfer_t **xfer);
 int kvs_hiradix_poll(kvs_hiradix_t *h);
+int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer);
 
 kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h);
 int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
@@ -122,7 +140,9 @@ int kvs_hiradix_validate(kvs_hiradix_t *h);
 	X(load_backs, counter, "loads back submitted")                                     \
 	X(load_tokens, counter, "tokens those loads copy")                                 \
 	X(load_skipped, counter, "loads back skipped: below the threshold or over quota")  \
-	X(load_fail, counter, "loads back whose completion reported an error")
+	X(load_fail, counter, "loads back whose completion reported an error")            \
+	X(write_batches, counter, "backup transfers started (merged backups)")             \
+	X(load_batches, counter, "load transfers started (merged loads back)")
 
 enum kvs_hiradix_stat {
 #define KVS_X_ENUM(n, k, d) KVS_HIRADIX_STAT_##n,

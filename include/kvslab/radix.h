@@ -30,6 +30,10 @@ typedef struct kvs_radix_node kvs_radix_node_t;
 #define KVS_KV_REMOVED 2
 #define KVS_KV_ALL_CLEARED 3	/* kvs_radix_reset(): hash, tokens, extra_key 0, token_ids NULL */
 
+/* Where a page is stored or removed (kvs_kv_event_t.medium). */
+#define KVS_MEDIUM_GPU 0	/* device memory: every event of kvs_radix_t */
+#define KVS_MEDIUM_CPU 1	/* host memory: kvs_hiradix_t's host copies */
+
 /** One cached page stored in or removed from the tree. */
 typedef struct kvs_kv_event {
 	int type;			/* KVS_KV_STORED, _REMOVED or _ALL_CLEARED */
@@ -38,6 +42,7 @@ typedef struct kvs_kv_event {
 	uint32_t tokens;		/* tokens in the page */
 	uint64_t extra_key;
 	const int32_t *token_ids;	/* stored: the page's tokens token ids, or NULL */
+	int medium;			/* KVS_MEDIUM_GPU or KVS_MEDIUM_CPU */
 } kvs_kv_event_t;
 
 typedef void (*kvs_kv_event_cb)(void *arg, const kvs_kv_event_t *ev);
