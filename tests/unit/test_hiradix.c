@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -26,6 +27,8 @@
  * insert, after the KV writes; and whether KV writes may fail. */
 static kvs_drv_t *arm_fault;
 static int lax_writes;
+/* Whether request() holds the double's copies before its insert. */
+static int hold_at_insert;
 
 struct env {
 	kvs_drv_t *d;
@@ -34,6 +37,12 @@ struct env {
 	kvs_hiradix_t *h;
 	uint32_t ps;
 };
+
+/* Controller attributes env_open_drv() applies (the tests that set them
+ * clear them before closing). */
+static uint32_t x_flags, x_poll_us;
+static kvs_hiradix_agree_cb x_agree;
+static kvs_kv_event_cb x_event;
 
 static void env_open_drv(struct env *e, kvs_drv_t *d, uint32_t ps, uint32_t policy,
 			 uint32_t threshold, uint64_t dev_pages, uint64_t host_pages)
@@ -66,6 +75,11 @@ static void env_open_drv(struct env *e, kvs_drv_t *d, uint32_t ps, uint32_t poli
 	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
 	a.write_policy = policy;
 	a.hit_threshold = threshold;
+	a.flags = x_flags;
+	if (x_poll_us)
+		a.poll_us = x_poll_us;
+	a.agree = x_agree;
+	a.event_cb = x_event;
 	e->h = kvs_hiradix_create(e->pool, e->hp, &a);
 	ck_assert_ptr_nonnull(e->h);
 }
@@ -186,6 +200,10 @@ static size_t request(struct env *e, const int32_t *key, size_t n, kvs_hiradix_n
 	if (arm_fault) {
 		ck_assert_int_eq(kvs_fault_fail_nth(arm_fault, KVS_OP_COPY, 1, EIO), 0);
 		arm_fault = NULL;
+	}
+	if (hold_at_insert) {
+		ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+		hold_at_insert = 0;
 	}
 	ret = kvs_hiradix_insert(e->h, key, n, locs, last);
 	ck_assert_int_eq(ret, dev);
@@ -942,6 +960,301 @@ END_TEST
 
 /* ------------------------------------------------------------ bad input */
 
+/* ------------------------------------------------------------ controller */
+
+static uint64_t hst(struct env *e, enum kvs_hpool_stat i)
+{
+	return kvs_hpool_stat(e->hp, i);
+}
+
+/* Deferred: backups and loads back queue, and one submission starts each
+ * queue as one transfer. */
+START_TEST(test_defer)
+{
+	int32_t ab[16], cd[16], locs[16], nl[32];
+	kvs_hiradix_node_t *a, *c;
+	kvs_hiradix_match_t ma, mc;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+	uint32_t l;
+
+	x_flags = KVS_HIRADIX_DEFER;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	keyseq(ab, 16, 100);
+	keyseq(cd, 16, 900);
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	ck_assert_uint_eq(request(&e, cd, 16, &c), 16);
+	/* Queued, not started: nothing copied, the nodes locked. */
+	ck_assert(info(&e, a).backup_pending && info(&e, c).backup_pending);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 1);
+	ck_assert_uint_eq(usage(&e).backups_pending, 2);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_backups), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, NULL), 16);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_backups), 0);
+	valid(&e);
+	x = (kvs_hpool_xfer_t *)&x;
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_backups), 1);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_backup_pages), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_write_batches), 1);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backups), 2);
+	settle_all(&e);
+	ck_assert(info(&e, a).on_host && info(&e, c).on_host);
+	/* Both to the host only, then both loaded back in one transfer. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 32);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &ma), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, cd, 16, NULL, &mc), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, ma.last_node, 0, nl, &x), 16);
+	ck_assert_ptr_null(x);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, mc.last_node, 0, nl + 16, &x), 16);
+	ck_assert_ptr_null(x);
+	ck_assert(info(&e, a).loading && info(&e, a).on_device);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_loads), 0);
+	/* A poll starts no load: the caller needs its transfer. */
+	ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_loads), 0);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), 0);
+	ck_assert_ptr_nonnull(x);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_loads), 1);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_load_pages), 8);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_batches), 1);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, NULL), 16);
+	ck_assert(kv_check(&e, ab, locs, 16));
+	ck_assert_int_eq(memcmp(locs, nl, sizeof(locs)), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, cd, 16, locs, NULL), 16);
+	ck_assert(kv_check(&e, cd, locs, 16));
+	/* Queued copies left at destroy are carried out, nothing leaks. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 32);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &ma), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, ma.last_node, 0, NULL, &x), 16);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, cd, 16, NULL, &mc), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, mc.last_node, 0, NULL, &x), 16);
+	env_close(&e);
+}
+END_TEST
+
+#define MAXEV 64
+static struct {
+	int type, medium;
+	uint64_t hash, parent;
+	int32_t tok0;
+} evs[MAXEV];
+static int nev;
+
+static void ev_cb(void *arg, const kvs_kv_event_t *ev)
+{
+	(void)arg;
+	ck_assert_int_lt(nev, MAXEV);
+	evs[nev].type = ev->type;
+	evs[nev].medium = ev->medium;
+	evs[nev].hash = ev->hash;
+	evs[nev].parent = ev->parent_hash;
+	evs[nev].tok0 = ev->token_ids ? ev->token_ids[0] : -1;
+	nev++;
+}
+
+static int count_ev(int type, int medium)
+{
+	int i, n = 0;
+
+	for (i = 0; i < nev; i++)
+		n += evs[i].type == type && evs[i].medium == medium;
+	return n;
+}
+
+/* Both tiers' events; write through announces a host copy only once its
+ * transfer is seen complete. */
+START_TEST(test_events)
+{
+	int dbl = strcmp(tu_backends[_i], "cuda") == 0;
+	int32_t ab[8];
+	kvs_hiradix_node_t *a;
+	struct env e;
+	int i;
+
+	nev = 0;
+	x_event = ev_cb;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_event = NULL;
+	keyseq(ab, 8, 555);
+	hold_at_insert = dbl;
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_int_eq(nev, 2);
+	ck_assert_int_eq(count_ev(KVS_KV_STORED, KVS_MEDIUM_GPU), 2);
+	ck_assert_uint_eq(evs[0].parent, 0);
+	ck_assert_uint_eq(evs[1].parent, evs[0].hash);
+	ck_assert_int_eq(evs[0].tok0, 555);
+	ck_assert_int_eq(evs[1].tok0, 559);
+	if (dbl) {
+		/* The copy is held: polls see nothing complete. */
+		for (i = 0; i < 100; i++)
+			ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+		ck_assert(info(&e, a).backup_pending);
+		ck_assert_int_eq(nev, 2);
+		ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	}
+	ck_assert_int_eq(nev, 2); /* nothing before a poll sees the copy */
+	settle_all(&e);
+	ck_assert_int_eq(nev, 4);
+	ck_assert_int_eq(count_ev(KVS_KV_STORED, KVS_MEDIUM_CPU), 2);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(evs[2 + i].medium, KVS_MEDIUM_CPU);
+		ck_assert_uint_eq(evs[2 + i].hash, evs[i].hash);
+		ck_assert_uint_eq(evs[2 + i].parent, evs[i].parent);
+		ck_assert_int_eq(evs[2 + i].tok0, evs[i].tok0);
+	}
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(count_ev(KVS_KV_REMOVED, KVS_MEDIUM_GPU), 2);
+	ck_assert_uint_eq(evs[4].hash, evs[0].hash);
+	/* Load back announces the device pages when its copy completes. */
+	load_and_check(&e, ab, 8, 8);
+	ck_assert_int_eq(count_ev(KVS_KV_STORED, KVS_MEDIUM_GPU), 4);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 8), 8);
+	ck_assert_int_eq(count_ev(KVS_KV_REMOVED, KVS_MEDIUM_CPU), 2);
+	ck_assert_int_eq(count_ev(KVS_KV_REMOVED, KVS_MEDIUM_GPU), 4);
+	ck_assert_int_eq(nev, 12);
+	env_close(&e);
+}
+END_TEST
+
+static uint64_t agree_cap[3], agree_seen[3], agree_calls[3];
+
+static uint64_t agree_cb(void *arg, int what, uint64_t value)
+{
+	(void)arg;
+	ck_assert(what == KVS_AGREE_WRITE_ACKS || what == KVS_AGREE_LOAD);
+	agree_calls[what]++;
+	agree_seen[what] = value;
+	return value < agree_cap[what] ? value : agree_cap[what];
+}
+
+/* The ranks' agreement: write acks and load lengths limited by the hook. */
+START_TEST(test_agree)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+	long i;
+	uint32_t l;
+
+	memset(agree_calls, 0, sizeof(agree_calls));
+	agree_cap[KVS_AGREE_WRITE_ACKS] = 0;
+	agree_cap[KVS_AGREE_LOAD] = UINT64_MAX;
+	x_agree = agree_cb;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_agree = NULL;
+	keyseq(ab, 16, 7000);
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	/* The copy completes here, but the other ranks have not: the node
+	 * stays pending whatever the polls see. */
+	for (i = 0; i < 10000000 && agree_seen[KVS_AGREE_WRITE_ACKS] == 0; i++)
+		ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+	ck_assert_uint_eq(agree_seen[KVS_AGREE_WRITE_ACKS], 1);
+	ck_assert(info(&e, a).backup_pending && !info(&e, a).on_host);
+	/* Evictions poll too, but never ask the ranks. */
+	i = (long)agree_calls[KVS_AGREE_WRITE_ACKS];
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 0);
+	ck_assert_uint_eq(agree_calls[KVS_AGREE_WRITE_ACKS], (uint64_t)i);
+	valid(&e);
+	agree_cap[KVS_AGREE_WRITE_ACKS] = UINT64_MAX;
+	ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
+	ck_assert(info(&e, a).on_host && !info(&e, a).backup_pending);
+	/* Load back: the ranks agree on 8 of the 16 tokens: the top half. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 16);
+	agree_cap[KVS_AGREE_LOAD] = 10; /* rounded down to whole pages */
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, locs, &x), 8);
+	ck_assert_uint_eq(agree_seen[KVS_AGREE_LOAD], 16);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	settle_all(&e);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, locs, &m), 8);
+	ck_assert_uint_eq(m.host_hit, 8);
+	ck_assert(kv_check(&e, ab, locs, 8));
+	ck_assert_uint_eq(usage(&e).nodes, 2);
+	/* Agreeing on nothing loads nothing; the hook is still asked. */
+	agree_cap[KVS_AGREE_LOAD] = 0;
+	i = (long)agree_calls[KVS_AGREE_LOAD];
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, locs, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_uint_eq(agree_calls[KVS_AGREE_LOAD], (uint64_t)i + 1);
+	agree_cap[KVS_AGREE_LOAD] = UINT64_MAX;
+	load_and_check(&e, ab, 16, 8);
+	env_close(&e);
+}
+END_TEST
+
+/* The background thread starts and takes in copies without the caller. */
+START_TEST(test_thread_poll)
+{
+	int32_t ab[16];
+	kvs_hiradix_node_t *a;
+	struct env e;
+	int i;
+
+	x_flags = KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD;
+	x_poll_us = 200;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = x_poll_us = 0;
+	keyseq(ab, 16, 4242);
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	/* A deadline, not a timing: the thread gets there eventually. */
+	for (i = 0; i < 20000 && !info(&e, a).on_host; i++)
+		usleep(1000);
+	ck_assert(info(&e, a).on_host);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_write_batches), 1);
+	valid(&e);
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8); /* destroy with work queued */
+	env_close(&e);
+}
+END_TEST
+
+/* A split of a node whose backup is in flight shares the transfer: the
+ * match does not wait for it (the copy is held: waiting would hang). */
+START_TEST(test_split_in_flight)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a, *top;
+	kvs_hiradix_match_t m;
+	struct env e;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(ab, 16, 8080);
+	tu_dbl_clear_sticky();
+	hold_at_insert = 1;
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 8, locs, &m), 8);
+	top = m.last_node;
+	ck_assert_ptr_ne(top, a);
+	ck_assert(info(&e, top).backup_pending && info(&e, a).backup_pending);
+	ck_assert_uint_eq(info(&e, top).tokens, 8);
+	ck_assert_uint_eq(info(&e, a).tokens, 8);
+	valid(&e);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	settle_all(&e);
+	ck_assert(info(&e, top).on_host && info(&e, a).on_host);
+	ck_assert_uint_eq(info(&e, top).lock_ref, 0);
+	ck_assert_uint_eq(hst(&e, KVS_HPOOL_STAT_backups), 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	load_and_check(&e, ab, 16, 16);
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
 	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, locs[8];
@@ -976,6 +1289,16 @@ START_TEST(test_bad_input)
 	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_int_eq(kvs_hiradix_destroy(NULL), 0);
+	kvs_hiradix_attr_init(&a);
+	a.flags = 0x4;
+	errno = 0;
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	a.flags = KVS_HIRADIX_THREAD;
+	a.poll_us = 0;
+	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
+	BAD(kvs_hiradix_submit(NULL, &x), EINVAL);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
 
 	BAD(kvs_hiradix_match(NULL, k, 8, locs, NULL), EINVAL);
 	BAD(kvs_hiradix_match(e.h, NULL, 8, locs, NULL), EINVAL);
@@ -1045,6 +1368,11 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
 	tcase_add_loop_test(tc, test_stats, 0, nb);
+	tcase_add_loop_test(tc, test_defer, 0, nb);
+	tcase_add_loop_test(tc, test_events, 0, nb);
+	tcase_add_loop_test(tc, test_agree, 0, nb);
+	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
+	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
