@@ -20,14 +20,18 @@
  * on_dev, host_ok: evicted from the device, backed up on the host).  A node
  * is never in neither.
  *
- * Host copies.  host != NULL and !host_ok: a backup is in flight (bx) or
- * complete while its parent's is not (bx_done).  A host copy becomes valid
- * only when its own transfer completed and its parent's copy is valid, so
- * valid copies always form a prefix from the root (the backup invariant); a
- * transfer that fails drops its node's host pages and those of every
- * descendant (whose copies could only be in flight).  Completions are seen
- * by kvs_hiradix_poll(), or waited for where a call needs a node settled
- * (a split, an insert through a node being loaded, write-back eviction).
+ * Host copies.  host != NULL and !host_ok: a backup is pending (bt, its
+ * batch: queued, in flight, or complete while its parent's copy is not
+ * valid yet).  A host copy becomes valid only when its own transfer
+ * completed and its parent's copy is valid, so valid copies always form a
+ * prefix from the root (the backup invariant); a transfer that fails drops
+ * its node's host pages and those of every descendant (whose copies could
+ * only be pending).  Completions are taken in by polls (the controller,
+ * below), or waited for where a call needs a node settled (a match or
+ * insert through a node being loaded, write-back eviction, destroy).
+ *
+ * Events (h->sink, optional): a node keeps the chained hash of its last
+ * page, so that its pages' events need no walk to the root.
  *
  * Locks on nodes (lock_ref) count on the node and every ancestor, as
  * SGLang's inc_lock_ref does: a backup in flight locks its node, a load
