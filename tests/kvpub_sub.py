@@ -34,8 +34,8 @@ STORED = ("block_hashes", "parent_block_hash", "token_ids", "block_size",
 REMOVED = ("block_hashes", "medium")
 
 
-def stored(h, parent, tokens):
-    return ("BlockStored", STORED, [[h], parent, tokens, 16, None, "GPU", None])
+def stored(h, parent, tokens, medium="GPU"):
+    return ("BlockStored", STORED, [[h], parent, tokens, 16, None, medium, None])
 
 
 def removed(h):
@@ -49,7 +49,7 @@ EVENTS = {
     0: [stored(BIG, None, TOK0), stored(2, BIG, TOK1)],
     1: [removed(2)],
     2: [CLEARED],
-    3: [stored(3, 2, TOK2), stored(4, 3, [])],
+    3: [stored(3, 2, TOK2), stored(4, 3, [], "CPU")],
 }
 
 

@@ -383,7 +383,7 @@ START_TEST(test_subscriber)
 	const kvs_kv_event_t b1[] = { { KVS_KV_REMOVED, 2, big, 16, 7, junk } };
 	const kvs_kv_event_t b2[] = { { KVS_KV_ALL_CLEARED, 0, 0, 0, 0, NULL } };
 	kvs_kv_event_t b3[] = { { KVS_KV_STORED, 3, 2, 16, 0, t2 },
-				{ KVS_KV_STORED, 4, 3, 16, 0, NULL } };
+				{ KVS_KV_STORED, 4, 3, 16, 0, NULL, KVS_MEDIUM_CPU } };
 	char ep[64], rep[64], script[1024], line[256];
 	int fds[2], status = -1;
 	kvs_kvpub_attr_t a;
