@@ -11,7 +11,6 @@
  */
 #include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -495,6 +494,9 @@ START_TEST(test_fault_submit)
 			valid(&e);
 		}
 	}
+	/* The run did load back, and did fail copies. */
+	ck_assert_uint_gt(kvs_fault_injected(f), 0);
+	ck_assert_uint_gt(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_backs), 0);
 	ck_assert_int_eq(kvs_fault_clear(f), 0);
 	settle_all(&e);
 	env_close(&e);
