@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kvslab/flow.h - request flows over the pool, the request table and the
- * radix cache (SGLang's ScheduleBatch and tree-cache calls).
- * See kvs_flow_create(3).
+ * radix cache or the hierarchical (tiered) radix cache (SGLang's
+ * ScheduleBatch and tree-cache calls).  See kvs_flow_create(3) and
+ * kvs_flow_create_tiered(3).
  */
 #ifndef KVSLAB_FLOW_H
 #define KVSLAB_FLOW_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/hiradix.h>
 #include <kvslab/pool.h>
 #include <kvslab/radix.h>
 #include <kvslab/reqtab.h>
@@ -32,13 +34,18 @@ typedef struct kvs_req {
 	uint32_t prefix_len;		/* cached prefix, locked in the tree */
 	uint32_t kv_len;		/* tokens whose KV locations are in the row */
 	kvs_radix_node_t *last_node;	/* locked node, NULL: none */
-	uint64_t _reserved[4];
+	/* Managed by tiered flows (kvs_flow_create_tiered()). */
+	uint32_t host_hit_len;		/* tokens past the device prefix the match found on the host */
+	uint32_t loaded_len;		/* of those, tokens loaded back at admission */
+	kvs_hiradix_node_t *hi_node;	/* locked node of the tiered cache, NULL: none */
+	uint64_t _reserved[2];
 } kvs_req_t;
 
 int kvs_req_init(kvs_req_t *req, const int32_t *tokens, uint32_t ntokens, uint64_t extra_key,
 		 int priority);
 
 kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_radix_t *radix);
+kvs_flow_t *kvs_flow_create_tiered(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_hiradix_t *hr);
 int kvs_flow_destroy(kvs_flow_t *flow);
 
 ssize_t kvs_flow_match(kvs_flow_t *flow, kvs_req_t *req);
@@ -49,6 +56,7 @@ int kvs_flow_prepare_decode(kvs_flow_t *flow, kvs_req_t *const *reqs, size_t n,
 int kvs_flow_cache_unfinished(kvs_flow_t *flow, kvs_req_t *req);
 int kvs_flow_cache_finished(kvs_flow_t *flow, kvs_req_t *req);
 int kvs_flow_release(kvs_flow_t *flow, kvs_req_t *req);
+int kvs_flow_wait_layer(kvs_flow_t *flow, uint32_t layer);
 
 #ifdef __cplusplus
 }

@@ -303,7 +303,60 @@ START_TEST(test_pool_flow)
 	     kvs_flow_prepare_extend(f, b, 1, NULL), ERANGE);
 	ck_assert_uint_eq(kvs_reqtab_available(t), 2);
 	ck_assert_uint_eq(kvs_pool_available(p), kvs_pool_capacity(p));
+	CASE("flow", "kvs_flow_wait_layer", "flow NULL", kvs_flow_wait_layer(NULL, 0), EINVAL);
+	CASE("flow", "kvs_flow_wait_layer", "layer 1 of 1", kvs_flow_wait_layer(f, 1), EINVAL);
 	kvs_flow_destroy(f);
+	/* The tiered flow: the same calls over a hierarchical radix cache. */
+	{
+		kvs_hpool_attr_t ha;
+		kvs_hpool_t *hp;
+		kvs_hiradix_t *hr;
+		kvs_hiradix_usage_t u;
+
+		kvs_hpool_attr_init(&ha);
+		hp = kvs_hpool_create(p, &ha);
+		ck_assert_ptr_nonnull(hp);
+		hr = kvs_hiradix_create(p, hp, NULL);
+		ck_assert_ptr_nonnull(hr);
+		CASE_NULL("flow", "kvs_flow_create_tiered", "pool NULL",
+			  kvs_flow_create_tiered(NULL, t, hr), EINVAL);
+		CASE_NULL("flow", "kvs_flow_create_tiered", "tab NULL",
+			  kvs_flow_create_tiered(p, NULL, hr), EINVAL);
+		CASE_NULL("flow", "kvs_flow_create_tiered", "hr NULL",
+			  kvs_flow_create_tiered(p, t, NULL), EINVAL);
+		f = kvs_flow_create_tiered(p, t, hr);
+		ck_assert_ptr_nonnull(f);
+		ck_assert_int_eq(kvs_req_init(&q, tok, 8, 0, 0), 0);
+		b[0] = b[1] = &q;
+		CASE("flow", "kvs_flow_prepare_extend", "tiered: the same request twice",
+		     kvs_flow_prepare_extend(f, b, 2, NULL), EINVAL);
+		q.extra_key = 7;
+		CASE("flow", "kvs_flow_prepare_extend", "tiered: an extra key",
+		     kvs_flow_prepare_extend(f, b, 1, NULL), EINVAL);
+		CASE("flow", "kvs_flow_match", "tiered: an extra key", kvs_flow_match(f, &q),
+		     EINVAL);
+		q.extra_key = 0;
+		CASE("flow", "kvs_flow_cache_unfinished", "tiered: a request without a slot",
+		     kvs_flow_cache_unfinished(f, &q), EINVAL);
+		CASE("flow", "kvs_flow_prepare_decode", "tiered: a request without a slot",
+		     kvs_flow_prepare_decode(f, b, 1, NULL), EINVAL);
+		q.ntokens = 100;
+		CASE("flow", "kvs_flow_prepare_extend", "tiered: ntokens beyond the context",
+		     kvs_flow_prepare_extend(f, b, 1, NULL), ERANGE);
+		CASE("flow", "kvs_flow_wait_layer", "tiered: layer 1 of 1",
+		     kvs_flow_wait_layer(f, 1), EINVAL);
+		CASE("flow", "kvs_flow_release", "tiered: req NULL", kvs_flow_release(f, NULL),
+		     EINVAL);
+		ck_assert_uint_eq(kvs_reqtab_available(t), 2);
+		ck_assert_uint_eq(kvs_pool_available(p), kvs_pool_capacity(p));
+		ck_assert_int_eq(kvs_hiradix_validate(hr), 0);
+		ck_assert_int_eq(kvs_hiradix_usage(hr, &u), 0);
+		ck_assert_uint_eq(u.nodes, 0);
+		kvs_flow_destroy(f);
+		kvs_hiradix_destroy(hr);
+		ck_assert_uint_eq(kvs_hpool_available(hp), kvs_hpool_capacity(hp));
+		kvs_hpool_destroy(hp);
+	}
 	kvs_radix_destroy(r);
 	kvs_radix_destroy(r2);
 	kvs_reqtab_destroy(t);
