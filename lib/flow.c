@@ -175,7 +175,6 @@ KVS_EXPORT kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_
  * The flow calls work on it as on a radix flow, matching across tiers,
  * loading back at admission and inserting at caching (see "Tiers").
  * Requests must have extra_key 0: the tiered cache has no extra keys.
- * That @hr is over @pool is not checked (the cache's API does not tell).
  *
  * Context: MT-Safe.
  * Return: the flow object, or NULL with errno EINVAL or ENOMEM.
@@ -185,7 +184,7 @@ KVS_EXPORT kvs_flow_t *kvs_flow_create_tiered(kvs_pool_t *pool, kvs_reqtab_t *ta
 {
 	struct kvs_flow *f;
 
-	if (!pool || !tab || !hr) {
+	if (!pool || !tab || !hr || kvs_hiradix_pool(hr) != pool) {
 		errno = EINVAL;
 		return NULL;
 	}

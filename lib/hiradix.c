@@ -1741,6 +1741,22 @@ KVS_EXPORT kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h)
 }
 
 /**
+ * kvs_hiradix_pool() - the device pool @h was created over.
+ * @h: cache.
+ *
+ * Context: any thread.
+ * Return: the pool, or NULL with errno EINVAL.
+ */
+KVS_EXPORT kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h)
+{
+	if (!h) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return h->pool;
+}
+
+/**
  * kvs_hiradix_node_info() - the state of @node.
  * @h: cache.
  * @node: a node of @h.

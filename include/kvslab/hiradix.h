@@ -108,6 +108,7 @@ int kvs_hiradix_poll(kvs_hiradix_t *h);
 int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer);
 
 kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h);
+kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h);
 int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
 			  kvs_hiradix_node_info_t *info);
 int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u);

@@ -324,6 +324,10 @@ START_TEST(test_pool_flow)
 			  kvs_flow_create_tiered(p, NULL, hr), EINVAL);
 		CASE_NULL("flow", "kvs_flow_create_tiered", "hr NULL",
 			  kvs_flow_create_tiered(p, t, NULL), EINVAL);
+		CASE_NULL("flow", "kvs_flow_create_tiered", "hr over another pool",
+			  kvs_flow_create_tiered(p2, t, hr), EINVAL);
+		CASE_NULL("hiradix", "kvs_hiradix_pool", "h NULL", kvs_hiradix_pool(NULL), EINVAL);
+		ck_assert_ptr_eq(kvs_hiradix_pool(hr), p);
 		f = kvs_flow_create_tiered(p, t, hr);
 		ck_assert_ptr_nonnull(f);
 		ck_assert_int_eq(kvs_req_init(&q, tok, 8, 0, 0), 0);
