@@ -495,15 +495,49 @@ static size_t rand_key(uint64_t *rng, int32_t *k, uint32_t ps)
 }
 
 /* What the random runs did, summed: each transition must have happened. */
-static uint64_t r_loads, r_tombs, r_hevict, r_remat;
+static uint64_t r_loads, r_tombs, r_hevict, r_remat, r_batches;
 
-static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
+/* The reference: every key ever inserted.  The cache may forget, never
+ * invent: what a match finds on either tier is a prefix some inserted key
+ * shares. */
+#define NREF 512
+static int32_t ref_key[NREF][MAXT];
+static size_t ref_len[NREF], nref;
+
+static void ref_add(const int32_t *k, size_t n)
+{
+	ck_assert_uint_lt(nref, NREF);
+	memcpy(ref_key[nref], k, n * sizeof(int32_t));
+	ref_len[nref++] = n;
+}
+
+static size_t ref_lcp(const int32_t *k, size_t n, uint32_t ps)
+{
+	size_t best = 0, r, i;
+
+	for (r = 0; r < nref; r++) {
+		size_t m = n < ref_len[r] ? n : ref_len[r];
+
+		for (i = 0; i < m && ref_key[r][i] == k[i]; i++)
+			;
+		if (i > best)
+			best = i;
+	}
+	return best - best % ps;
+}
+
+static uint64_t st(struct env *e, enum kvs_hiradix_stat i);
+
+static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed, uint32_t flags)
 {
 	uint64_t rng = seed;
 	struct env e;
 	long step, steps = tu_scaled(400, 150);
 
+	x_flags = flags;
 	env_open_drv(&e, tu_open_gran(be, GRAN, 0, 0), ps, policy, 2, 24, 20);
+	x_flags = 0;
+	nref = 0;
 	for (step = 0; step < steps; step++) {
 		int32_t k[MAXT], locs[MAXT];
 		kvs_hiradix_match_t m;
@@ -511,19 +545,26 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 		size_t n = rand_key(&rng, k, ps);
 		ssize_t dev, got;
 
-		switch (tu_rng(&rng) % 8) {
+		switch (tu_rng(&rng) % 9) {
+		case 8:
+			ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
+			break;
 		case 0:
 		case 1:
 		case 2: {
 			kvs_hiradix_usage_t u0 = usage(&e);
 
-			request(&e, k, n, NULL);
+			if (request(&e, k, n, NULL) == n) {
+				ref_add(k, n);
+				ck_assert_int_eq(kvs_hiradix_match(e.h, k, n, NULL, NULL), (ssize_t)n);
+			}
 			r_remat += usage(&e).tombstone_tokens < u0.tombstone_tokens;
 			break;
 		}
 		case 3:
 			dev = kvs_hiradix_match(e.h, k, n, locs, &m);
 			ck_assert_int_ge(dev, 0);
+			ck_assert_uint_le((size_t)dev + m.host_hit, ref_lcp(k, n, ps));
 			ck_assert(kv_check(&e, k, locs, (size_t)dev));
 			got = kvs_hiradix_load_back(e.h, m.last_node, 0, locs + dev, &x);
 			if (got < 0) {
@@ -533,6 +574,11 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 			ck_assert_uint_eq((size_t)got, m.host_hit);
 			r_loads += got > 0;
 			valid(&e);
+			if (got > 0 && (flags & KVS_HIRADIX_DEFER)) {
+				ck_assert_ptr_null(x);
+				ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), 0);
+				ck_assert_ptr_nonnull(x);
+			}
 			if (x)
 				ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
 			ck_assert(kv_check(&e, k, locs, (size_t)dev + (size_t)got));
@@ -568,6 +614,7 @@ static void random_run(int be, uint32_t ps, uint32_t policy, uint64_t seed)
 		valid(&e);
 	}
 	settle_all(&e);
+	r_batches += st(&e, KVS_HIRADIX_STAT_write_batches) < st(&e, KVS_HIRADIX_STAT_backups);
 	env_close(&e);
 }
 
@@ -575,11 +622,14 @@ START_TEST(test_random)
 {
 	uint32_t pol;
 
-	r_loads = r_tombs = r_hevict = r_remat = 0;
+	r_loads = r_tombs = r_hevict = r_remat = r_batches = 0;
 	for (pol = 0; pol <= KVS_WRITE_BACK; pol++) {
-		random_run(_i, 1, pol, 0x9e3779b97f4a7c15ull + pol);
-		random_run(_i, 4, pol, 0xdeadbeefcafef00dull + pol);
+		random_run(_i, 1, pol, 0x9e3779b97f4a7c15ull + pol, 0);
+		random_run(_i, 4, pol, 0xdeadbeefcafef00dull + pol, 0);
+		random_run(_i, 4, pol, 0x0123456789abcdefull + pol, KVS_HIRADIX_DEFER);
 	}
+	/* Deferred runs merged several backups into one transfer. */
+	ck_assert_uint_gt(r_batches, 0);
 	ck_assert_uint_gt(r_loads, 0);
 	ck_assert_uint_gt(r_tombs, 0);
 	ck_assert_uint_gt(r_hevict, 0);
@@ -1069,6 +1119,82 @@ static int count_ev(int type, int medium)
 	return n;
 }
 
+/* Deferred queues whose transfer cannot be submitted are undone whole:
+ * backups dropped, loads tombstones again, nothing leaked. */
+START_TEST(test_defer_faults)
+{
+	int32_t ab[8], cd[8], nl[16], locs[8];
+	kvs_hiradix_node_t *a, *c;
+	kvs_hiradix_match_t ma, mc;
+	kvs_hpool_xfer_t *x;
+	uint64_t avail;
+	struct env e;
+	kvs_drv_t *f;
+	uint32_t l;
+
+	f = kvs_fault_open(tu_open_gran(_i, GRAN, 0, 0));
+	ck_assert_ptr_nonnull(f);
+	x_flags = KVS_HIRADIX_DEFER;
+	env_open_drv(&e, f, 4, KVS_WRITE_THROUGH, 0, 64, 64);
+	x_flags = 0;
+	keyseq(ab, 8, 300);
+	keyseq(cd, 8, 600);
+	ck_assert_uint_eq(request(&e, ab, 8, &a), 8);
+	ck_assert_uint_eq(request(&e, cd, 8, &c), 8);
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_COPY, 1, EIO), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_ptr_null(x);
+	valid(&e);
+	ck_assert(!info(&e, a).backup_pending && !info(&e, a).on_host);
+	ck_assert(!info(&e, c).backup_pending && !info(&e, c).on_host);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backup_fail), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backups), 0);
+	ck_assert_uint_eq(kvs_hpool_available(e.hp), kvs_hpool_capacity(e.hp));
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), 0);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	/* Hit again, they are queued again, and this time copied. */
+	ck_assert_uint_eq(request(&e, ab, 8, NULL), 8);
+	ck_assert_uint_eq(request(&e, cd, 8, NULL), 8);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
+	settle_all(&e);
+	ck_assert(info(&e, a).on_host && info(&e, c).on_host);
+	/* Both loads back fail at submission. */
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	avail = kvs_pool_available(e.pool);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 8, NULL, &ma), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, cd, 8, NULL, &mc), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, ma.last_node, 0, nl, &x), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, mc.last_node, 0, nl + 8, &x), 8);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail - 16);
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_COPY, 1, EIO), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_ptr_null(x);
+	valid(&e);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	ck_assert(!info(&e, a).on_device && info(&e, a).on_host && !info(&e, a).loading);
+	ck_assert(!info(&e, c).on_device && info(&e, c).on_host && !info(&e, c).loading);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_load_fail), 2);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	/* And then loaded, bit for bit. */
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 8, NULL, &ma), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, ma.last_node, 0, nl, &x), 8);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, &x), 0);
+	ck_assert_ptr_nonnull(x);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 8, locs, NULL), 8);
+	ck_assert(kv_check(&e, ab, locs, 8));
+	env_close(&e);
+}
+END_TEST
+
 /* Both tiers' events; write through announces a host copy only once its
  * transfer is seen complete. */
 START_TEST(test_events)
@@ -1369,6 +1495,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
 	tcase_add_loop_test(tc, test_stats, 0, nb);
 	tcase_add_loop_test(tc, test_defer, 0, nb);
+	tcase_add_loop_test(tc, test_defer_faults, 0, nb);
 	tcase_add_loop_test(tc, test_events, 0, nb);
 	tcase_add_loop_test(tc, test_agree, 0, nb);
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
