@@ -19,5 +19,6 @@
 #include <kvslab/hashcache.h>
 #include <kvslab/hostpool.h>
 #include <kvslab/hiradix.h>
+#include <kvslab/storage.h>
 
 #endif /* KVSLAB_H */
