@@ -39,10 +39,21 @@
  * locks what its requests use.
  *
  * Leaf sets, kept as a node changes (leaf_update()), not found by a walk:
- * dleaves, the device leaves (on_dev, unlocked, no child on the device), and
- * hleaves, the host leaves (tombstones, unlocked, no child).  Both evictions
- * take the least recently used member of their set (a scan of the set: fine
- * for this piece, a heap later); a parent that becomes a leaf joins its set.
+ * dheap, the device leaves (on_dev, unlocked, no child on the device), and
+ * hheap, the host leaves (tombstones, unlocked, no child), each the shared
+ * eviction heap (lib/evict_heap.c, KVS_EVICT_LRU) over a key in the node
+ * (dk, hk; idx -1: not in the set).  Both evictions take the top, the least
+ * recently used member, in O(log n); a parent that becomes a leaf joins its
+ * set, and a member touched (touch()) moves in its heap.  A node is in at
+ * most one set (on_dev or not).  Ties cannot happen, so the victim does not
+ * depend on the heap's shape: every touch takes a fresh tick of h->clock,
+ * and the one copy, split() giving the new parent its child's value, is
+ * shared by an ancestor and its descendant, never members of one set
+ * together (a device leaf has no device descendant, a host leaf none).
+ * Joining a set never allocates: each heap has room for every node, which
+ * node_new() reserves before the node exists (failing the call with ENOMEM,
+ * as a failed malloc of the node would), so no node misses its set for want
+ * of memory.
  *
  * Locking: h->lock, a mutex, around every exported call, at level 2 of the
  * lock order (common/common.h); hostpool and pool calls are made under it
@@ -59,22 +70,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "evict_heap.h"
 #include "internal.h"
 #include "kvevent.h"
 #include "kvslab/hiradix.h"
+#include "kvslab/radix.h"
 
 struct hload;
 struct hbatch;
 
-/* A node's links in one leaf set (see lset()). */
-struct leaf_link {
-	struct kvs_hiradix_node *prev, *next;
-	bool in;
-};
-
 struct kvs_hiradix_node {
 	struct kvs_hiradix_node *parent, *child, *prev, *next; /* children list */
-	struct leaf_link dl, hl;	/* the device and host leaf sets */
+	struct evict_key dk, hk;	/* in the device and host leaf sets */
 	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
 	int32_t *key, *locs, *host;
 	size_t len;
@@ -122,7 +129,9 @@ struct kvs_hiradix {
 	uint32_t ps, policy, threshold;
 	uint64_t lb_threshold, clock;
 	struct kvs_hiradix_node root;
-	struct kvs_hiradix_node *dleaves, *hleaves, *backups;
+	struct evict_heap dheap, hheap;	/* the leaf sets */
+	size_t nnodes;			/* but the root: room in each heap */
+	struct kvs_hiradix_node *backups;
 	struct hload *loads;
 	struct hbatch wq, lq;		/* the write and load queues */
 	struct hbatch *wacks, *lacks;	/* the ack queues */
@@ -144,39 +153,38 @@ typedef struct kvs_hiradix_node node_t;
 
 /* ------------------------------------------------------------ leaf sets */
 
-/* Put @x in or out of the leaf set whose head is *@head and whose links
- * are at @off in each node. */
-static void lset(node_t **head, node_t *x, size_t off, bool in)
+/* Put @x, whose key in the leaf set @set is @k, in or out of it. */
+static void lset(struct evict_heap *set, node_t *x, struct evict_key *k, bool in)
 {
-	struct leaf_link *l = (struct leaf_link *)((char *)x + off);
-
-	if (in == l->in)
+	if (in == (k->idx >= 0))
 		return;
 	if (in) {
-		l->prev = NULL;
-		l->next = *head;
-		if (*head)
-			((struct leaf_link *)((char *)*head + off))->prev = x;
-		*head = x;
+		k->last_access = x->access;
+		(void)evict_heap_push(set, k); /* cannot fail: node_new() made room */
 	} else {
-		if (l->prev)
-			((struct leaf_link *)((char *)l->prev + off))->next = l->next;
-		else
-			*head = l->next;
-		if (l->next)
-			((struct leaf_link *)((char *)l->next + off))->prev = l->prev;
+		evict_heap_remove(set, k);
 	}
-	l->in = in;
 }
 
 static void dset(kvs_hiradix_t *h, node_t *x, bool in)
 {
-	lset(&h->dleaves, x, offsetof(node_t, dl), in);
+	lset(&h->dheap, x, &x->dk, in);
 }
 
 static void hset(kvs_hiradix_t *h, node_t *x, bool in)
 {
-	lset(&h->hleaves, x, offsetof(node_t, hl), in);
+	lset(&h->hheap, x, &x->hk, in);
+}
+
+/* @x is used now: a fresh tick of the clock, and its place in its set. */
+static void touch(kvs_hiradix_t *h, node_t *x)
+{
+	x->access = ++h->clock;
+	x->dk.last_access = x->hk.last_access = x->access;
+	if (x->dk.idx >= 0)
+		evict_heap_update(&h->dheap, &x->dk);
+	if (x->hk.idx >= 0)
+		evict_heap_update(&h->hheap, &x->hk);
 }
 
 static bool is_dleaf(const kvs_hiradix_t *h, const node_t *x)
@@ -219,10 +227,16 @@ static void lock_path(kvs_hiradix_t *h, node_t *x, int d)
 
 /* ------------------------------------------------------------ nodes */
 
-static node_t *node_new(size_t len)
+static node_t *node_new(kvs_hiradix_t *h, size_t len)
 {
-	node_t *x = calloc(1, sizeof(*x));
+	node_t *x;
 
+	/* Room in each leaf set for one more node, so that joining one
+	 * never allocates. */
+	if (evict_heap_reserve(&h->dheap, h->nnodes + 1) < 0 ||
+	    evict_heap_reserve(&h->hheap, h->nnodes + 1) < 0)
+		return NULL;
+	x = calloc(1, sizeof(*x));
 	if (!x)
 		return NULL;
 	x->key = malloc(len * sizeof(int32_t));
@@ -234,6 +248,8 @@ static node_t *node_new(size_t len)
 		free(x);
 		return NULL;
 	}
+	x->dk.idx = x->hk.idx = -1;
+	h->nnodes++;
 	return x;
 }
 
@@ -263,8 +279,9 @@ static void child_del(node_t *p, node_t *c)
 		p->ndev--;
 }
 
-static void node_free(node_t *x)
+static void node_free(kvs_hiradix_t *h, node_t *x)
 {
+	h->nnodes--;
 	free(x->key);
 	free(x->locs);
 	free(x->host);
@@ -828,7 +845,7 @@ static void poll_locked(kvs_hiradix_t *h, bool caller)
  * chain, so nothing waits. */
 static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 {
-	node_t *nn = node_new(k), *p = c->parent;
+	node_t *nn = node_new(h, k), *p = c->parent;
 	size_t kp = k / h->ps;
 
 	if (!nn)
@@ -836,7 +853,7 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 	if (c->host) {
 		nn->host = malloc(kp * sizeof(int32_t));
 		if (!nn->host) {
-			node_free(nn);
+			node_free(h, nn);
 			return NULL;
 		}
 		memcpy(nn->host, c->host, kp * sizeof(int32_t));
@@ -892,7 +909,7 @@ static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos)
 			if (!c)
 				return NULL;
 		}
-		c->access = ++h->clock;
+		touch(h, c);
 		p += k;
 		x = c;
 	}
@@ -902,14 +919,13 @@ static node_t *walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos)
 
 /* ------------------------------------------------------------ eviction */
 
-static node_t *lru(node_t *set, bool dev)
+/* The least recently used member of the leaf set @set, whose key is at
+ * @off in each node, or NULL. */
+static node_t *lru(const struct evict_heap *set, size_t off)
 {
-	node_t *best = NULL, *x;
+	struct evict_key *k = evict_heap_top(set);
 
-	for (x = set; x; x = dev ? x->dl.next : x->hl.next)
-		if (!best || x->access < best->access)
-			best = x;
-	return best;
+	return k ? (node_t *)((char *)k - off) : NULL;
 }
 
 static void node_delete(kvs_hiradix_t *h, node_t *x)
@@ -920,7 +936,7 @@ static void node_delete(kvs_hiradix_t *h, node_t *x)
 	hset(h, x, false);
 	child_del(p, x);
 	leaf_update(h, p);
-	node_free(x);
+	node_free(h, x);
 }
 
 static ssize_t evict_device(kvs_hiradix_t *h, size_t tokens)
@@ -928,7 +944,7 @@ static ssize_t evict_device(kvs_hiradix_t *h, size_t tokens)
 	size_t done = 0;
 	node_t *x;
 
-	while (done < tokens && (x = lru(h->dleaves, true))) {
+	while (done < tokens && (x = lru(&h->dheap, offsetof(node_t, dk)))) {
 		if (!x->host_ok && !x->host && h->policy == KVS_WRITE_BACK) {
 			/* Write back: copy it out now, then demote it.  A
 			 * failed copy leaves no host copy: deleted below. */
@@ -955,7 +971,7 @@ static ssize_t evict_host(kvs_hiradix_t *h, size_t tokens)
 	size_t done = 0;
 	node_t *x;
 
-	while (done < tokens && (x = lru(h->hleaves, false))) {
+	while (done < tokens && (x = lru(&h->hheap, offsetof(node_t, hk)))) {
 		done += x->len;
 		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
 		node_events(h, x, KVS_KV_REMOVED, KVS_MEDIUM_CPU);
@@ -1100,6 +1116,9 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->sink.ps = h->ps;
 	h->root.on_dev = true;
 	h->root.host_ok = true;
+	h->root.dk.idx = h->root.hk.idx = -1;
+	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
+	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
 	if ((h->flags & KVS_HIRADIX_THREAD) && thread_start(h) < 0) {
 		pthread_mutex_destroy(&h->lock);
 		free(h);
@@ -1122,7 +1141,7 @@ static void free_tree(kvs_hiradix_t *h, node_t *x)
 		kvs_pool_free(h->pool, x->len, x->locs);
 	if (x->host)
 		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
-	node_free(x);
+	node_free(h, x);
 }
 
 /**
@@ -1159,6 +1178,8 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 		batch_check(h, b);
 	}
 	free_tree(h, &h->root);
+	evict_heap_free(&h->dheap);
+	evict_heap_free(&h->hheap);
 	pthread_mutex_destroy(&h->lock);
 	free(h);
 	return 0;
@@ -1296,7 +1317,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	if (!x)
 		goto nomem;
 	if (pos < n) {
-		nn = node_new(n - pos);
+		nn = node_new(h, n - pos);
 		if (!nn)
 			goto nomem;
 		memcpy(nn->key, key + pos, (n - pos) * sizeof(int32_t));
@@ -1320,7 +1341,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	}
 	if (nn) {
 		nn->on_dev = true;
-		nn->access = ++h->clock;
+		touch(h, nn);
 		child_add(x, nn);
 		node_hash(h, nn);
 		node_events(h, nn, KVS_KV_STORED, KVS_MEDIUM_GPU);
@@ -1830,8 +1851,18 @@ KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
 }
 
 struct vstate {
-	uint64_t nd, nh, nb;
+	uint64_t nn, nd, nh, nb;
 };
+
+/* @x's key @k is in the leaf set @set iff @want, and in its right place. */
+static bool member_ok(const struct evict_heap *set, const node_t *x, const struct evict_key *k,
+		      bool want)
+{
+	if (k->idx < 0)
+		return !want;
+	return want && (size_t)k->idx < set->n && set->a[k->idx] == k &&
+	       k->last_access == x->access;
+}
 
 static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate *v)
 {
@@ -1862,10 +1893,12 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->lock_ref > x->lock_ref && x != &h->root)
 			return false;
-		if (c->dl.in != is_dleaf(h, c) || c->hl.in != is_hleaf(h, c))
+		if (!member_ok(&h->dheap, c, &c->dk, is_dleaf(h, c)) ||
+		    !member_ok(&h->hheap, c, &c->hk, is_hleaf(h, c)))
 			return false;
-		v->nd += c->dl.in;
-		v->nh += c->hl.in;
+		v->nn++;
+		v->nd += c->dk.idx >= 0;
+		v->nh += c->hk.idx >= 0;
 		v->nb += c->bt != NULL;
 		if (c->prev ? c->prev->next != c : x->child != c)
 			return false;
@@ -1878,8 +1911,9 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 /**
  * kvs_hiradix_validate() - check the tree's invariants: device and host
  * copies form prefixes from the root, every node is on the device or a
- * valid tombstone, child counts, locks, and the leaf sets and backup list
- * against the nodes' states.
+ * valid tombstone, child counts, locks, the backup list against the nodes'
+ * states, and the leaf sets' heaps: heap order, and every node in a heap
+ * iff it is a leaf of that level.
  * @h: cache.
  *
  * Context: MT-Safe (takes h->lock).
@@ -1887,9 +1921,9 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
  */
 KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 {
-	struct vstate v = {0, 0, 0};
+	struct vstate v = {0, 0, 0, 0};
 	const node_t *x;
-	uint64_t nd = 0, nh = 0, nb = 0;
+	uint64_t nb = 0;
 	bool ok;
 
 	if (!h) {
@@ -1898,13 +1932,14 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	}
 	pthread_mutex_lock(&h->lock);
 	ok = validate_walk(h, &h->root, &v);
-	for (x = h->dleaves; x; x = x->dl.next)
-		nd++;
-	for (x = h->hleaves; x; x = x->hl.next)
-		nh++;
 	for (x = h->backups; x; x = x->bnext)
 		nb++;
-	ok = ok && nd == v.nd && nh == v.nh && nb == v.nb && !h->root.dl.in && !h->root.hl.in;
+	/* Each heap holds exactly its set, in heap order, and has room for
+	 * every node (what keeps joining a set from allocating). */
+	ok = ok && v.nd == h->dheap.n && v.nh == h->hheap.n && nb == v.nb &&
+	     h->root.dk.idx < 0 && h->root.hk.idx < 0 && evict_heap_valid(&h->dheap) &&
+	     evict_heap_valid(&h->hheap) && v.nn == h->nnodes && h->dheap.cap >= h->nnodes &&
+	     h->hheap.cap >= h->nnodes;
 	pthread_mutex_unlock(&h->lock);
 	if (!ok) {
 		errno = EUCLEAN;

@@ -18,6 +18,10 @@
  * made (the injector counts frees too) and leaves the cache exactly as it
  * was, block by block; after every run the cache validates and every page
  * is free, held or cached.
+ *
+ * The hierarchical radix cache's insert gets the sweep too: it is where
+ * the leaf sets' heaps grow, and a failure there must not leave a node
+ * outside its set.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -757,6 +761,77 @@ START_TEST(test_hcache_random_allocations)
 }
 END_TEST
 
+/*
+ * The hierarchical radix cache: an insert whose every allocation fails in
+ * turn (one into an empty cache, where the leaf sets' heaps first grow;
+ * one that splits a node and adds a leaf) fails with ENOMEM and leaves a
+ * valid tree (a node may have been split), every node in its leaf set:
+ * evicting all of it gives every device page back.
+ */
+static uint64_t hr_insert(int with_split, uint64_t nth)
+{
+	uint64_t failed;
+	int32_t a[8], b[8], locs[8];
+	kvs_hiradix_attr_t ha;
+	kvs_hpool_attr_t hpa;
+	kvs_hiradix_t *h;
+	kvs_hpool_t *hp;
+	struct env e;
+	ssize_t rc;
+	int i;
+
+	env_open(&e);
+	kvs_hpool_attr_init(&hpa);
+	hp = kvs_hpool_create(e.pool, &hpa);
+	ck_assert_ptr_nonnull(hp);
+	kvs_hiradix_attr_init(&ha);
+	ha.write_policy = KVS_WRITE_THROUGH_SELECTIVE;
+	ha.hit_threshold = 1000; /* no backups: only the tree allocates */
+	h = kvs_hiradix_create(e.pool, hp, &ha);
+	ck_assert_ptr_nonnull(h);
+	for (i = 0; i < 8; i++) {
+		a[i] = 100 + i;
+		b[i] = i < PS ? a[i] : 200 + i; /* a's first page, then its own */
+	}
+	if (with_split) {
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+		ck_assert_int_eq(kvs_hiradix_insert(h, a, 8, locs, NULL), 0);
+	}
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	if (nth)
+		fs_fail_nth(nth);
+	rc = kvs_hiradix_insert(h, b, 8, locs, NULL);
+	fs_off();
+	failed = fs_failed();
+	if (rc < 0) {
+		ck_assert_int_eq(errno, ENOMEM);
+		ck_assert_uint_gt(failed, 0);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 8, locs), 0);
+	} else {
+		ck_assert_int_eq(rc, with_split ? PS : 0);
+		ck_assert_int_eq(kvs_pool_free(e.pool, (size_t)rc, locs), 0);
+	}
+	ck_assert_int_eq(kvs_hiradix_validate(h), 0);
+	kvs_hiradix_evict_device(h, CAP);
+	ck_assert_uint_eq(kvs_hiradix_stat(h, KVS_HIRADIX_STAT_nodes), 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), kvs_pool_capacity(e.pool));
+	ck_assert_int_eq(kvs_hiradix_destroy(h), 0);
+	ck_assert_int_eq(kvs_hpool_destroy(hp), 0);
+	env_close(&e);
+	return failed;
+}
+
+START_TEST(test_hiradix_every_allocation)
+{
+	uint64_t k = 1;
+
+	while (hr_insert(_i, k))
+		k++;
+	/* Into an empty cache: both heaps grow, then the node's three. */
+	ck_assert_uint_ge(k, _i ? 4 : 6);
+}
+END_TEST
+
 static Suite *failslab_suite(void)
 {
 	Suite *s = suite_create("failslab");
@@ -769,6 +844,7 @@ static Suite *failslab_suite(void)
 	tcase_add_loop_test(tc, test_hcache_every_allocation, 0, (int)NHSC);
 	tcase_add_test(tc, test_hcache_random_allocations);
 	tcase_add_test(tc, test_hcache_first_eviction);
+	tcase_add_loop_test(tc, test_hiradix_every_allocation, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

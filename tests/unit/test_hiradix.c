@@ -3,7 +3,7 @@
  * tests/unit/test_hiradix.c - the hierarchical radix cache, on every
  * backend: the seed's state transitions (eviction with and without a host
  * copy, a tombstone re-materialised by insert, host eviction, load back bit
- * for bit), the selective threshold, write back at eviction, a seeded
+ * for bit), victims in LRU order at both levels, the selective threshold, write back at eviction, a seeded
  * random run checking the invariants (kvs_hiradix_validate()) and the bytes
  * after every step, copies failing under the fault driver, bad input.
  */
@@ -378,6 +378,52 @@ START_TEST(test_evict_no_backup)
 	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
 	ck_assert_uint_eq(usage(&e).nodes, 0);
 	ck_assert_uint_eq(kvs_pool_available(e.pool), kvs_pool_capacity(e.pool));
+	env_close(&e);
+}
+END_TEST
+
+/*
+ * Victims in least recently used order at both levels, whatever the order
+ * of insertion: four sibling leaves, touched by matches in a known order,
+ * evicted one node at a time.
+ */
+START_TEST(test_lru_order)
+{
+	static const int dorder[4] = {2, 0, 3, 1}, horder[4] = {1, 3, 0, 2};
+	int32_t k[4][8], locs[8];
+	kvs_hiradix_node_t *n[4];
+	kvs_hiradix_match_t m;
+	struct env e;
+	int i, j;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	for (i = 0; i < 4; i++) {
+		keyseq(k[i], 8, 100 * (i + 1));
+		ck_assert_uint_eq(request(&e, k[i], 8, &n[i]), 8);
+	}
+	settle_all(&e);
+	for (i = 0; i < 4; i++)
+		ck_assert(info(&e, n[i]).on_host);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k[dorder[i]], 8, locs, NULL), 8);
+	/* Device: each eviction demotes the oldest leaf still on the device. */
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+		valid(&e);
+		for (j = 0; j < 4; j++)
+			ck_assert_int_eq(info(&e, n[dorder[j]]).on_device, j > i);
+	}
+	/* Host: matches touch the tombstones anew; each eviction deletes the
+	 * oldest (only the victim is matched after, so no other is touched). */
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k[horder[i]], 8, locs, NULL), 0);
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 8), 8);
+		valid(&e);
+		ck_assert_uint_eq(usage(&e).nodes, 3 - (unsigned)i);
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k[horder[i]], 8, locs, &m), 0);
+		ck_assert_uint_eq(m.host_hit, 0);
+	}
 	env_close(&e);
 }
 END_TEST
@@ -1485,6 +1531,7 @@ static Suite *hiradix_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_transitions, 0, nb);
 	tcase_add_loop_test(tc, test_evict_no_backup, 0, nb);
+	tcase_add_loop_test(tc, test_lru_order, 0, nb);
 	tcase_add_loop_test(tc, test_selective, 0, nb);
 	tcase_add_loop_test(tc, test_write_back, 0, nb);
 	tcase_add_loop_test(tc, test_load_back_limits, 0, nb);
