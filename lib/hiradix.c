@@ -137,6 +137,7 @@ struct kvs_hiradix {
 	struct hbatch *wacks, *lacks;	/* the ack queues */
 	struct hbatch *handed, *last_load;
 	uint64_t bgen;			/* backups taken out of h->backups */
+	kvs_hiradix_usage_t use;	/* the token gauges, kept by acct() */
 	uint32_t flags, poll_us;
 	kvs_hiradix_agree_cb agree;
 	void *agree_arg;
@@ -204,11 +205,28 @@ static void leaf_update(kvs_hiradix_t *h, node_t *x)
 	hset(h, x, is_hleaf(h, x));
 }
 
+/* Count @x's tokens in the gauges (@s 1) or out of them (-1), around every
+ * change of its length, device pages or host pages. */
+static void acct(kvs_hiradix_t *h, const node_t *x, int s)
+{
+	uint64_t len = (uint64_t)((int64_t)s * (int64_t)x->len);
+
+	h->use.nodes += (uint64_t)(int64_t)s;
+	if (x->on_dev)
+		h->use.device_tokens += len;
+	else
+		h->use.tombstone_tokens += len;
+	if (x->host)
+		h->use.host_tokens += len;
+}
+
 static void set_dev(kvs_hiradix_t *h, node_t *x, bool on)
 {
 	if (x->on_dev == on)
 		return;
+	acct(h, x, -1);
 	x->on_dev = on;
+	acct(h, x, 1);
 	if (on)
 		x->parent->ndev++;
 	else
@@ -449,6 +467,7 @@ static void host_release(kvs_hiradix_t *h, node_t *x)
 	struct orphan *o;
 	size_t np = x->len / h->ps;
 
+	acct(h, x, -1);
 	if (x->bt && !queued(h, x->bt) && x->bt->state == 0) {
 		/* Still the destination of a copy in flight. */
 		o = malloc(sizeof(*o));
@@ -467,6 +486,7 @@ static void host_release(kvs_hiradix_t *h, node_t *x)
 	free(x->host);
 	x->host = NULL;
 	x->host_ok = false;
+	acct(h, x, 1);
 	leaf_update(h, x);
 }
 
@@ -558,7 +578,9 @@ static int backup(kvs_hiradix_t *h, node_t *x)
 		return -1;
 	}
 ok:
+	acct(h, x, -1);
 	x->host = host;
+	acct(h, x, 1);
 	x->bt = &h->wq;
 	bset(h, x, true);
 	lock_path(h, x, 1);
@@ -860,6 +882,7 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 		memmove(c->host, c->host + kp, (c->len - k) / h->ps * sizeof(int32_t));
 		nn->host_ok = c->host_ok;
 	}
+	acct(h, c, -1);
 	memcpy(nn->key, c->key, k * sizeof(int32_t));
 	memcpy(nn->locs, c->locs, k * sizeof(int32_t));
 	memmove(c->key, c->key + k, (c->len - k) * sizeof(int32_t));
@@ -872,6 +895,8 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 	child_del(p, c);
 	child_add(p, nn);
 	child_add(nn, c);
+	acct(h, nn, 1);
+	acct(h, c, 1);
 	node_hash(h, nn);
 	if (c->ld) {
 		nn->ld = c->ld;
@@ -934,6 +959,7 @@ static void node_delete(kvs_hiradix_t *h, node_t *x)
 
 	dset(h, x, false);
 	hset(h, x, false);
+	acct(h, x, -1);
 	child_del(p, x);
 	leaf_update(h, p);
 	node_free(h, x);
@@ -1343,6 +1369,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 		nn->on_dev = true;
 		touch(h, nn);
 		child_add(x, nn);
+		acct(h, nn, 1);
 		node_hash(h, nn);
 		node_events(h, nn, KVS_KV_STORED, KVS_MEDIUM_GPU);
 		leaf_update(h, nn);
@@ -1823,7 +1850,7 @@ static void usage_walk(const node_t *x, kvs_hiradix_usage_t *u)
 }
 
 /**
- * kvs_hiradix_usage() - what the cache holds (a walk of the tree).
+ * kvs_hiradix_usage() - what the cache holds (gauges kept as it changes).
  * @h: cache.
  * @u: receives it.
  *
@@ -1840,8 +1867,7 @@ KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	memset(u, 0, sizeof(*u));
-	usage_walk(&h->root, u);
+	*u = h->use;
 	for (x = h->backups; x; x = x->bnext)
 		u->backups_pending++;
 	for (ld = h->loads; ld; ld = ld->next)
@@ -1922,6 +1948,7 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 {
 	struct vstate v = {0, 0, 0, 0};
+	kvs_hiradix_usage_t u;
 	const node_t *x;
 	uint64_t nb = 0;
 	bool ok;
@@ -1932,6 +1959,11 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	}
 	pthread_mutex_lock(&h->lock);
 	ok = validate_walk(h, &h->root, &v);
+	/* The gauges kept as nodes change equal a count. */
+	memset(&u, 0, sizeof(u));
+	usage_walk(&h->root, &u);
+	ok = ok && u.nodes == h->use.nodes && u.device_tokens == h->use.device_tokens &&
+	     u.host_tokens == h->use.host_tokens && u.tombstone_tokens == h->use.tombstone_tokens;
 	for (x = h->backups; x; x = x->bnext)
 		nb++;
 	/* Each heap holds exactly its set, in heap order, and has room for
