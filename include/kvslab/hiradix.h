@@ -15,6 +15,7 @@
 #include <kvslab/pool.h>
 #include <kvslab/hostpool.h>
 #include <kvslab/radix.h>
+#include <kvslab/storage.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,7 @@ typedef struct kvs_hiradix_node kvs_hiradix_node_t;
 /* What the agree hook is asked to agree on (the minimum across ranks). */
 #define KVS_AGREE_WRITE_ACKS 1	/* completed backup batches to take in */
 #define KVS_AGREE_LOAD 2	/* tokens to load back */
+#define KVS_AGREE_PREFETCH 3	/* tokens a prefetch read, to take into the tree */
 
 typedef uint64_t (*kvs_hiradix_agree_cb)(void *arg, int what, uint64_t value);
 
@@ -105,6 +107,31 @@ ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens);
 ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
 			      int32_t *locs, kvs_hpool_xfer_t **xfer);
 int kvs_hiradix_poll(kvs_hiradix_t *h);
+
+/* Prefetch policies (kvs_hiradix_l3_attr_t.prefetch_policy). */
+#define KVS_PREFETCH_BEST_EFFORT 0	/* take what was read when asked */
+#define KVS_PREFETCH_WAIT_COMPLETE 1	/* wait until every page the store has is read */
+#define KVS_PREFETCH_TIMEOUT 2		/* that, or until a deadline */
+
+/** Attributes of kvs_hiradix_set_store(); start from kvs_hiradix_l3_attr_init(). */
+typedef struct kvs_hiradix_l3_attr {
+	uint32_t prefetch_policy;	/* default KVS_PREFETCH_BEST_EFFORT */
+	uint32_t prefetch_threshold;	/* tokens; fewer are not fetched (256) */
+	uint32_t timeout_base_ms;	/* KVS_PREFETCH_TIMEOUT: base (1000) */
+	uint32_t timeout_per_ktoken_ms;	/* plus this per 1024 tokens (250) */
+	uint32_t timeout_max_ms;	/* capped at (10000) */
+	uint32_t chunk_pages;		/* pages per read of the store (16) */
+	uint32_t backup;		/* 1: back valid host copies up to the store (1) */
+	uint32_t _pad;
+	uint64_t _reserved[6];
+} kvs_hiradix_l3_attr_t;
+
+int kvs_hiradix_l3_attr_init(kvs_hiradix_l3_attr_t *attr);
+int kvs_hiradix_set_store(kvs_hiradix_t *h, kvs_store_t *store, const kvs_hiradix_l3_attr_t *attr);
+ssize_t kvs_hiradix_prefetch(kvs_hiradix_t *h, uint64_t id, const int32_t *key, size_t n);
+int kvs_hiradix_prefetch_done(kvs_hiradix_t *h, uint64_t id, size_t *tokens);
+int kvs_hiradix_prefetch_revoke(kvs_hiradix_t *h, uint64_t id);
+int kvs_hiradix_l3_wait(kvs_hiradix_t *h);
 int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer);
 
 kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h);
@@ -143,7 +170,13 @@ int kvs_hiradix_validate(kvs_hiradix_t *h);
 	X(load_skipped, counter, "loads back skipped: below the threshold or over quota")  \
 	X(load_fail, counter, "loads back whose completion reported an error")            \
 	X(write_batches, counter, "backup transfers started (merged backups)")             \
-	X(load_batches, counter, "load transfers started (merged loads back)")
+	X(load_batches, counter, "load transfers started (merged loads back)")             \
+	X(l3_backup_pages, counter, "pages the store took from host copies")               \
+	X(l3_backup_fail, counter, "host copies not backed up to the store")               \
+	X(prefetches, counter, "prefetches started")                                       \
+	X(prefetch_skipped, counter, "prefetches skipped: below the threshold or no room") \
+	X(prefetch_tokens, counter, "tokens prefetches put on the host")                  \
+	X(prefetch_revoked, counter, "prefetches revoked")
 
 enum kvs_hiradix_stat {
 #define KVS_X_ENUM(n, k, d) KVS_HIRADIX_STAT_##n,
