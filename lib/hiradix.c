@@ -154,6 +154,7 @@ struct kvs_hiradix {
 	struct l3job *l3q;		/* backups to the store, oldest first */
 	struct pf *pfs, *pfq;		/* prefetches: all, and not started */
 	uint64_t l3_pending;		/* backups queued or being written */
+	uint64_t pf_live;		/* prefetches the thread has not finished */
 	pthread_t l3_thread, pf_thread;
 	pthread_cond_t l3_wake, pf_wake, l3_idle;
 	bool l3_stop;
@@ -1235,6 +1236,7 @@ static void *l3_prefetch_main(void *arg)
 		if (stop)
 			pf_free(h, pf, pf->taken); /* the caller gave it up to us */
 		pthread_mutex_lock(&h->lock);
+		h->pf_live--;
 		pthread_cond_broadcast(&h->l3_idle);
 	}
 	pthread_mutex_unlock(&h->lock);
@@ -1252,11 +1254,15 @@ static void l3_stop(kvs_hiradix_t *h)
 	h->l3_stop = true;
 	/* Queued prefetches are not started: stop them here. */
 	while ((pf = h->pfq)) {
+		bool given_up;
+
 		h->pfq = pf->qnext;
+		h->pf_live--;
 		pthread_mutex_lock(&pf->m);
 		pf->complete = true;
+		given_up = pf->terminated;
 		pthread_mutex_unlock(&pf->m);
-		if (pf->terminated)
+		if (given_up)
 			pf_free(h, pf, pf->taken); /* the caller gave it up */
 	}
 	pthread_cond_broadcast(&h->l3_wake);
@@ -1517,6 +1523,7 @@ KVS_EXPORT ssize_t kvs_hiradix_prefetch(kvs_hiradix_t *h, uint64_t id, const int
 			;
 		*q = pf;
 	}
+	h->pf_live++;
 	pthread_cond_signal(&h->pf_wake);
 	ST(h, prefetches, 1);
 	pthread_mutex_unlock(&h->lock);
@@ -1728,9 +1735,6 @@ KVS_EXPORT int kvs_hiradix_prefetch_revoke(kvs_hiradix_t *h, uint64_t id)
  */
 KVS_EXPORT int kvs_hiradix_l3_wait(kvs_hiradix_t *h)
 {
-	struct pf *pf;
-	bool busy;
-
 	if (!h) {
 		errno = EINVAL;
 		return -1;
@@ -1741,17 +1745,8 @@ KVS_EXPORT int kvs_hiradix_l3_wait(kvs_hiradix_t *h)
 		errno = EINVAL;
 		return -1;
 	}
-	for (;;) {
-		busy = h->l3_pending > 0 || h->pfq;
-		for (pf = h->pfs; pf && !busy; pf = pf->next) {
-			pthread_mutex_lock(&pf->m);
-			busy = !pf->complete;
-			pthread_mutex_unlock(&pf->m);
-		}
-		if (!busy)
-			break;
+	while (h->l3_pending > 0 || h->pf_live > 0)
 		pthread_cond_wait(&h->l3_idle, &h->lock);
-	}
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
