@@ -1420,6 +1420,25 @@ static struct pf *pf_find(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
 	return NULL;
 }
 
+/* Lock @h and find operation @id; NULL, unlocked, with errno EINVAL or
+ * ENOENT. */
+static struct pf *pf_lookup(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
+{
+	struct pf *pf;
+
+	if (!h) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&h->lock);
+	pf = pf_find(h, id, link);
+	if (!pf) {
+		pthread_mutex_unlock(&h->lock);
+		errno = ENOENT;
+	}
+	return pf;
+}
+
 /**
  * kvs_hiradix_prefetch() - start fetching from the store the pages of
  * @key past what the host already has.
@@ -1637,17 +1656,9 @@ KVS_EXPORT int kvs_hiradix_prefetch_done(kvs_hiradix_t *h, uint64_t id, size_t *
 	size_t d, got;
 	bool complete;
 
-	if (!h) {
-		errno = EINVAL;
+	pf = pf_lookup(h, id, &link);
+	if (!pf)
 		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	pf = pf_find(h, id, &link);
-	if (!pf) {
-		pthread_mutex_unlock(&h->lock);
-		errno = ENOENT;
-		return -1;
-	}
 	pthread_mutex_lock(&pf->m);
 	complete = pf->complete;
 	d = pf->done;
@@ -1699,17 +1710,9 @@ KVS_EXPORT int kvs_hiradix_prefetch_revoke(kvs_hiradix_t *h, uint64_t id)
 	struct pf *pf, **link;
 	bool complete;
 
-	if (!h) {
-		errno = EINVAL;
+	pf = pf_lookup(h, id, &link);
+	if (!pf)
 		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	pf = pf_find(h, id, &link);
-	if (!pf) {
-		pthread_mutex_unlock(&h->lock);
-		errno = ENOENT;
-		return -1;
-	}
 	*link = pf->next;
 	hlock(h, pf->anchor, -1);
 	pthread_mutex_lock(&pf->m);
