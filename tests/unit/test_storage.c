@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -991,6 +992,81 @@ START_TEST(test_stale_tmp)
 }
 END_TEST
 
+/* ------------------------------------------------------------ threads */
+
+#define MT_THREADS 4
+#define MT_KEYS 24
+
+struct mt_arg {
+	kvs_store_t *s;
+	const kvs_page_key_t *k;
+	int id, rounds, bad;
+};
+
+/* Threads set, check and read overlapping keys under a limit that holds
+ * a third of them: every hit is the page's bytes, the gauge never passes
+ * the limit. */
+static void *mt_main(void *p)
+{
+	struct mt_arg *a = p;
+	uint8_t *v = malloc(PB), *w = malloc(PB);
+	uint64_t x = (uint64_t)a->id + 11;
+
+	for (int r = 0; r < a->rounds; r++) {
+		int i = (int)(tu_rng(&x) % MT_KEYS);
+		const void *vv[1] = {v};
+		void *ww[1] = {w};
+
+		fill_val(v, PB, 600u + (unsigned)i);
+		(void)kvs_store_set(a->s, a->k + i, 1, vv);
+		(void)kvs_store_exists(a->s, a->k + i, 1);
+		if (kvs_store_get(a->s, a->k + i, 1, ww) == 1 && !val_ok(w, PB, 600u + (unsigned)i))
+			a->bad++;
+		if (kvs_store_stat(a->s, KVS_STORE_STAT_bytes_stored) > 8 * (PB + 64))
+			a->bad++;
+	}
+	free(v);
+	free(w);
+	return NULL;
+}
+
+START_TEST(test_threads)
+{
+	kvs_page_key_t k[MT_KEYS];
+	struct mt_arg a[MT_THREADS];
+	pthread_t t[MT_THREADS];
+	kvs_store_attr_t at;
+	kvs_store_t *s;
+	int i;
+
+	mkdir_tmp();
+	mkkeys(k, MT_KEYS, 9);
+	attr_of(&at, PB);
+	at.fsync = KVS_FSYNC_NONE;
+	at.max_bytes = 8 * (PB + 64);
+	s = open_a(&at);
+	for (i = 0; i < MT_THREADS; i++) {
+		a[i] = (struct mt_arg){s, k, i, (int)tu_scaled(400, 40), 0};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, mt_main, &a[i]), 0);
+	}
+	for (i = 0; i < MT_THREADS; i++) {
+		ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+		ck_assert_int_eq(a[i].bad, 0);
+	}
+	ck_assert_uint_le(st(s, KVS_STORE_STAT_bytes_stored), at.max_bytes);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_checksum_fail), 0);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_io_errors), 0);
+	ck_assert_uint_gt(st(s, KVS_STORE_STAT_evicted), 0);
+	kvs_store_close(s);
+	/* What the index said is what the directory holds. */
+	s = open_a(&at);
+	ck_assert_uint_le(st(s, KVS_STORE_STAT_bytes_stored), at.max_bytes);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_evicted), 0);
+	kvs_store_close(s);
+	rm_tmp();
+}
+END_TEST
+
 static Suite *storage_suite(void)
 {
 	Suite *s = suite_create("storage");
@@ -1008,6 +1084,7 @@ static Suite *storage_suite(void)
 	tcase_add_test(tc, test_lru);
 	tcase_add_test(tc, test_crash);
 	tcase_add_test(tc, test_stale_tmp);
+	tcase_add_test(tc, test_threads);
 	suite_add_tcase(s, tc);
 	return s;
 }
