@@ -332,7 +332,7 @@ static int scan_dir(struct kvs_store *s, struct fstore *f)
 		n++;
 	}
 	closedir(d);
-	if (rc == 0) {
+	if (rc == 0 && n) {
 		qsort(v, n, sizeof(*v), by_mtime);
 		/* Oldest first, each at the front: the newest ends there. */
 		for (i = 0; i < n; i++)
