@@ -156,11 +156,14 @@ KVS_EXPORT int kvs_page_key_hex(const kvs_page_key_t *key, char hex[2 * KVS_PAGE
 
 static uint64_t rd64(const uint8_t *p)
 {
-	uint64_t v = 0;
-	int i;
+	uint64_t v;
 
-	for (i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
+	/* One load where the host is little-endian: the checksum runs over
+	 * every byte of every value read or written. */
+	memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
 	return v;
 }
 

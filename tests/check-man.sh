@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Every exported function has a section-3 page named after it (its family
 # page or a .so link to it) whose NAME section lists it; kvslab(7) names it;
-# kvs_slab_create(3), kvs_pool_create(3) and kvs_hpool_create(3) show their
+# kvs_slab_create(3), kvs_pool_create(3), kvs_hpool_create(3), kvs_hiradix_create(3)
+# and kvs_store_open(3) show their
 # attribute structs as the headers declare them;
 # every real page lints clean with mandoc.
 set -eu
@@ -75,7 +76,7 @@ struct_members() { # FILE NAME: one "type|name" line per member
 }
 # HEADER:PAGE[:STEM]: the struct kvs_STEM_attr (STEM defaults to HEADER).
 for pair in slab:kvs_slab_create pool:kvs_pool_create hostpool:kvs_hpool_create:hpool \
-	hiradix:kvs_hiradix_create; do
+	hiradix:kvs_hiradix_create storage:kvs_store_open:store; do
 	hdr="$src/include/kvslab/${pair%%:*}.h"
 	rest=${pair#*:}
 	stem=${rest#*:}

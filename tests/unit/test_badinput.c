@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -891,6 +892,232 @@ START_TEST(test_hpool)
 }
 END_TEST
 
+/* The storage tier: every call on bad input fails with its errno, and the
+ * store is left as it was (no object, no counter moved). */
+static void store_unchanged(kvs_store_t *st, const char *dir)
+{
+	char cmd[160];
+
+	for (int i = 0; i < KVS_STORE_STAT__COUNT; i++)
+		ck_assert_msg(kvs_store_stat(st, (enum kvs_store_stat)i) == 0, "store stat %s moved",
+			      kvs_store_stat_name((enum kvs_store_stat)i));
+	snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A '%s')\"", dir);
+	ck_assert_msg(system(cmd) == 0, "the store's directory is not empty");
+}
+
+static void store_line(void *arg, const char *line)
+{
+	(void)arg;
+	(void)line;
+}
+
+START_TEST(test_store)
+{
+	static const int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+	char dir[] = "/tmp/kvs_bad_XXXXXX", uri[64], hex[65];
+	kvs_page_key_t k[2];
+	kvs_store_attr_t a;
+	kvs_store_t *st, *f;
+	kvs_drv_attr_t da;
+	kvs_drv_t *d;
+	kvs_pool_attr_t pa;
+	kvs_pool_t *p;
+	kvs_hpool_attr_t ha;
+	kvs_hpool_t *hp;
+	uint8_t buf[2][512];
+	void *bufs[2] = {buf[0], buf[1]}, *nulls[2] = {buf[0], NULL};
+	int32_t host[2], bad[2];
+	uint64_t x;
+	size_t pb;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	CASE("page", "kvs_page_hash", "key NULL", kvs_page_hash(NULL, tok, 4, NULL), EINVAL);
+	CASE("page", "kvs_page_hash", "tokens NULL, n 4", kvs_page_hash(NULL, NULL, 4, k), EINVAL);
+	CASE("page", "kvs_page_hashes", "page_size 0", kvs_page_hashes(NULL, tok, 8, 0, k), EINVAL);
+	CASE("page", "kvs_page_hashes", "keys NULL", kvs_page_hashes(NULL, tok, 8, 4, NULL),
+	     EINVAL);
+	CASE("page", "kvs_page_hashes", "tokens NULL", kvs_page_hashes(NULL, NULL, 8, 4, k),
+	     EINVAL);
+	CASE("page", "kvs_page_key_hex", "key NULL", kvs_page_key_hex(NULL, hex), EINVAL);
+	CASE("page", "kvs_page_key_hex", "hex NULL", kvs_page_key_hex(k, NULL), EINVAL);
+	ck_assert_int_eq(kvs_page_hashes(NULL, tok, 8, 4, k), 2);
+
+	CASE("store", "kvs_store_attr_init", "NULL", kvs_store_attr_init(NULL), EINVAL);
+	kvs_store_attr_init(&a);
+	CASE_NULL("store", "kvs_store_open", "page_bytes 0", kvs_store_open(uri, &a), EINVAL);
+	a.page_bytes = 512;
+	CASE_NULL("store", "kvs_store_open", "uri NULL", kvs_store_open(NULL, &a), EINVAL);
+	CASE_NULL("store", "kvs_store_open", "attr NULL", kvs_store_open(uri, NULL), EINVAL);
+	CASE_NULL("store", "kvs_store_open", "uri \"nope\" (no scheme)", kvs_store_open("nope", &a),
+		  EINVAL);
+	CASE_NULL("store", "kvs_store_open", "scheme \"s3\"", kvs_store_open("s3://b/x", &a),
+		  EINVAL);
+	CASE_NULL("store", "kvs_store_open", "\"file://rel\" (not absolute)",
+		  kvs_store_open("file://rel", &a), EINVAL);
+#ifndef KVS_HAVE_HIREDIS
+	CASE_NULL("store", "kvs_store_open", "redis:// without hiredis",
+		  kvs_store_open("redis://127.0.0.1:1", &a), ENOTSUP);
+	CASE_NULL("store", "kvs_store_open", "redis+unix:// without hiredis",
+		  kvs_store_open("redis+unix:///tmp/none.sock", &a), ENOTSUP);
+#endif
+	a.tp_rank = 1;
+	CASE_NULL("store", "kvs_store_open", "tp_rank 1 of 1", kvs_store_open(uri, &a), EINVAL);
+	a.tp_rank = 0;
+	a.tp_size = 0;
+	CASE_NULL("store", "kvs_store_open", "tp_size 0", kvs_store_open(uri, &a), EINVAL);
+	a.tp_size = 1;
+	a.layout = 7;
+	CASE_NULL("store", "kvs_store_open", "layout 7", kvs_store_open(uri, &a), EINVAL);
+	a.layout = KVS_HPOOL_PAGE_FIRST;
+	a.fsync = 3;
+	CASE_NULL("store", "kvs_store_open", "fsync 3", kvs_store_open(uri, &a), EINVAL);
+	a.fsync = KVS_FSYNC_DATA;
+	a.model = "";
+	CASE_NULL("store", "kvs_store_open", "model \"\"", kvs_store_open(uri, &a), EINVAL);
+	a.model = NULL;
+	CASE_NULL("store", "kvs_store_open", "model NULL", kvs_store_open(uri, &a), EINVAL);
+	a.model = "m";
+	st = kvs_store_open(uri, &a);
+	ck_assert_ptr_nonnull(st);
+
+	CASE("store", "kvs_store_exists", "store NULL", kvs_store_exists(NULL, k, 2), EINVAL);
+	CASE("store", "kvs_store_exists", "keys NULL, n 2", kvs_store_exists(st, NULL, 2), EINVAL);
+	CASE("store", "kvs_store_get", "store NULL", kvs_store_get(NULL, k, 2, bufs), EINVAL);
+	CASE("store", "kvs_store_get", "bufs NULL", kvs_store_get(st, k, 2, NULL), EINVAL);
+	CASE("store", "kvs_store_get", "keys NULL", kvs_store_get(st, NULL, 2, bufs), EINVAL);
+	CASE("store", "kvs_store_get", "a NULL buffer", kvs_store_get(st, k, 2, nulls), EINVAL);
+	CASE("store", "kvs_store_set", "store NULL",
+	     kvs_store_set(NULL, k, 2, (const void *const *)bufs), EINVAL);
+	CASE("store", "kvs_store_set", "bufs NULL", kvs_store_set(st, k, 2, NULL), EINVAL);
+	CASE("store", "kvs_store_set", "keys NULL",
+	     kvs_store_set(st, NULL, 2, (const void *const *)bufs), EINVAL);
+	CASE("store", "kvs_store_set", "a NULL buffer",
+	     kvs_store_set(st, k, 2, (const void *const *)nulls), EINVAL);
+	errno = 0;
+	ck_assert_uint_eq(kvs_store_page_bytes(NULL), 0);
+	row("store", "kvs_store_page_bytes", "store NULL (returns 0)", -1, errno, EINVAL);
+	errno = 0;
+	ck_assert_uint_eq(kvs_store_stat(NULL, KVS_STORE_STAT_get_hits), 0);
+	row("store", "kvs_store_stat", "store NULL (returns 0)", -1, errno, EINVAL);
+	errno = 0;
+	ck_assert_uint_eq(kvs_store_stat(st, KVS_STORE_STAT__COUNT), 0);
+	row("store", "kvs_store_stat", "item __COUNT (returns 0)", -1, errno, EINVAL);
+	CASE_NULL("store", "kvs_store_stat_name", "item __COUNT",
+		  kvs_store_stat_name(KVS_STORE_STAT__COUNT), EINVAL);
+	CASE("store", "kvs_store_stat_get", "unknown name", kvs_store_stat_get(st, "nope", &x),
+	     ENOENT);
+	CASE("store", "kvs_store_stat_get", "value NULL", kvs_store_stat_get(st, "evicted", NULL),
+	     EINVAL);
+	CASE("store", "kvs_store_stat_get", "store NULL", kvs_store_stat_get(NULL, "evicted", &x),
+	     EINVAL);
+	CASE("store", "kvs_store_stats_print", "write_cb NULL", kvs_store_stats_print(st, NULL, NULL),
+	     EINVAL);
+	CASE("store", "kvs_store_stats_print", "store NULL",
+	     kvs_store_stats_print(NULL, store_line, NULL), EINVAL);
+	ck_assert_int_eq(kvs_store_close(NULL), 0);
+
+	CASE_NULL("store", "kvs_store_fault_open", "inner NULL", kvs_store_fault_open(NULL), EINVAL);
+	CASE("store", "kvs_store_fault_fail_nth", "not a fault store",
+	     kvs_store_fault_fail_nth(st, KVS_SOP_GET, 1, KVS_SFAULT_ERROR), EINVAL);
+	CASE("store", "kvs_store_fault_fail_random", "not a fault store",
+	     kvs_store_fault_fail_random(st, KVS_SOP_GET, 0.5, 1, KVS_SFAULT_ERROR), EINVAL);
+	CASE("store", "kvs_store_fault_clear", "not a fault store", kvs_store_fault_clear(st),
+	     EINVAL);
+	f = kvs_store_fault_open(st);
+	ck_assert_ptr_nonnull(f);
+	CASE("store", "kvs_store_fault_fail_nth", "op __COUNT",
+	     kvs_store_fault_fail_nth(f, KVS_SOP__COUNT, 1, KVS_SFAULT_ERROR), EINVAL);
+	CASE("store", "kvs_store_fault_fail_nth", "kind 3",
+	     kvs_store_fault_fail_nth(f, KVS_SOP_GET, 1, 3), EINVAL);
+	CASE("store", "kvs_store_fault_fail_random", "p 1.5",
+	     kvs_store_fault_fail_random(f, KVS_SOP_GET, 1.5, 1, KVS_SFAULT_ERROR), EINVAL);
+	CASE("store", "kvs_store_fault_fail_random", "seed 0",
+	     kvs_store_fault_fail_random(f, KVS_SOP_GET, 0.5, 0, KVS_SFAULT_ERROR), EINVAL);
+	CASE("store", "kvs_store_fault_fail_random", "kind -1",
+	     kvs_store_fault_fail_random(f, KVS_SOP_GET, 0.5, 1, -1), EINVAL);
+	CASE("store", "kvs_store_fault_clear", "NULL", kvs_store_fault_clear(NULL), EINVAL);
+
+	/* Host-pool variants: a pool whose pages are not page_bytes, pages not
+	 * allocated. */
+	kvs_drv_attr_init(&da);
+	da.granularity = 4096;
+	d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 2;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 32;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 2;
+	pa.max_tokens = 256;
+	p = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(p);
+	for (int layout = 0; layout < 2; layout++) {
+		const char *lname = layout ? "page-first" : "layer-first";
+		char in[96];
+
+		kvs_hpool_attr_init(&ha);
+		ha.layout = layout ? KVS_HPOOL_PAGE_FIRST : KVS_HPOOL_LAYER_FIRST;
+		hp = kvs_hpool_create(p, &ha);
+		ck_assert_ptr_nonnull(hp);
+		pb = 2 * 32 * 2 * 2 * 2; /* 512: the store's page_bytes */
+		ck_assert_uint_eq(pb, 512);
+		ck_assert_int_eq(kvs_hpool_alloc(hp, 2, host), 0);
+		CASE("store", "kvs_store_get_pages", "hp NULL",
+		     kvs_store_get_pages(st, k, 2, NULL, host), EINVAL);
+		CASE("store", "kvs_store_set_pages", "host_pages NULL",
+		     kvs_store_set_pages(st, k, 2, hp, NULL), EINVAL);
+		CASE("store", "kvs_store_set_pages", "store NULL",
+		     kvs_store_set_pages(NULL, k, 2, hp, host), EINVAL);
+		bad[0] = host[0];
+		bad[1] = (int32_t)kvs_hpool_capacity(hp);
+		snprintf(in, sizeof(in), "a page beyond the pool (%s)", lname);
+		CASE("store", "kvs_store_get_pages", in, kvs_store_get_pages(st, k, 2, hp, bad),
+		     EINVAL);
+		CASE("store", "kvs_store_set_pages", in, kvs_store_set_pages(st, k, 2, hp, bad),
+		     EINVAL);
+		ck_assert_int_eq(kvs_hpool_free(hp, 2, host), 0);
+		ck_assert_int_eq(kvs_hpool_destroy(hp), 0);
+	}
+	/* A store of another page size. */
+	{
+		kvs_store_t *st2;
+		char in[96];
+
+		a.page_bytes = 1024;
+		st2 = kvs_store_open(uri, &a);
+		ck_assert_ptr_nonnull(st2);
+		for (int layout = 0; layout < 2; layout++) {
+			kvs_hpool_attr_init(&ha);
+			ha.layout = layout ? KVS_HPOOL_PAGE_FIRST : KVS_HPOOL_LAYER_FIRST;
+			hp = kvs_hpool_create(p, &ha);
+			ck_assert_ptr_nonnull(hp);
+			ck_assert_int_eq(kvs_hpool_alloc(hp, 2, host), 0);
+			snprintf(in, sizeof(in), "pages of 512 bytes, store of 1024 (%s)",
+				 layout ? "page-first" : "layer-first");
+			CASE("store", "kvs_store_set_pages", in,
+			     kvs_store_set_pages(st2, k, 2, hp, host), EINVAL);
+			CASE("store", "kvs_store_get_pages", in,
+			     kvs_store_get_pages(st2, k, 2, hp, host), EINVAL);
+			ck_assert_int_eq(kvs_hpool_free(hp, 2, host), 0);
+			ck_assert_int_eq(kvs_hpool_destroy(hp), 0);
+		}
+		store_unchanged(st2, dir);
+		kvs_store_close(st2);
+	}
+	kvs_pool_destroy(p);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	store_unchanged(st, dir);
+	store_unchanged(f, dir);
+	ck_assert_int_eq(kvs_store_close(f), 0);
+	ck_assert_int_eq(kvs_store_close(st), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 static Suite *bad_suite(void)
 {
 	Suite *s = suite_create("badinput");
@@ -902,6 +1129,7 @@ static Suite *bad_suite(void)
 	tcase_add_test(tc, test_hcache);
 	tcase_add_test(tc, test_blockhash);
 	tcase_add_test(tc, test_hpool);
+	tcase_add_test(tc, test_store);
 	suite_add_tcase(s, tc);
 	return s;
 }
