@@ -81,6 +81,7 @@ struct rstore {
 	int db;
 	char *user, *password;		/* AUTH: the URI's (attr.password wins) */
 	struct timeval tv;
+	int err;			/* why the last connection failed, an errno */
 	/* Command bytes of the call being sent. */
 	char *buf;
 	size_t len, cap;
@@ -287,12 +288,22 @@ static int send_buf(struct rstore *rs)
 	return send_all(rs->c->fd, &v, 1);
 }
 
+/* A failed read's or write's errno as open reports it: a timeout is
+ * ETIMEDOUT, EOF or a protocol error EIO. */
+static int io_errno(int e)
+{
+	if (e == EAGAIN || e == EWOULDBLOCK)
+		return ETIMEDOUT;
+	return e ? e : EIO;
+}
+
 /* The next reply, or NULL when the connection failed (dropped then). */
 static struct rrep *reply(struct rstore *rs)
 {
 	void *r = NULL;
 
 	if (redisGetReply(rs->c, &r) != REDIS_OK || !r) {
+		rs->err = io_errno(rs->c->err == REDIS_ERR_IO ? errno : 0);
 		rrep_free(r);
 		rs->dest.on = false;
 		redisFree(rs->c);
@@ -378,14 +389,14 @@ static int rconn(struct kvs_store *s, struct rstore *rs)
 		goto nomem;
 	steps[ns++] = EIO;
 	if (send_buf(rs) < 0) {
-		e = errno ? errno : EIO;
+		e = io_errno(errno);
 		drop(rs);
 		return kvs_fail(e);
 	}
 	for (k = 0; k < ns; k++) {
 		r = reply(rs);
 		if (!r)
-			return kvs_fail(EIO);
+			return kvs_fail(rs->err);
 		if (!e)
 			e = reply_errno(r, steps[k]);
 		rrep_free(r);

@@ -701,6 +701,12 @@ START_TEST(test_stall_and_kill_in_flight)
 	ck_assert_ptr_nonnull(s);
 	ck_assert_int_eq(set_all(s, &p), 16);
 	kill(v.pid, SIGSTOP);
+	/* A server that takes the connection but never answers. */
+	t0 = tu_seconds();
+	errno = 0;
+	ck_assert_ptr_null(open_store(uri, 256 << 10, NULL, 0, NULL, 300));
+	ck_assert_int_eq(errno, ETIMEDOUT);
+	ck_assert_double_lt(tu_seconds() - t0, 10.0);
 	t0 = tu_seconds();
 	ck_assert_int_eq(get_all(s, &p), 0);
 	ck_assert_double_lt(tu_seconds() - t0, 10.0);
