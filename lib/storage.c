@@ -879,7 +879,7 @@ static void fault_be_get(struct kvs_store *s, const char *const *names, size_t n
 	if (kind == KVS_SFAULT_ERROR) {
 		for (i = 0; i < n; i++)
 			got[i] = -1;
-		store_count(s, KVS_STORE_STAT_io_errors, 1);
+		store_count(s, KVS_STORE_STAT_io_errors, n); /* per page, as the backends */
 		return;
 	}
 	f->inner->be->get(f->inner, names, n, hdr, val, got);
@@ -906,7 +906,7 @@ static void fault_be_set(struct kvs_store *s, const char *const *names, size_t n
 	if (kind == KVS_SFAULT_ERROR) {
 		for (i = 0; i < n; i++)
 			res[i] = 0;
-		store_count(s, KVS_STORE_STAT_io_errors, 1);
+		store_count(s, KVS_STORE_STAT_io_errors, n);
 		return;
 	}
 	if (kind == KVS_SFAULT_SHORT || kind == KVS_SFAULT_CORRUPT) {
