@@ -258,19 +258,20 @@ static void host_close(struct kvs_drv *d)
 	free(hb);
 }
 
+static size_t mem_available(void);
+
+/* Free: what the backend's total leaves, within what the machine can still
+ * commit (MemAvailable: free RAM plus the page cache it can reclaim; free
+ * RAM alone swings with other processes' file I/O). */
 static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_bytes)
 {
 	struct host_be *hb = hb_of(d);
 	uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
-	struct sysinfo si;
 	size_t f = hb->total > used ? hb->total - used : 0;
+	size_t avail = mem_available();
 
-	if (sysinfo(&si) == 0) {
-		size_t avail = (size_t)si.freeram * si.mem_unit;
-
-		if (avail < f)
-			f = avail;
-	}
+	if (avail < f)
+		f = avail;
 	*free_bytes = f;
 	*total_bytes = hb->total;
 	return 0;
