@@ -962,6 +962,8 @@ static Suite *drv_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("host");
+	/* 70,000 chunks in a child: seconds alone, more on a loaded machine. */
+	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_host_rss);
 	tcase_add_test(tc, test_host_populate);
 	tcase_add_test(tc, test_host_rlimit_unchanged);
