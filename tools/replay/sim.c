@@ -411,8 +411,7 @@ static int admit(struct sim *s)
 			ssize_t got = rp_tsim_prefetch(s->ts, (uint64_t)idx + 1, &r->req);
 
 			if (got < 0) {
-				if (r != s->head)
-					sreq_free(r);
+				sreq_free(r);
 				return -1;
 			}
 			s->prefetched[idx] = 1;
