@@ -6,9 +6,11 @@
  * drained slab run ending at one pre-mapping watermark; requests too large
  * for the budget or the request table rejected with their reason and the
  * table sized by what runs; the tool's exit status and error messages (the
- * tool run as a subprocess).
+ * tool run as a subprocess); two replays sharing one file store (L3), the
+ * second finding the first's pages.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -803,6 +805,127 @@ START_TEST(test_tool_exit_and_messages)
 }
 END_TEST
 
+/* The number after "@key": at its first place in @json, or UINT64_MAX. */
+static uint64_t json_u64(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json, pat);
+	return p ? strtoull(p + strlen(pat), NULL, 10) : UINT64_MAX;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/*
+ * --storage: two replays of one generated trace on one fresh file store
+ * behave as two instances sharing L3.  A small model (256 bytes a token,
+ * 16384 tokens a slab) with one slab of device memory and a host pool of
+ * 2x: pages leave the device, some leave the host.  The first replay finds
+ * an empty store (no L3 hit) and backs its pages up; the second finds them
+ * and recomputes less.  In both, every input token is an L1, L2 or L3 hit
+ * or recomputed: their sum is the trace's input, counted here from the
+ * generator itself.
+ */
+START_TEST(test_tool_storage_shared)
+{
+	static char out[2][1 << 16];
+	const char *tmp = getenv("TMPDIR");
+	struct rp_synth_opts so;
+	struct rp_trace t;
+	char args[1024], dir[512];
+	uint64_t input = 0, l3[2], rec[2];
+	kvs_page_key_t key;
+	int32_t tok = 0;
+	size_t i;
+	int k, rc;
+
+	if (kvs_page_hash(NULL, &tok, 1, &key) < 0 && errno == ENOTSUP)
+		return; /* no SHA-256 in this build: no store */
+	rp_synth_defaults(&so);
+	so.requests = TRACE_REQS(40);
+	so.input_mean = 1024;
+	so.output_mean = 32;
+	ck_assert_int_eq(rp_trace_synth(&so, &t), 0);
+	for (i = 0; i < t.n; i++)
+		input += t.req[i].input_len;
+	rp_trace_free(&t);
+
+	snprintf(dir, sizeof(dir), "%s/kvslab-rstore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	for (k = 0; k < 2; k++) {
+		uint64_t l1, l2;
+
+		snprintf(args, sizeof(args), "-q -m tiny --layers 1 --kv-heads 1 --head-dim 128 "
+			 "--dtype-size 1 -M 4M -s paged:16 --requests %zu --input-mean 1024 "
+			 "--output-mean 32 --host-pool 2x --storage file://%s --json=-",
+			 so.requests, dir);
+		rc = tool(args, out[k], sizeof(out[k]));
+		ck_assert_msg(rc == 0, "replay %d: rc %d: %s", k, rc, out[k]);
+		ck_assert_msg(strstr(out[k], "\"prefetch_policy\": \"wait_complete\""), "%s",
+			      out[k]);
+		snprintf(args, sizeof(args), "\"storage\": \"file://%s\"", dir);
+		ck_assert_msg(strstr(out[k], args), "%s", out[k]);
+		l1 = json_u64(out[k], "l1_hit_tokens");
+		l2 = json_u64(out[k], "l2_hit_tokens");
+		l3[k] = json_u64(out[k], "l3_hit_tokens");
+		rec[k] = json_u64(out[k], "recomputed_tokens");
+		ck_assert_msg(json_u64(out[k], "input_tokens") == input, "%s", out[k]);
+		ck_assert_msg(l1 + l2 + l3[k] + rec[k] == input, "replay %d: %llu + %llu + %llu + "
+			      "%llu != %llu", k, (unsigned long long)l1, (unsigned long long)l2,
+			      (unsigned long long)l3[k], (unsigned long long)rec[k],
+			      (unsigned long long)input);
+		ck_assert_uint_eq(json_u64(out[k], "checksum_fail"), 0);
+		ck_assert_uint_eq(json_u64(out[k], "io_errors"), 0);
+		ck_assert_uint_eq(json_u64(out[k], "l3_backup_fail"), 0);
+	}
+	/* The first: an empty store, everything backed up. */
+	ck_assert_uint_eq(l3[0], 0);
+	ck_assert_uint_eq(json_u64(out[0], "get_hits"), 0);
+	ck_assert_uint_gt(json_u64(out[0], "l3_backup_pages"), 0);
+	ck_assert_uint_eq(json_u64(out[0], "set_stored"), json_u64(out[0], "l3_backup_pages"));
+	/* The second: the first's pages, read and not written again. */
+	ck_assert_msg(l3[1] > 0, "%s", out[1]);
+	ck_assert_uint_gt(json_u64(out[1], "get_hits"), 0);
+	ck_assert_uint_eq(json_u64(out[1], "set_stored"), 0);
+	ck_assert_msg(rec[1] < rec[0], "recomputed %llu, then %llu", (unsigned long long)rec[0],
+		      (unsigned long long)rec[1]);
+
+	/* --storage needs --host-pool; one strategy; a bad URI is named. */
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -s paged:16 --requests 2 "
+		 "--storage file://%s", dir);
+	ck_assert_int_eq(tool(args, out[0], sizeof(out[0])), 2);
+	ck_assert_msg(strstr(out[0], "--storage needs --host-pool"), "%s", out[0]);
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M --requests 2 --host-pool 2x "
+		 "--storage file://%s", dir);
+	ck_assert_int_eq(tool(args, out[0], sizeof(out[0])), 2);
+	ck_assert_msg(strstr(out[0], "--storage runs one strategy"), "%s", out[0]);
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -s paged:16 --requests 2 "
+		 "--host-pool 2x --prefetch-policy timeout");
+	ck_assert_int_eq(tool(args, out[0], sizeof(out[0])), 2);
+	ck_assert_msg(strstr(out[0], "need --storage"), "%s", out[0]);
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -s paged:16 --requests 2 "
+		 "--host-pool 2x --storage file://%s --prefetch-policy soon", dir);
+	ck_assert_int_eq(tool(args, out[0], sizeof(out[0])), 2);
+	ck_assert_msg(strstr(out[0], "invalid value 'soon' for --prefetch-policy"), "%s", out[0]);
+	rc = tool("-q -m tiny -M 64M -s paged:16 --requests 2 --host-pool 2x "
+		  "--storage nosuch://x", out[0], sizeof(out[0]));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out[0], "--storage nosuch://x: cannot open the store: "), "%s",
+		      out[0]);
+	ck_assert_msg(strstr(out[0], "(errno "), "%s", out[0]);
+
+	ck_assert_int_eq(nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -824,6 +947,7 @@ int main(void)
 	tcase_add_test(tc, test_nothing_completes);
 	tcase_add_test(tc, test_error_messages);
 	tcase_add_test(tc, test_tool_exit_and_messages);
+	tcase_add_test(tc, test_tool_storage_shared);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -29,6 +29,7 @@ struct opts {
 	enum rp_format fmt;
 	int strict, quiet, progress;
 	int wpolicy_set, loadth_set;	/* given on the command line */
+	int pf_set;
 	uint32_t granules;
 	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
 	struct rp_synth_opts synth;
@@ -79,6 +80,10 @@ static void usage(FILE *f)
 		"      --write-policy=P    write_through, write_through_selective or write_back\n"
 		"                                                                  [write_through]\n"
 		"      --load-back-threshold=N  host hits below N tokens are recomputed   [0]\n"
+		"      --storage=URI       a store (L3) under the host tier: file:///DIR,\n"
+		"                          redis://HOST:PORT; replays sharing it share L3\n"
+		"      --prefetch-threshold=N  fewer tokens in the store are not fetched [256]\n"
+		"      --prefetch-policy=P best_effort, wait_complete or timeout [wait_complete]\n"
 		"Strategies:\n"
 		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
 		"                          [static:1,paged:16,slab:16]\n"
@@ -104,7 +109,7 @@ enum {
 	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
 	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH,
-	O_HOSTPOOL, O_WPOLICY, O_LOADTH
+	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY
 };
 
 static const struct option longopts[] = {
@@ -132,7 +137,10 @@ static const struct option longopts[] = {
 	{"cache", required_argument, 0, O_CACHE}, {"block-hash", required_argument, 0, O_BLOCKHASH},
 	{"host-pool", required_argument, 0, O_HOSTPOOL},
 	{"write-policy", required_argument, 0, O_WPOLICY},
-	{"load-back-threshold", required_argument, 0, O_LOADTH}, {"help", no_argument, 0, 'h'},
+	{"load-back-threshold", required_argument, 0, O_LOADTH},
+	{"storage", required_argument, 0, O_STORAGE},
+	{"prefetch-threshold", required_argument, 0, O_PFTH},
+	{"prefetch-policy", required_argument, 0, O_PFPOLICY}, {"help", no_argument, 0, 'h'},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -414,6 +422,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->sim.load_threshold = v;
 			o->loadth_set = 1;
 			break;
+		case O_STORAGE:
+			if (!*optarg)
+				r = bad("--storage", optarg);
+			o->sim.storage = optarg;
+			break;
+		case O_PFTH:
+			r = parse_u32("--prefetch-threshold", optarg, 0, UINT32_MAX,
+				      &o->sim.prefetch_threshold);
+			o->pf_set = 1;
+			break;
+		case O_PFPOLICY:
+			if (rp_prefetch_policy_parse(optarg, &o->sim.prefetch_policy) < 0)
+				r = bad("--prefetch-policy", optarg);
+			o->pf_set = 1;
+			break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;
@@ -430,6 +453,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	if (!RP_TIERED(&o->sim) && (o->wpolicy_set || o->loadth_set)) {
 		fprintf(stderr, "kvslab-replay: --write-policy and --load-back-threshold need "
 				"--host-pool\n");
+		return -1;
+	}
+	if (!RP_TIERED(&o->sim) && o->sim.storage) {
+		fprintf(stderr, "kvslab-replay: --storage needs --host-pool (the store backs the "
+				"host tier up and prefetches into it)\n");
+		return -1;
+	}
+	if (!o->sim.storage && o->pf_set) {
+		fprintf(stderr, "kvslab-replay: --prefetch-threshold and --prefetch-policy need "
+				"--storage\n");
 		return -1;
 	}
 	if (RP_TIERED(&o->sim) && o->sim.no_cache) {
@@ -492,9 +525,18 @@ int main(int argc, char **argv)
 	if (o.sim.model.dtype_size) model.dtype_size = o.sim.model.dtype_size;
 	if (o.sim.model.tp_size) model.tp_size = o.sim.model.tp_size;
 	o.sim.model = model;
+	o.sim.model_name = o.model_name;
 	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0 ||
 	    parse_caches(o.caches, caches, &nc) < 0)
 		return 2;
+	/* One run a store: a second strategy would find the first's pages
+	 * there, and the two would no longer be compared on equal terms. */
+	if (o.sim.storage && ns > 1) {
+		fprintf(stderr, "kvslab-replay: --storage runs one strategy (give one with -s, "
+				"e.g. -s paged:16): a second would find the first's pages in the "
+				"store\n");
+		return 2;
+	}
 	if (RP_TIERED(&o.sim) && (nc != 1 || caches[0] != RP_CACHE_RADIX)) {
 		fprintf(stderr, "kvslab-replay: --host-pool works with --cache radix only (the "
 				"hashed block cache has no host tier)\n");

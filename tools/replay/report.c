@@ -53,21 +53,39 @@ static void tier_table(FILE *f, const struct rp_result *res, size_t n)
 		any |= res[i].tiered;
 	if (!any)
 		return;
-	fprintf(f, "\n%-16s %-23s %10s %7s %7s %12s %12s %10s %11s %11s\n", "strategy",
-		"write policy", "host MiB", "L1 hit", "L2 hit", "input tok", "recomputed",
+	fprintf(f, "\n%-16s %-23s %10s %7s %7s %7s %12s %12s %10s %11s %11s\n", "strategy",
+		"write policy", "host MiB", "L1 hit", "L2 hit", "L3 hit", "input tok", "recomputed",
 		"loads back", "backup MiB", "host pk MiB");
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
 
 		if (!r->tiered)
 			continue;
-		fprintf(f, "%-16s %-23s %10.1f %7.4f %7.4f %12llu %12llu %10llu %11.1f %11.1f\n",
+		fprintf(f, "%-16s %-23s %10.1f %7.4f %7.4f %7.4f %12llu %12llu %10llu %11.1f %11.1f\n",
 			r->strat.name, rp_write_policy_name(r->write_policy),
 			mib((double)r->host_pool_bytes), ratio_of(r->l1_tokens, r->req_tokens),
-			ratio_of(r->l2_tokens, r->req_tokens), (unsigned long long)r->req_tokens,
+			ratio_of(r->l2_tokens, r->req_tokens), ratio_of(r->l3_tokens, r->req_tokens),
+			(unsigned long long)r->req_tokens,
 			(unsigned long long)recomputed(r), (unsigned long long)r->load_backs,
 			mib((double)r->backup_tokens * (double)r->cell),
 			mib((double)r->host_tokens_peak * (double)r->cell));
+	}
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		if (!r->storage)
+			continue;
+		fprintf(f, "%-16s storage %s, prefetch %s: %llu prefetches, %llu pages backed up; "
+			   "store %llu get hits, %llu misses, %llu stored, %llu skipped, %llu "
+			   "checksum failures, %llu I/O errors\n",
+			r->strat.name, r->storage, rp_prefetch_policy_name(r->prefetch_policy),
+			(unsigned long long)r->prefetches, (unsigned long long)r->l3_backup_pages,
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_get_hits],
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_get_misses],
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_set_stored],
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_set_skipped],
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_checksum_fail],
+			(unsigned long long)r->store_stats[KVS_STORE_STAT_io_errors]);
 	}
 }
 
@@ -213,19 +231,39 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 		fprintf(f, "}");
 		if (r->tiered)
 			fprintf(f, ",\n     \"host_pool_bytes\": %llu, \"write_policy\": \"%s\", "
-				"\"l1_hit_ratio\": %.6f, \"l2_hit_ratio\": %.6f, \"l1_hit_tokens\": "
-				"%llu, \"l2_hit_tokens\": %llu, \"recomputed_tokens\": %llu,\n     "
+				"\"l1_hit_ratio\": %.6f, \"l2_hit_ratio\": %.6f, \"l3_hit_ratio\": %.6f,\n"
+				"     \"l1_hit_tokens\": %llu, \"l2_hit_tokens\": %llu, "
+				"\"l3_hit_tokens\": %llu, \"recomputed_tokens\": %llu, \"input_tokens\": %llu,\n     "
 				"\"load_backs\": %llu, \"backup_tokens\": %llu, \"evict_host_tokens\": "
 				"%llu, \"host_tokens_peak\": %llu",
 				(unsigned long long)r->host_pool_bytes,
 				rp_write_policy_name(r->write_policy),
 				ratio_of(r->l1_tokens, r->req_tokens),
 				ratio_of(r->l2_tokens, r->req_tokens),
+				ratio_of(r->l3_tokens, r->req_tokens),
 				(unsigned long long)r->l1_tokens, (unsigned long long)r->l2_tokens,
-				(unsigned long long)recomputed(r), (unsigned long long)r->load_backs,
-				(unsigned long long)r->backup_tokens,
+				(unsigned long long)r->l3_tokens,
+				(unsigned long long)recomputed(r), (unsigned long long)r->req_tokens,
+				(unsigned long long)r->load_backs, (unsigned long long)r->backup_tokens,
 				(unsigned long long)r->evict_host_tokens,
 				(unsigned long long)r->host_tokens_peak);
+		if (r->storage) {
+			fprintf(f, ",\n     \"storage\": ");
+			json_str(f, r->storage);
+			fprintf(f, ", \"prefetch_policy\": \"%s\", \"prefetches\": %llu, "
+				"\"prefetch_tokens\": %llu, \"l3_backup_pages\": %llu, "
+				"\"l3_backup_fail\": %llu,\n     ",
+				rp_prefetch_policy_name(r->prefetch_policy),
+				(unsigned long long)r->prefetches,
+				(unsigned long long)r->prefetch_tokens,
+				(unsigned long long)r->l3_backup_pages,
+				(unsigned long long)r->l3_backup_fail);
+			/* The store's counters by their names (kvs_store_stat(3)). */
+			for (k = 0; k < KVS_STORE_STAT__COUNT; k++)
+				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
+					kvs_store_stat_name((enum kvs_store_stat)k),
+					(unsigned long long)r->store_stats[k]);
+		}
 		fprintf(f, "}%s\n", i + 1 < n ? "," : "");
 	}
 	fprintf(f, "  ]\n}\n");

@@ -70,6 +70,8 @@ struct sim {
 	size_t next;			/* next trace request not yet admitted */
 	int32_t out_next;		/* output token ids */
 	uint8_t *counted;		/* hit accounted on first admission */
+	uint8_t *prefetched;		/* --storage: prefetch done, once a request */
+	uint64_t *l3;			/* --storage: tokens its prefetch brought */
 	uint8_t *verdict;		/* per request: 0 may run, else rp_reject + 1 */
 	struct sreq *head;		/* the waiting head, built, not admitted */
 	struct lat alloc_lat, match_lat;
@@ -104,6 +106,10 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->hash_fn = KVS_HASH_SHA256_CBOR;
 	o->write_policy = KVS_WRITE_THROUGH;
 	o->load_threshold = UINT64_MAX;
+	o->model_name = "default";
+	o->prefetch_threshold = 256;
+	/* Copies take no simulated time: wait for what the store has. */
+	o->prefetch_policy = KVS_PREFETCH_WAIT_COMPLETE;
 }
 
 static int lat_add(struct lat *l, uint64_t ns)
@@ -398,6 +404,19 @@ static int admit(struct sim *s)
 		if (!r)
 			return -1;
 		r->req.ntokens = r->input;
+		/* SGLang prefetches from L3 when a request arrives and admits it
+		 * once the prefetch is over: once a request (not again after a
+		 * preemption), its pages then host hits to its match. */
+		if (s->ts && s->o->storage && !s->prefetched[idx]) {
+			ssize_t got = rp_tsim_prefetch(s->ts, (uint64_t)idx + 1, &r->req);
+
+			if (got < 0) {
+				sreq_free(r);
+				return -1;
+			}
+			s->prefetched[idx] = 1;
+			s->l3[idx] = (uint64_t)got;
+		}
 		t0 = rp_now_ns();
 		m = c_match(s, r);
 		lat_add(&s->match_lat, rp_now_ns() - t0);
@@ -467,11 +486,18 @@ static int prefill(struct sim *s)
 			s->res->hit_tokens += r->req.prefix_len;
 			s->res->req_tokens += r->input;
 			if (s->ts) {
-				uint64_t l2 = rp_treq_loaded(r->tq);
+				uint64_t l2 = rp_treq_loaded(r->tq), l3 = 0;
 
 				if (l2 > r->req.prefix_len)
 					l2 = r->req.prefix_len;
-				s->res->l2_tokens += l2;
+				/* What the prefetch put on the host is the last
+				 * of the host hit; loaded back, it is L3's. */
+				if (s->l3) {
+					l3 = s->l3[r->idx] < l2 ? s->l3[r->idx] : l2;
+					s->l3[r->idx] = 0;
+				}
+				s->res->l3_tokens += l3;
+				s->res->l2_tokens += l2 - l3;
 				s->res->l1_tokens += r->req.prefix_len - l2;
 			}
 		}
@@ -775,11 +801,33 @@ static int setup(struct sim *s)
 							 : strerror(errno));
 	} else if (RP_TIERED(o)) {
 		s->ts = rp_tsim_create(s->pool, o->host_bytes, o->host_ratio, o->write_policy,
-				       o->load_threshold);
+				       o->load_threshold, o->storage != NULL);
 		if (!s->ts)
 			return fail_msg(s, "cannot create the host pool and hierarchical radix "
 					   "cache: %s", strerror(errno));
 		s->res->host_pool_bytes = rp_tsim_host_tokens_max(s->ts) * s->res->cell;
+		if (o->storage) {
+			struct rp_tstore ts = {o->storage, o->model_name, o->prefetch_threshold,
+					       o->prefetch_policy};
+			const char *stage = "";
+			int e;
+
+			if (rp_tsim_set_store(s->ts, &ts, &stage) < 0) {
+				e = errno;
+				return fail_msg(s, "--storage %s: %s the store: %s (errno %d)%s",
+						o->storage, stage, strerror(e), e,
+						e == ENOTSUP ? ": a scheme this build lacks, or no "
+							       "SHA-256 (libcrypto)"
+						: e == EINVAL ? ": a malformed or unknown URI"
+							      : "");
+			}
+			s->prefetched = calloc(s->t->n + 1, 1);
+			s->l3 = calloc(s->t->n + 1, sizeof(*s->l3));
+			if (!s->prefetched || !s->l3) {
+				errno = ENOMEM;
+				return fail_msg(s, "no memory for %zu requests' prefetches", s->t->n);
+			}
+		}
 	} else {
 		kvs_radix_attr_t ra;
 
@@ -826,6 +874,8 @@ static void teardown(struct sim *s)
 	free(s->run);
 	free(s->requeue);
 	free(s->counted);
+	free(s->prefetched);
+	free(s->l3);
 	free(s->verdict);
 	free(s->alloc_lat.v);
 	free(s->match_lat.v);
@@ -848,11 +898,15 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	res->strat = *st;
 	res->tiered = o && RP_TIERED(o);
 	res->write_policy = o ? o->write_policy : 0;
+	res->storage = res->tiered ? o->storage : NULL;
+	res->prefetch_policy = o ? o->prefetch_policy : 0;
 	res->cell = kvs_model_cell_size(&o->model);
 	if (!t || !o || !res->cell || st->page_size == 0 || o->max_running == 0 ||
 	    o->sample_every == 0 || !(o->step_ms > 0) ||
 	    (RP_TIERED(o) && (st->cache != RP_CACHE_RADIX || o->no_cache ||
-			      !rp_write_policy_name(o->write_policy)))) {
+			      !rp_write_policy_name(o->write_policy))) ||
+	    (o->storage && (!RP_TIERED(o) || !o->model_name ||
+			    !rp_prefetch_policy_name(o->prefetch_policy)))) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -900,11 +954,33 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		rp_hsim_drain(s.hs);
 	} else if (s.ts) {
 		kvs_hiradix_t *h = rp_tsim_cache(s.ts);
+		kvs_store_t *l3 = rp_tsim_store(s.ts);
 
+		/* Every backup in the store before the counters are read and
+		 * the cache goes: a replay that follows sees them all. */
+		if (l3) {
+			if (rp_tsim_l3_wait(s.ts) < 0)
+				goto out;
+			res->prefetches = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_prefetches);
+			res->prefetch_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_prefetch_tokens);
+			res->l3_backup_pages = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_pages);
+			res->l3_backup_fail = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_fail);
+		}
 		res->backup_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_backup_tokens);
 		res->load_backs = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_load_backs);
 		res->evict_host_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_evict_host_tokens);
 		rp_tsim_drain(s.ts);
+		/* The drain's evictions may back up more (write back). */
+		if (l3) {
+			int k;
+
+			if (rp_tsim_l3_wait(s.ts) < 0)
+				goto out;
+			res->l3_backup_pages = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_pages);
+			res->l3_backup_fail = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_fail);
+			for (k = 0; k < KVS_STORE_STAT__COUNT; k++)
+				res->store_stats[k] = kvs_store_stat(l3, (enum kvs_store_stat)k);
+		}
 	} else
 		kvs_radix_evict(s.radix, UINT64_MAX / 2);
 	kvs_slab_flush(kvs_pool_slab(s.pool));
@@ -940,6 +1016,30 @@ const char *rp_write_policy_name(uint32_t policy)
 {
 	return policy < sizeof(policy_names) / sizeof(policy_names[0]) ? policy_names[policy]
 									  : NULL;
+}
+
+static const char *const prefetch_names[] = {
+	[KVS_PREFETCH_BEST_EFFORT] = "best_effort",
+	[KVS_PREFETCH_WAIT_COMPLETE] = "wait_complete",
+	[KVS_PREFETCH_TIMEOUT] = "timeout",
+};
+
+const char *rp_prefetch_policy_name(uint32_t policy)
+{
+	return policy < sizeof(prefetch_names) / sizeof(prefetch_names[0]) ? prefetch_names[policy]
+									    : NULL;
+}
+
+int rp_prefetch_policy_parse(const char *name, uint32_t *policy)
+{
+	uint32_t k;
+
+	for (k = 0; k < sizeof(prefetch_names) / sizeof(prefetch_names[0]); k++)
+		if (!strcmp(name, prefetch_names[k])) {
+			*policy = k;
+			return 0;
+		}
+	return -1;
 }
 
 int rp_write_policy_parse(const char *name, uint32_t *policy)

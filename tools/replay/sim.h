@@ -49,6 +49,13 @@ struct rp_sim_opts {
 	double host_ratio;
 	uint32_t write_policy;		/* KVS_WRITE_* */
 	uint64_t load_threshold;	/* UINT64_MAX: the cache's default */
+	/* --storage: a store (L3) under the host tier, or NULL; its
+	 * namespace is model_name.  Prefetch threshold (tokens) and policy
+	 * (KVS_PREFETCH_*). */
+	const char *storage;
+	const char *model_name;
+	uint32_t prefetch_threshold;
+	uint32_t prefetch_policy;
 };
 
 /* Whether @o asks for a host tier. */
@@ -57,6 +64,9 @@ struct rp_sim_opts {
 /* "write_through", ...: NULL for an unknown policy; and back. */
 const char *rp_write_policy_name(uint32_t policy);
 int rp_write_policy_parse(const char *name, uint32_t *policy);
+/* "best_effort", "wait_complete", "timeout": the same for KVS_PREFETCH_*. */
+const char *rp_prefetch_policy_name(uint32_t policy);
+int rp_prefetch_policy_parse(const char *name, uint32_t *policy);
 
 void rp_sim_defaults(struct rp_sim_opts *o);
 
@@ -111,12 +121,19 @@ struct rp_result {
 	uint64_t end_mapped;		/* after draining: cache evicted, slabs shrunk */
 	uint64_t hit_tokens, req_tokens;
 	/* --host-pool: hit_tokens = l1_tokens (device prefix at the first
-	 * prefill) + l2_tokens (loaded back from the host); recomputed =
-	 * req_tokens - hit_tokens. */
+	 * prefill) + l2_tokens (loaded back from the host) + l3_tokens (of
+	 * those loaded back, the ones its prefetch brought from the store);
+	 * recomputed = req_tokens - hit_tokens. */
 	int tiered;
 	uint32_t write_policy;
 	uint64_t host_pool_bytes;
-	uint64_t l1_tokens, l2_tokens;
+	uint64_t l1_tokens, l2_tokens, l3_tokens;
+	/* --storage: the URI (NULL without), the cache's L3 counters and the
+	 * store's, read after every backup reached the store. */
+	const char *storage;
+	uint32_t prefetch_policy;
+	uint64_t prefetches, prefetch_tokens, l3_backup_pages, l3_backup_fail;
+	uint64_t store_stats[KVS_STORE_STAT__COUNT];
 	uint64_t backup_tokens, load_backs, evict_host_tokens, host_tokens_peak;
 	uint64_t drv_calls, drv_ns;
 	uint64_t alloc_p50_ns, alloc_p99_ns, match_p50_ns, match_p99_ns;

@@ -25,6 +25,18 @@
  * back at the first prefill), so what the cache holds at each step does
  * not depend on the speed of the driver's copy thread and a replay is
  * reproducible.  The wait for backups on a shortfall stays, for safety.
+ *
+ * With a store (--storage, rp_tsim_set_store()) the host pool is
+ * PAGE_FIRST, the unit the store keeps, and the cache backs every valid
+ * host copy up to it.  The same rule holds for L3: the backups an insert
+ * queues are written before the call returns, and so are those queued
+ * before a host eviction (their host pages are protected until written)
+ * and before a prefetch (whose exists query would otherwise race the
+ * backup thread), so what the store holds at each step is the same from
+ * one run to the next.  A prefetch (rp_tsim_prefetch()) runs when the
+ * request is first considered for admission and is waited for until the
+ * policy says it is over; its pages become host-only nodes that the first
+ * prefill's match loads back like any host hit.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -37,10 +49,13 @@ struct rp_tsim {
 	kvs_pool_t *pool;
 	kvs_hpool_t *hp;
 	kvs_hiradix_t *h;
+	kvs_store_t *store;		/* --storage, or NULL; closed after h */
 	uint32_t ps;
 	uint64_t locked;		/* sum of the holders' prefixes, tokens */
 	uint64_t waits;			/* short of memory, waited for a backup */
 };
+
+static size_t match_len(const struct rp_tsim *t, const kvs_req_t *req);
 
 struct rp_treq {
 	int32_t *locs;			/* device locations, [prefix_len, kv_len) owned */
@@ -50,7 +65,7 @@ struct rp_treq {
 };
 
 struct rp_tsim *rp_tsim_create(kvs_pool_t *pool, uint64_t host_bytes, double host_ratio,
-			       uint32_t policy, uint64_t load_threshold)
+			       uint32_t policy, uint64_t load_threshold, int page_first)
 {
 	struct rp_tsim *t = calloc(1, sizeof(*t));
 	kvs_hpool_attr_t ha;
@@ -68,6 +83,8 @@ struct rp_tsim *rp_tsim_create(kvs_pool_t *pool, uint64_t host_bytes, double hos
 	} else {
 		ha.ratio = host_ratio;
 	}
+	if (page_first)
+		ha.layout = KVS_HPOOL_PAGE_FIRST;
 	t->hp = kvs_hpool_create(pool, &ha);
 	if (!t->hp)
 		goto fail;
@@ -92,9 +109,91 @@ void rp_tsim_destroy(struct rp_tsim *t)
 		return;
 	if (t->h)
 		kvs_hiradix_destroy(t->h);
+	if (t->store)
+		kvs_store_close(t->store);
 	if (t->hp)
 		kvs_hpool_destroy(t->hp);
 	free(t);
+}
+
+int rp_tsim_set_store(struct rp_tsim *t, const struct rp_tstore *ts, const char **stage)
+{
+	kvs_store_attr_t sa;
+	kvs_hiradix_l3_attr_t la;
+	int32_t page;
+	void *p;
+	size_t pb;
+	int rc, e;
+
+	*stage = "cannot size the pages of";
+	/* The host pool's page bytes, from a page of it, given back. */
+	if (kvs_hpool_alloc(t->hp, 1, &page) < 0)
+		return -1;
+	rc = kvs_hpool_page_bytes(t->hp, page, &p, &pb);
+	e = errno;
+	kvs_hpool_free(t->hp, 1, &page);
+	if (rc < 0) {
+		errno = e;
+		return -1;
+	}
+	kvs_store_attr_init(&sa);
+	sa.model = ts->model;
+	sa.layout = KVS_HPOOL_PAGE_FIRST;
+	sa.page_bytes = pb;
+	/* A replay's store is scratch: a crash may lose pages, never tear one. */
+	sa.fsync = KVS_FSYNC_NONE;
+	*stage = "cannot open";
+	t->store = kvs_store_open(ts->uri, &sa);
+	if (!t->store)
+		return -1;
+	kvs_hiradix_l3_attr_init(&la);
+	la.prefetch_policy = ts->policy;
+	la.prefetch_threshold = ts->threshold;
+	la.backup = 1;
+	*stage = "cannot attach";
+	if (kvs_hiradix_set_store(t->h, t->store, &la) < 0) {
+		e = errno;
+		kvs_store_close(t->store);
+		t->store = NULL;
+		errno = e;
+		return -1;
+	}
+	*stage = NULL;
+	return 0;
+}
+
+kvs_store_t *rp_tsim_store(struct rp_tsim *t)
+{
+	return t->store;
+}
+
+/* Every backup the store was given written: see the file's comment. */
+static int settle_l3(struct rp_tsim *t)
+{
+	return t->store ? kvs_hiradix_l3_wait(t->h) : 0;
+}
+
+ssize_t rp_tsim_prefetch(struct rp_tsim *t, uint64_t id, const kvs_req_t *req)
+{
+	size_t got = 0;
+	ssize_t n;
+	int done;
+
+	if (!t->store)
+		return 0;
+	if (settle_l3(t) < 0)
+		return -1;
+	n = kvs_hiradix_prefetch(t->h, id, req->tokens, match_len(t, req));
+	if (n <= 0)
+		return n;
+	/* Copies take no simulated time: the request waits here until the
+	 * policy says the prefetch is over (wait_complete: every page the
+	 * store has is read). */
+	while ((done = kvs_hiradix_prefetch_done(t->h, id, &got)) == 0)
+		nanosleep(&(struct timespec){0, 20000}, NULL);
+	if (done < 0)
+		return -1;
+	return (ssize_t)got;
 }
 
 struct rp_treq *rp_treq_new(const struct rp_tsim *t, uint32_t max_tokens)
@@ -156,7 +255,7 @@ static int settle_all(struct rp_tsim *t)
 		if (kvs_hiradix_poll(t->h) < 0 || kvs_hiradix_usage(t->h, &u) < 0)
 			return -1;
 		if (!u.backups_pending && !u.loads_pending)
-			return 0;
+			return settle_l3(t);
 		nanosleep(&(struct timespec){0, 20000}, NULL);
 	}
 }
@@ -174,9 +273,14 @@ static int alloc_evict(struct rp_tsim *t, size_t n, int32_t *locs)
 		if (errno != ENOMEM)
 			return -1;
 		avail = kvs_pool_available(t->pool);
-		/* A write-back eviction backs up first: make host room. */
-		if (kvs_hpool_available(t->hp) * t->ps < n)
+		/* A write-back eviction backs up first: make host room (host
+		 * pages being backed up to the store are protected: let them
+		 * land first, as settle_all() does). */
+		if (kvs_hpool_available(t->hp) * t->ps < n) {
+			if (settle_l3(t) < 0)
+				return -1;
 			(void)kvs_hiradix_evict_host(t->h, n);
+		}
 		got = kvs_hiradix_evict_device(t->h, n > avail ? n - avail : t->ps);
 		if (got < 0)
 			return -1;
@@ -394,7 +498,7 @@ int rp_tsim_finish(struct rp_tsim *t, struct rp_treq *q, kvs_req_t *req)
 
 	if (req->slot < 0)
 		return 0;
-	if (kvs_hpool_available(t->hp) == 0)
+	if (kvs_hpool_available(t->hp) == 0 && settle_l3(t) == 0)
 		(void)kvs_hiradix_evict_host(t->h, req->kv_len);
 	if (cache(t, q, req, req->kv_len) < 0)
 		rc = -1; /* nothing cached: release frees it all */
@@ -442,6 +546,11 @@ uint64_t rp_tsim_host_tokens_max(const struct rp_tsim *t)
 kvs_hiradix_t *rp_tsim_cache(struct rp_tsim *t)
 {
 	return t->h;
+}
+
+int rp_tsim_l3_wait(struct rp_tsim *t)
+{
+	return settle_all(t); /* host backups land, then the store's */
 }
 
 void rp_tsim_drain(struct rp_tsim *t)

@@ -28,8 +28,35 @@ struct rp_treq;
  * is not loaded back (UINT64_MAX: the cache's default).  NULL with errno.
  */
 struct rp_tsim *rp_tsim_create(kvs_pool_t *pool, uint64_t host_bytes, double host_ratio,
-			       uint32_t policy, uint64_t load_threshold);
+			       uint32_t policy, uint64_t load_threshold, int page_first);
 void rp_tsim_destroy(struct rp_tsim *t);
+
+/* --storage: the store under the cache (L3). */
+struct rp_tstore {
+	const char *uri;		/* kvs_store_open()'s */
+	const char *model;		/* the namespace: the replay's model name */
+	uint32_t threshold;		/* prefetch threshold, tokens */
+	uint32_t policy;		/* KVS_PREFETCH_* */
+};
+
+/*
+ * Open the store (pages of the host pool's bytes, which must be
+ * PAGE_FIRST: @page_first above) and put it under the still empty cache,
+ * backups on.  -1 with errno, *stage saying which step failed ("cannot
+ * open", ...); the tsim owns the store and closes it after the cache.
+ */
+int rp_tsim_set_store(struct rp_tsim *t, const struct rp_tstore *ts, const char **stage);
+kvs_store_t *rp_tsim_store(struct rp_tsim *t);
+/*
+ * Prefetch @req's input (whole pages, its last token left to compute)
+ * from the store as operation @id and wait until the policy says it is
+ * over: the tokens it put on the host (0 without a store, or when nothing
+ * was worth fetching), or -1 with errno.
+ */
+ssize_t rp_tsim_prefetch(struct rp_tsim *t, uint64_t id, const kvs_req_t *req);
+/* No copy in flight: every backup to the host landed, and every one
+ * queued for the store written. */
+int rp_tsim_l3_wait(struct rp_tsim *t);
 
 struct rp_treq *rp_treq_new(const struct rp_tsim *t, uint32_t max_tokens);
 void rp_treq_free(struct rp_treq *q);
