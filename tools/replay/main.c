@@ -20,6 +20,17 @@
 #include "sim.h"
 #include "trace.h"
 
+/*
+ * The tool's default cache cap (see kvslab-replay(1), DEFAULTS): the
+ * value and the same for the help text, where a '%' is doubled.
+ */
+#define RP_CACHE_MAX_DEFAULT "10%"
+#define RP_CACHE_MAX_HELP "10%%"
+/* The tool's defaults that differ from rp_sim_defaults() and
+ * rp_synth_defaults() (which the tests use): see kvslab-replay(1), DEFAULTS. */
+#define TOOL_SHRINK_QUIET 4096
+#define TOOL_RATE 2.0
+
 #define MAX_STRATEGIES 8
 /* Strategies times caches. */
 #define MAX_RUNS (2 * MAX_STRATEGIES)
@@ -31,6 +42,10 @@ struct opts {
 	int wpolicy_set, loadth_set;	/* given on the command line */
 	int pf_set;
 	uint32_t granules;
+	int csv_full, cache_max_set;
+	const char *cost_spec;
+	struct rp_cost_model cost;
+	struct rp_limit *limits;
 	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
 	struct rp_synth_opts synth;
 	struct rp_sim_opts sim;
@@ -48,7 +63,7 @@ static void usage(FILE *f)
 		"  -f, --format=FMT        auto, mooncake (JSONL) or azure (CSV)  [auto]\n"
 		"      --strict            stop at the first malformed line (default: report, skip)\n"
 		"      --requests=N        generator: requests                     [2000]\n"
-		"      --rate=R            generator: arrivals per second          [4]\n"
+		"      --rate=R            generator and ShareGPT CSV: arrivals per second [2]\n"
 		"      --input-mean=N      generator: mean input tokens            [2048]\n"
 		"      --input-max=N       generator: largest input                [16384]\n"
 		"      --output-mean=N     generator: mean output tokens           [256]\n"
@@ -91,10 +106,18 @@ static void usage(FILE *f)
 		"      --min-empty=N       slab: empty slabs kept mapped ahead     [1]\n"
 		"      --max-empty=N       slab: empty slabs above which to unmap  [4]\n"
 		"      --shrink-quiet=N    slab: pages freed since the last growth before\n"
-		"                          empty slabs are unmapped                [65536]\n"
+		"                          empty slabs are unmapped                [4096]\n"
 		"      --worker            slab: map ahead on a worker thread\n"
+		"      --cache-max=P%%      cap the prefix cache's evictable pages at P%% of the\n"
+		"                          budget, evicted after every step (off: none) [" RP_CACHE_MAX_HELP "]\n"
+		"      --limit-schedule=SECONDS:SIZE,...  slab: the budget becomes SIZE at\n"
+		"                          simulated SECONDS (e.g. 120:4G,240:8G)\n"
+		"      --cost-model=M      GPU cost of the driver calls: a100, none, or a file\n"
+		"                          of name=us lines                         [a100]\n"
 		"Output:\n"
-		"      --csv=FILE          time series of every strategy\n"
+		"      --csv=FILE          time series of every strategy (downsampled to 2000\n"
+		"                          samples a strategy, peaks kept)\n"
+		"      --csv-full          every sample in the CSV\n"
 		"      --plot=FILE         mapped vs live vs cached over time (.png or .svg; gnuplot)\n"
 		"      --json=FILE         summary for scripts (- for standard output)\n"
 		"      --sample-every=N    steps between time-series samples       [1]\n"
@@ -109,8 +132,12 @@ enum {
 	O_PREFIXES, O_SEED, O_LAYERS, O_HEADS, O_DIM, O_DTYPE, O_TP, O_MAXRUN, O_CHUNK,
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
 	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH,
-	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY
+	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY, O_CACHEMAX, O_LIMITS,
+	O_COST, O_CSVFULL
 };
+
+/* The CSV's samples a strategy by default (--csv-full: all). */
+#define CSV_POINTS 2000
 
 static const struct option longopts[] = {
 	{"format", required_argument, 0, 'f'},   {"strict", no_argument, 0, O_STRICT},
@@ -141,6 +168,9 @@ static const struct option longopts[] = {
 	{"storage", required_argument, 0, O_STORAGE},
 	{"prefetch-threshold", required_argument, 0, O_PFTH},
 	{"prefetch-policy", required_argument, 0, O_PFPOLICY}, {"help", no_argument, 0, 'h'},
+	{"cache-max", required_argument, 0, O_CACHEMAX},
+	{"limit-schedule", required_argument, 0, O_LIMITS},
+	{"cost-model", required_argument, 0, O_COST}, {"csv-full", no_argument, 0, O_CSVFULL},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -187,28 +217,27 @@ static int parse_double(const char *opt, const char *arg, double min, double max
 
 static int parse_size(const char *opt, const char *arg, uint64_t *out)
 {
-	char *end;
-	double v;
-	uint64_t mul = 1;
+	return rp_parse_size(arg, out) < 0 ? bad(opt, arg) : 0;
+}
 
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || end == arg || !(v > 0))
-		return bad(opt, arg);
-	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	case 't': case 'T': mul = 1ull << 40; end++; break;
-	default: break;
+/* "P%" or "off". */
+static int parse_cache_max(const char *arg, double *out)
+{
+	size_t len = strlen(arg);
+	char num[64];
+	double v;
+
+	if (!strcmp(arg, "off")) {
+		*out = -1;
+		return 0;
 	}
-	if (*end == 'i' || *end == 'I')
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * (double)mul > 1e18)
-		return bad(opt, arg);
-	*out = (uint64_t)(v * (double)mul);
+	if (len < 2 || len >= sizeof(num) || arg[len - 1] != '%')
+		return bad("--cache-max", arg);
+	memcpy(num, arg, len - 1);
+	num[len - 1] = 0;
+	if (parse_double("--cache-max", num, 0, 100, &v) < 0)
+		return -1;
+	*out = v / 100;
 	return 0;
 }
 
@@ -304,6 +333,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->strategies = "static:1,paged:16,slab:16";
 	o->caches = "radix";
 	o->granules = 1;
+	o->cost_spec = "a100";
+	parse_cache_max(RP_CACHE_MAX_DEFAULT, &o->sim.cache_max);
+	o->sim.shrink_quiet = TOOL_SHRINK_QUIET;
+	o->synth.rate = TOOL_RATE;
 	o->progress = isatty(STDERR_FILENO);
 	while ((c = getopt_long(argc, argv, "f:m:M:d:s:qhV", longopts, NULL)) != -1) {
 		int r = 0;
@@ -437,6 +470,24 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				r = bad("--prefetch-policy", optarg);
 			o->pf_set = 1;
 			break;
+		case O_CACHEMAX: r = parse_cache_max(optarg, &o->sim.cache_max); break;
+		case O_LIMITS: {
+			char err[256];
+			ssize_t nl;
+
+			free(o->limits);
+			nl = rp_limit_parse(optarg, &o->limits, err, sizeof(err));
+			if (nl < 0) {
+				fprintf(stderr, "kvslab-replay: %s\n", err);
+				r = -1;
+				break;
+			}
+			o->sim.limits = o->limits;
+			o->sim.nlimits = (size_t)nl;
+			break;
+		}
+		case O_COST: o->cost_spec = optarg; break;
+		case O_CSVFULL: o->csv_full = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;
@@ -469,6 +520,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		fprintf(stderr, "kvslab-replay: --host-pool needs a prefix cache, not --no-cache\n");
 		return -1;
 	}
+	{
+		char err[320];
+
+		if (rp_cost_model_load(o->cost_spec, &o->cost, err, sizeof(err)) < 0) {
+			fprintf(stderr, "kvslab-replay: %s\n", err);
+			return -1;
+		}
+	}
 	if (o->sim.max_empty < o->sim.min_empty) {
 		fprintf(stderr, "kvslab-replay: --max-empty must not be below --min-empty\n");
 		return -1;
@@ -497,6 +556,44 @@ static void show_progress(void *arg, size_t done, size_t total)
 	fflush(stderr);
 }
 
+/*
+ * What a reader should know before trusting the numbers, on stderr, each
+ * with the option to try: an overloaded run (preemptions, rejections, a
+ * simulated span well past the trace's) measures the queue, not the
+ * allocator; a trace without prefix data cannot hit the cache.
+ */
+static void warnings(const struct opts *o, const struct rp_trace *t, double ideal,
+		     const struct rp_result *res, size_t n)
+{
+	double span = t->n ? t->req[t->n - 1].arrival_ms : 0;
+	uint64_t pre = 0, rej = 0;
+	double sim = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		pre += res[i].preempted;
+		rej += res[i].rejected;
+		if (res[i].sim_ms > sim)
+			sim = res[i].sim_ms;
+	}
+	if (pre || rej)
+		fprintf(stderr, "kvslab-replay: warning: overloaded: %llu preemptions, %llu "
+				"rejected requests over %zu runs; the budget is too small for the "
+				"arrivals: try a larger -M (--kv-mem)%s\n",
+			(unsigned long long)pre, (unsigned long long)rej, n,
+			o->trace_path ? ", or --no-timestamps to see the allocator alone"
+				      : " or a lower --rate");
+	if (o->sim.use_timestamps && span > 0 && sim > 1.5 * span + 60000)
+		fprintf(stderr, "kvslab-replay: warning: overloaded: the replay ran %.0f simulated "
+				"seconds for arrivals over %.0f s: requests queued far behind their "
+				"arrival; try a larger -M (--kv-mem) or --max-running%s\n",
+			sim / 1e3, span / 1e3, o->trace_path ? "" : ", or a lower --rate");
+	if (ideal <= 0 && !o->sim.no_cache)
+		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
+				"shares a block with an earlier one): the prefix cache cannot hit and "
+				"only holds memory; try --no-cache, or --cache-max to cap it\n");
+}
+
 int main(int argc, char **argv)
 {
 	struct rp_strategy strats[MAX_RUNS];
@@ -512,8 +609,13 @@ int main(int argc, char **argv)
 	double ideal;
 	int rc = 0;
 
-	if (parse_args(argc, argv, &o) < 0)
+	const char *arrivals;
+	char arrbuf[96];
+
+	if (parse_args(argc, argv, &o) < 0) {
+		free(o.limits);
 		return 2;
+	}
 	if (kvs_model_preset(o.model_name, &model) < 0) {
 		fprintf(stderr, "kvslab-replay: unknown model '%s'\n", o.model_name);
 		return 2;
@@ -577,6 +679,14 @@ int main(int argc, char **argv)
 				      : strerror(e));
 		return e == EINVAL ? 2 : 1;
 	}
+	if (!o.sim.use_timestamps)
+		arrivals = "all at once (--no-timestamps)";
+	else if (o.trace_path)
+		arrivals = "the trace's timestamps";
+	else {
+		snprintf(arrbuf, sizeof(arrbuf), "Poisson at %g requests/s (--rate)", o.synth.rate);
+		arrivals = arrbuf;
+	}
 	ideal = rp_trace_ideal_hit(&t, 1, &unique);
 	if (o.kv_share > 0) {
 		double b = (double)unique * o.kv_share / 100.0 * (double)kvs_model_cell_size(&model);
@@ -625,8 +735,7 @@ int main(int argc, char **argv)
 			rc = 1;
 		}
 	}
-	if (!o.quiet)
-		rp_report_table(stdout, res, ns);
+	memset(&meta, 0, sizeof(meta));
 	meta.trace = o.trace_path ? o.trace_path : "generator";
 	meta.model = o.model_name;
 	meta.driver = o.sim.driver;
@@ -634,7 +743,20 @@ int main(int argc, char **argv)
 	meta.cell = kvs_model_cell_size(&model);
 	meta.kv_bytes = o.sim.kv_bytes;
 	meta.ideal_hit = ideal;
-	if (o.csv && rp_report_csv(o.csv, res, ns) < 0) {
+	meta.sim = &o.sim;
+	meta.cost = &o.cost;
+	meta.granules = o.granules;
+	meta.granularity = res[0].granularity;
+	meta.arrivals = arrivals;
+	if (!o.quiet) {
+		printf("\n");
+		rp_report_settings(stdout, &meta, res, ns);
+		rp_report_tables(stdout, res, ns, &o.cost);
+		rp_report_verdict(stdout, res, ns, &o.cost);
+	}
+	fflush(stdout);
+	warnings(&o, &t, ideal, res, ns);
+	if (o.csv && rp_report_csv(o.csv, res, ns, o.csv_full ? 0 : CSV_POINTS) < 0) {
 		fprintf(stderr, "kvslab-replay: %s: %s\n", o.csv, strerror(errno));
 		rc = 1;
 	}
@@ -643,7 +765,7 @@ int main(int argc, char **argv)
 		rc = 1;
 	}
 	if (o.plot) {
-		if (rp_report_plot(o.plot, res, ns) < 0) {
+		if (rp_report_plot(o.plot, res, ns, &o.cost) < 0) {
 			fprintf(stderr, "kvslab-replay: --plot %s: %s\n", o.plot,
 				errno == ENOENT ? "gnuplot is not installed" : strerror(errno));
 			rc = 1;
@@ -654,5 +776,6 @@ int main(int argc, char **argv)
 	for (i = 0; i < ns; i++)
 		rp_result_free(&res[i]);
 	rp_trace_free(&t);
+	free(o.limits);
 	return rc;
 }

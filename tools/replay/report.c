@@ -1,7 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/replay/report.c - kvslab-replay's outputs: the summary tables, the
- * CSV time series, the JSON summary and the gnuplot plot.
+ * tools/replay/report.c - kvslab-replay's outputs: the settings, the
+ * summary tables, the verdict lines, the CSV time series, the JSON summary
+ * and the gnuplot plot.
+ *
+ * The verdict compares each strategy with the first static pool of the
+ * same prefix cache: memory saved on average and at peak, mapped / packed
+ * floor, driver calls with their host time and the cost model's estimate
+ * for a GPU, and the allocation latency.  rp_verdict_of() computes it once
+ * for the table and the JSON, so that the two always agree.
+ *
+ * Long runs are downsampled for the CSV and the plot: samples are taken in
+ * equal buckets, each bucket giving its sample of most mapped memory, so
+ * peaks survive.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -41,6 +52,177 @@ static double ratio_of(uint64_t part, uint64_t whole)
 static uint64_t recomputed(const struct rp_result *r)
 {
 	return r->req_tokens > r->hit_tokens ? r->req_tokens - r->hit_tokens : 0;
+}
+
+static double gib(double b)
+{
+	return b / 1073741824.0;
+}
+
+void rp_verdict_of(const struct rp_result *res, size_t n, size_t i,
+		   const struct rp_cost_model *cost, struct rp_verdict *v)
+{
+	const struct rp_result *r = &res[i], *b;
+	size_t k;
+
+	memset(v, 0, sizeof(*v));
+	v->base = -1;
+	for (k = 0; k < n; k++)
+		if (res[k].strat.kind == RP_STATIC && res[k].strat.cache == r->strat.cache &&
+		    res[k].tiered == r->tiered) {
+			v->base = (long)k;
+			break;
+		}
+	if (cost)
+		v->gpu_ms = rp_cost_estimate_us(cost, r->drv_ops) / 1e3;
+	if (v->base < 0)
+		return;
+	b = &res[v->base];
+	if (cost)
+		v->base_gpu_ms = rp_cost_estimate_us(cost, b->drv_ops) / 1e3;
+	v->saved_mean = b->mapped_mean - r->mapped_mean;
+	v->saved_peak = (double)b->mapped_peak - (double)r->mapped_peak;
+	v->saved_mean_ratio = b->mapped_mean > 0 ? v->saved_mean / b->mapped_mean : 0;
+	v->saved_peak_ratio = b->mapped_peak ? v->saved_peak / (double)b->mapped_peak : 0;
+}
+
+void rp_report_settings(FILE *f, const struct rp_meta *meta, const struct rp_result *res,
+			size_t n)
+{
+	const struct rp_sim_opts *o = meta->sim;
+	char b[32], g[32];
+	size_t i;
+
+	if (!o)
+		return;
+	rp_fmt_bytes(meta->granularity, g, sizeof(g));
+	fprintf(f, "settings: arrivals %s; pages", meta->arrivals ? meta->arrivals : "?");
+	for (i = 0; i < n; i++) {
+		rp_fmt_bytes(res[i].slab_tokens * res[i].cell, b, sizeof(b));
+		fprintf(f, "%s %s %u (slab %llu tokens, %s)", i ? "," : "", res[i].strat.name,
+			res[i].strat.page_size, (unsigned long long)res[i].slab_tokens, b);
+	}
+	fprintf(f, ";\n  slab: %u granule%s of %s a buffer, watermarks min_empty %u max_empty %u, "
+		   "give-back after %llu pages freed since the last growth (shrink_quiet), "
+		   "no time-based give-back (decay_ms 0), %s;\n",
+		meta->granules, meta->granules == 1 ? "" : "s", g, o->min_empty, o->max_empty,
+		(unsigned long long)o->shrink_quiet,
+		o->worker ? "maps on a worker thread" : "maps on the loop's thread");
+	if (o->cache_max >= 0)
+		fprintf(f, "  prefix cache capped at %g%% of the budget (--cache-max)", o->cache_max * 100);
+	else
+		fprintf(f, "  prefix cache uncapped (--cache-max off)");
+	fprintf(f, "; cost model %s", meta->cost ? meta->cost->name : "none");
+	if (o->nlimits) {
+		fprintf(f, "; limit schedule");
+		for (i = 0; i < o->nlimits; i++) {
+			rp_fmt_bytes(o->limits[i].bytes, b, sizeof(b));
+			fprintf(f, "%s %g s: %s", i ? "," : "", o->limits[i].t_ms / 1e3, b);
+		}
+	}
+	fprintf(f, "\n");
+}
+
+void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
+		       const struct rp_cost_model *cost)
+{
+	size_t i;
+	int any = 0;
+
+	fprintf(f, "\n");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i], *b;
+		struct rp_verdict v;
+		char gpu[96] = "";
+
+		rp_verdict_of(res, n, i, cost, &v);
+		if (cost && strcmp(cost->name, "none"))
+			snprintf(gpu, sizeof(gpu), ", est. %.0f ms GPU driver time (%s)", v.gpu_ms,
+				 cost->name);
+		if (v.base < 0)
+			continue;
+		b = &res[v.base];
+		any = 1;
+		if ((size_t)v.base == i) {
+			fprintf(f, "verdict %s: the baseline: maps %.2f GiB on average, %.2f GiB at "
+				   "peak; held/packed floor %.2f mean, %.2f max; %llu driver calls, "
+				   "%.1f ms host%s; alloc p99 %.1f us\n",
+				r->strat.name, gib(r->mapped_mean), gib((double)r->mapped_peak),
+				r->held_over_floor.mean, r->held_over_floor.max,
+				(unsigned long long)r->drv_calls, r->drv_ns / 1e6, gpu,
+				r->alloc_p99_ns / 1e3);
+			continue;
+		}
+		fprintf(f, "verdict %s: saves %.1f%% on average (%.2f of %.2f GiB), %.1f%% at peak "
+			   "(%.2f of %.2f GiB) against %s; held/packed floor %.2f mean, %.2f p99, "
+			   "%.2f max (%s %.2f); %llu driver calls (%s %llu), %.1f ms host%s; alloc "
+			   "p99 %.1f us (%s %.1f us)\n",
+			r->strat.name, 100 * v.saved_mean_ratio, gib(r->mapped_mean),
+			gib(b->mapped_mean), 100 * v.saved_peak_ratio, gib((double)r->mapped_peak),
+			gib((double)b->mapped_peak), b->strat.name, r->held_over_floor.mean,
+			r->held_over_floor.p99, r->held_over_floor.max, b->strat.name,
+			b->held_over_floor.mean, (unsigned long long)r->drv_calls, b->strat.name,
+			(unsigned long long)b->drv_calls, r->drv_ns / 1e6, gpu,
+			r->alloc_p99_ns / 1e3, b->strat.name, b->alloc_p99_ns / 1e3);
+	}
+	if (!any)
+		fprintf(f, "verdict: no static pool to compare with (add static:1 to -s)\n");
+}
+
+/* The memory table: what requests need, what the cache holds, what is mapped. */
+static void memory_table(FILE *f, const struct rp_result *res, size_t n)
+{
+	size_t i;
+
+	fprintf(f, "\n%-16s %10s %10s %10s %10s %10s %10s %21s\n", "strategy", "need mn",
+		"need pk", "cached mn", "floor mn", "mapped mn", "mapped pk",
+		"held/floor mn/p99/max");
+	fprintf(f, "%-16s %10s %10s %10s %10s %10s %10s %21s\n", "", "MiB", "MiB", "MiB", "MiB",
+		"MiB", "MiB", "");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+		char h[48];
+
+		snprintf(h, sizeof(h), "%.2f/%.2f/%.2f", r->held_over_floor.mean,
+			 r->held_over_floor.p99, r->held_over_floor.max);
+		fprintf(f, "%-16s %10.1f %10.1f %10.1f %10.1f %10.1f %10.1f %21s\n", r->strat.name,
+			mib(r->need_mean), mib((double)r->need_peak), mib(r->cached_mean),
+			mib(r->floor_mean), mib(r->mapped_mean), mib((double)r->mapped_peak), h);
+	}
+}
+
+/* Driver calls by kind, host time, the cost model's estimate. */
+static void driver_table(FILE *f, const struct rp_result *res, size_t n,
+			 const struct rp_cost_model *cost)
+{
+	size_t i;
+	int k;
+
+	fprintf(f, "\n%-16s", "strategy");
+	for (k = 0; k < RP_OP__COUNT; k++)
+		fprintf(f, " %10s", rp_drv_op_name((enum rp_drv_op)k));
+	fprintf(f, " %9s %12s\n", "host ms", "est. GPU ms");
+	for (i = 0; i < n; i++) {
+		fprintf(f, "%-16s", res[i].strat.name);
+		for (k = 0; k < RP_OP__COUNT; k++)
+			fprintf(f, " %10llu", (unsigned long long)res[i].drv_ops[k]);
+		fprintf(f, " %9.1f %12.1f\n", res[i].drv_ns / 1e6,
+			cost ? rp_cost_estimate_us(cost, res[i].drv_ops) / 1e3 : 0.0);
+	}
+	if (cost && strcmp(cost->name, "none")) {
+		fprintf(f, "%-16s", "  us a call");
+		for (k = 0; k < RP_OP__COUNT; k++)
+			fprintf(f, " %10g", cost->us[k]);
+		fprintf(f, "   (cost model %s)\n", cost->name);
+	}
+}
+
+void rp_report_tables(FILE *f, const struct rp_result *res, size_t n,
+		      const struct rp_cost_model *cost)
+{
+	rp_report_table(f, res, n);
+	memory_table(f, res, n);
+	driver_table(f, res, n, cost);
 }
 
 /* The third table, only when a run had a host tier. */
@@ -140,25 +322,57 @@ void rp_report_table(FILE *f, const struct rp_result *res, size_t n)
 	}
 }
 
-int rp_report_csv(const char *path, const struct rp_result *res, size_t n)
+/*
+ * Downsampling: @points buckets of equal sample counts, each giving its
+ * sample of most mapped memory (0: every sample).  Calls @fn for each.
+ */
+static void each_point(const struct rp_result *r, size_t points,
+		       void (*fn)(void *arg, const struct rp_sample *s), void *arg)
+{
+	size_t per = points && r->nsamples > points ? (r->nsamples + points - 1) / points : 1;
+	size_t k, j;
+
+	for (k = 0; k < r->nsamples; k += per) {
+		const struct rp_sample *best = &r->samples[k];
+
+		for (j = k + 1; j < k + per && j < r->nsamples; j++)
+			if (r->samples[j].mapped > best->mapped)
+				best = &r->samples[j];
+		fn(arg, best);
+	}
+}
+
+struct csv_ctx {
+	FILE *f;
+	const struct rp_result *r;
+};
+
+static void csv_row(void *arg, const struct rp_sample *s)
+{
+	struct csv_ctx *c = arg;
+
+	fprintf(c->f, "%s,%u,%llu,%.1f,%llu,%llu,%llu,%llu,%llu,%llu,%llu,%u,%u\n",
+		c->r->strat.name, c->r->strat.page_size, (unsigned long long)s->step, s->t_ms,
+		(unsigned long long)s->mapped, (unsigned long long)s->live,
+		(unsigned long long)s->held, (unsigned long long)s->cached,
+		(unsigned long long)s->need, (unsigned long long)s->floor,
+		(unsigned long long)s->limit, s->running, s->waiting);
+}
+
+int rp_report_csv(const char *path, const struct rp_result *res, size_t n, size_t points)
 {
 	FILE *f = fopen(path, "w");
-	size_t i, k;
+	size_t i;
 
 	if (!f)
 		return -1;
 	fprintf(f, "strategy,page_size,step,t_ms,mapped_bytes,live_bytes,held_bytes,cached_bytes,"
-		   "running,waiting\n");
-	for (i = 0; i < n; i++)
-		for (k = 0; k < res[i].nsamples; k++) {
-			const struct rp_sample *s = &res[i].samples[k];
+		   "need_bytes,floor_bytes,limit_bytes,running,waiting\n");
+	for (i = 0; i < n; i++) {
+		struct csv_ctx c = {f, &res[i]};
 
-			fprintf(f, "%s,%u,%llu,%.1f,%llu,%llu,%llu,%llu,%u,%u\n", res[i].strat.name,
-				res[i].strat.page_size, (unsigned long long)s->step, s->t_ms,
-				(unsigned long long)s->mapped, (unsigned long long)s->live,
-				(unsigned long long)s->held, (unsigned long long)s->cached, s->running,
-				s->waiting);
-		}
+		each_point(&res[i], points, csv_row, &c);
+	}
 	if (fclose(f) != 0)
 		return -1;
 	return 0;
@@ -194,7 +408,35 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 	fprintf(f, ",\n  \"cell_bytes\": %zu,\n  \"kv_bytes\": %llu,\n  \"driver\": ", meta->cell,
 		(unsigned long long)meta->kv_bytes);
 	json_str(f, meta->driver);
-	fprintf(f, ",\n  \"ideal_hit\": %.6f,\n  \"strategies\": [\n", meta->ideal_hit);
+	fprintf(f, ",\n  \"ideal_hit\": %.6f,\n", meta->ideal_hit);
+	if (meta->sim) {
+		const struct rp_sim_opts *o = meta->sim;
+
+		fprintf(f, "  \"settings\": {\"arrivals\": ");
+		json_str(f, meta->arrivals ? meta->arrivals : "");
+		fprintf(f, ", \"granules\": %u, \"granularity\": %zu, \"min_empty\": %u, "
+			   "\"max_empty\": %u, \"chunk_pool\": %u, \"shrink_quiet\": %llu, "
+			   "\"decay_ms\": 0, \"worker\": %s, \"cache_max\": ",
+			meta->granules, meta->granularity, o->min_empty, o->max_empty, o->max_empty,
+			(unsigned long long)o->shrink_quiet, o->worker ? "true" : "false");
+		if (o->cache_max >= 0)
+			fprintf(f, "%.6f", o->cache_max);
+		else
+			fprintf(f, "null");
+		fprintf(f, ", \"max_running\": %u, \"step_ms\": %g, \"cost_model\": ",
+			o->max_running, o->step_ms);
+		json_str(f, meta->cost ? meta->cost->name : "none");
+		fprintf(f, ", \"cost_us\": {");
+		for (k = 0; k < RP_OP__COUNT; k++)
+			fprintf(f, "%s\"%s\": %g", k ? ", " : "", rp_drv_op_name((enum rp_drv_op)k),
+				meta->cost ? meta->cost->us[k] : 0.0);
+		fprintf(f, "}, \"limit_schedule\": [");
+		for (i = 0; i < o->nlimits; i++)
+			fprintf(f, "%s{\"seconds\": %g, \"bytes\": %llu}", i ? ", " : "",
+				o->limits[i].t_ms / 1e3, (unsigned long long)o->limits[i].bytes);
+		fprintf(f, "]},\n");
+	}
+	fprintf(f, "  \"strategies\": [\n");
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
 
@@ -229,6 +471,35 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 			fprintf(f, "%s\"%s\": %llu", k ? ", " : "", rp_reject_name((enum rp_reject)k),
 				(unsigned long long)r->rejects[k]);
 		fprintf(f, "}");
+		{
+			struct rp_verdict v;
+
+			rp_verdict_of(res, n, i, meta->cost, &v);
+			fprintf(f, ",\n     \"need_mean\": %.0f, \"need_peak\": %llu, "
+				"\"floor_mean\": %.0f, \"floor_peak\": %llu, \"slab_tokens\": %llu, "
+				"\"slab_bytes\": %llu,\n     \"held_over_floor\": {\"mean\": %.4f, "
+				"\"p99\": %.4f, \"max\": %.4f}, \"cache_evicted_tokens\": %llu, "
+				"\"limit_changes\": %llu, \"limit_over_steps\": %llu, "
+				"\"limit_lag_max_ms\": %.1f,\n     \"driver_ops\": {",
+				r->need_mean, (unsigned long long)r->need_peak, r->floor_mean,
+				(unsigned long long)r->floor_peak, (unsigned long long)r->slab_tokens,
+				(unsigned long long)(r->slab_tokens * r->cell), r->held_over_floor.mean,
+				r->held_over_floor.p99, r->held_over_floor.max,
+				(unsigned long long)r->cache_evicted_tokens,
+				(unsigned long long)r->limit_changes,
+				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms);
+			for (k = 0; k < RP_OP__COUNT; k++)
+				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
+					rp_drv_op_name((enum rp_drv_op)k),
+					(unsigned long long)r->drv_ops[k]);
+			fprintf(f, "}, \"est_gpu_driver_ms\": %.3f", v.gpu_ms);
+			if (v.base >= 0)
+				fprintf(f, ",\n     \"verdict\": {\"against\": \"%s\", "
+					"\"saved_mean_bytes\": %.0f, \"saved_peak_bytes\": %.0f, "
+					"\"saved_mean_ratio\": %.6f, \"saved_peak_ratio\": %.6f}",
+					res[v.base].strat.name, v.saved_mean, v.saved_peak,
+					v.saved_mean_ratio, v.saved_peak_ratio);
+		}
 		if (r->tiered)
 			fprintf(f, ",\n     \"host_pool_bytes\": %llu, \"write_policy\": \"%s\", "
 				"\"l1_hit_ratio\": %.6f, \"l2_hit_ratio\": %.6f, \"l3_hit_ratio\": %.6f,\n"
@@ -277,13 +548,26 @@ static int have_gnuplot(void)
 	return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
-int rp_report_plot(const char *path, const struct rp_result *res, size_t n)
+/* Samples a plot shows a strategy, at most: more than a picture's width is noise. */
+#define PLOT_POINTS 1500
+
+static void plot_row(void *arg, const struct rp_sample *s)
+{
+	/* minutes, mapped, need, need + cached, floor, limit (GiB) */
+	fprintf(arg, "%.4f %.4f %.4f %.4f %.4f %.4f\n", s->t_ms / 60000.0, gib((double)s->mapped),
+		gib((double)s->need), gib((double)s->need + (double)s->cached),
+		gib((double)s->floor), s->limit ? gib((double)s->limit) : -1.0);
+}
+
+int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
+		   const struct rp_cost_model *cost)
 {
 	char data[] = "/tmp/kvslab-replay-XXXXXX";
 	const char *ext = strrchr(path, '.');
 	int svg = ext && strcmp(ext, ".svg") == 0, fd, status;
+	double ymax = 0, xmax = 0;
 	FILE *f, *gp;
-	size_t i, k;
+	size_t i;
 
 	if (!have_gnuplot()) {
 		errno = ENOENT;
@@ -292,15 +576,14 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n)
 	fd = mkstemp(data);
 	if (fd < 0 || !(f = fdopen(fd, "w")))
 		return -1;
-	/* One block per strategy: minutes, mapped, live, cached (GiB). */
+	/* One block per strategy, downsampled with its peaks kept. */
 	for (i = 0; i < n; i++) {
-		for (k = 0; k < res[i].nsamples; k++) {
-			const struct rp_sample *s = &res[i].samples[k];
-
-			fprintf(f, "%.4f %.4f %.4f %.4f\n", s->t_ms / 60000.0, s->mapped / 1073741824.0,
-				s->live / 1073741824.0, s->cached / 1073741824.0);
-		}
+		each_point(&res[i], PLOT_POINTS, plot_row, f);
 		fprintf(f, "\n\n");
+		if (gib((double)res[i].mapped_peak) > ymax)
+			ymax = gib((double)res[i].mapped_peak);
+		if (res[i].sim_ms / 60000.0 > xmax)
+			xmax = res[i].sim_ms / 60000.0;
 	}
 	fclose(f);
 	gp = popen("gnuplot", "w");
@@ -309,20 +592,45 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n)
 		return -1;
 	}
 	fprintf(gp, "set terminal %s size 1200,%zu%s\n", svg ? "svg" : "pngcairo",
-		300 * n + 100, svg ? " dynamic" : "");
+		260 * n + 120, svg ? " dynamic" : "");
 	fprintf(gp, "set output '%s'\n", path);
-	fprintf(gp, "set multiplot layout %zu,1 title 'kvslab-replay: mapped vs live vs cached "
-		    "KV memory'\n",
-		n);
-	fprintf(gp, "set xlabel 'simulated minutes'\nset ylabel 'GiB'\nset key outside right top\n"
-		    "set grid\n");
+	/* The title says what the panels show: each strategy against the static pool. */
+	fprintf(gp, "set multiplot layout %zu,1 title \"kvslab-replay: KV memory mapped vs what "
+		    "requests need", n);
 	for (i = 0; i < n; i++) {
-		fprintf(gp, "set title '%s (page %u)'\n", res[i].strat.name, res[i].strat.page_size);
+		struct rp_verdict v;
+
+		rp_verdict_of(res, n, i, cost, &v);
+		if (v.base >= 0 && (size_t)v.base != i)
+			fprintf(gp, "\\n%s saves %.1f%% mean, %.1f%% peak vs %s; held/packed floor "
+				    "%.2f (%s %.2f)", res[i].strat.name, 100 * v.saved_mean_ratio,
+				100 * v.saved_peak_ratio, res[v.base].strat.name,
+				res[i].held_over_floor.mean, res[v.base].strat.name,
+				res[v.base].held_over_floor.mean);
+	}
+	fprintf(gp, "\"\n");
+	/* One scale on every panel, so that heights compare at a glance. */
+	fprintf(gp, "set xlabel 'simulated minutes'\nset ylabel 'GiB'\nset key outside right top\n"
+		    "set grid\nset yrange [0:%g]\nset xrange [0:%g]\n", ymax * 1.05 + 1e-9,
+		xmax > 0 ? xmax : 1);
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+		char lim[128] = "";
+
+		if (r->limit_changes)
+			snprintf(lim, sizeof(lim), ", '' index %zu using 1:($6 < 0 ? 1/0 : $6) with "
+						   "steps dt 3 title 'limit'", i);
+		fprintf(gp, "set title '%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
+			    "held/packed floor %.2f mean, %.2f max; %llu driver calls'\n",
+			r->strat.name, r->strat.page_size, gib(r->mapped_mean),
+			gib((double)r->mapped_peak), r->held_over_floor.mean, r->held_over_floor.max,
+			(unsigned long long)r->drv_calls);
 		fprintf(gp,
-			"plot '%s' index %zu using 1:2 with lines lw 2 title 'mapped', "
-			"'' index %zu using 1:3 with lines lw 2 title 'live', "
-			"'' index %zu using 1:4 with lines title 'cached (evictable)'\n",
-			data, i, i, i);
+			"plot '%s' index %zu using 1:2 with steps lw 2 title 'mapped', "
+			"'' index %zu using 1:5 with steps dt 2 title 'packed floor', "
+			"'' index %zu using 1:4 with steps title 'need + cached', "
+			"'' index %zu using 1:3 with steps title 'need (running)'%s\n",
+			data, i, i, i, i, lim);
 	}
 	fprintf(gp, "unset multiplot\n");
 	status = pclose(gp);

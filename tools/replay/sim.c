@@ -25,6 +25,21 @@
  * the tokens the tree holds); held = whole pages held, so held - live is
  * the internal fragmentation of partly filled pages; cached = evictable
  * tokens of the tree.  Fragmentation = 1 - live / mapped.
+ *
+ * What the memory is for, every step: need = held pages the cache cannot
+ * give back (the running requests', their shared prefixes included: held -
+ * cached); cached = what an elastic strategy can give back; mapped = what
+ * the strategy holds.  The packed floor is the memory of the held pages
+ * packed densely into whole slabs of this pool's shape: ceil(held pages /
+ * pages a slab) x slab bytes.  Static and paged pools have the same slab
+ * shape (--granules), so their floor is what their own pages would need
+ * if they were packed into slabs; held_over_floor = mapped / floor, over
+ * every step that holds a page.
+ *
+ * --cache-max caps the cache's evictable tokens at a share of the budget:
+ * after every step, before the release policy runs, the cache is evicted
+ * down to it.  --limit-schedule changes the slab strategy's budget at
+ * given simulated times through s->set_limit (see limit_by_tool()).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -50,6 +65,12 @@ struct sreq {
 struct lat {
 	uint64_t *v;
 	size_t n, cap;
+};
+
+struct ratios {
+	double *v;
+	size_t n, cap;
+	double sum;
 };
 
 struct sim {
@@ -78,6 +99,15 @@ struct sim {
 	double t_ms;
 	double sum_frag;
 	uint64_t frag_steps;
+	struct ratios hof;		/* mapped / packed floor, every step */
+	/* --limit-schedule: the budget now (0: none), the next change, when a
+	 * lowered limit was set and not yet honoured (< 0: none), and the hook
+	 * that applies a change (NULL: the strategy has no elastic limit). */
+	uint64_t limit;
+	size_t next_limit;
+	double limit_since;
+	int (*set_limit)(struct sim *s, uint64_t bytes);
+	uint64_t tab_drv[RP_OP__COUNT];	/* the request table's driver calls */
 };
 
 uint64_t rp_now_ns(void)
@@ -110,6 +140,43 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->prefetch_threshold = 256;
 	/* Copies take no simulated time: wait for what the store has. */
 	o->prefetch_policy = KVS_PREFETCH_WAIT_COMPLETE;
+	o->cache_max = -1;
+}
+
+static int ratio_add(struct ratios *r, double x)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? 2 * r->cap : 4096;
+		double *v = realloc(r->v, cap * sizeof(*v));
+
+		if (!v)
+			return -1;
+		r->v = v;
+		r->cap = cap;
+	}
+	r->v[r->n++] = x;
+	r->sum += x;
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static struct rp_ratio ratio_summary(struct ratios *r)
+{
+	struct rp_ratio out = {0, 0, 0};
+
+	if (!r->n)
+		return out;
+	qsort(r->v, r->n, sizeof(*r->v), cmp_double);
+	out.mean = r->sum / (double)r->n;
+	out.p99 = r->v[(size_t)((double)(r->n - 1) * 0.99)];
+	out.max = r->v[r->n - 1];
+	return out;
 }
 
 static int lat_add(struct lat *l, uint64_t ns)
@@ -299,6 +366,67 @@ static uint64_t c_evictable(struct sim *s)
 		       : kvs_radix_evictable(s->radix);
 }
 
+/* Evict about @tokens from the cache: the tokens freed. */
+static uint64_t c_evict(struct sim *s, uint64_t tokens)
+{
+	uint64_t t0 = rp_now_ns(), got;
+
+	if (s->hs) {
+		got = rp_hsim_evict(s->hs, tokens);
+	} else if (s->ts) {
+		got = rp_tsim_evict(s->ts, tokens);
+	} else {
+		ssize_t n = kvs_radix_evict(s->radix, tokens > SIZE_MAX / 2 ? SIZE_MAX / 2
+									   : (size_t)tokens);
+
+		got = n > 0 ? (uint64_t)n : 0;
+	}
+	s->res->cache_ns += rp_now_ns() - t0;
+	return got;
+}
+
+/* Pages held now, in tokens. */
+static uint64_t held_tokens(struct sim *s)
+{
+	return kvs_slab_stat(kvs_pool_slab(s->pool), KVS_SLAB_STAT_objects) *
+	       (uint64_t)kvs_pool_page_size(s->pool);
+}
+
+/*
+ * The tool's own elastic limit, until the library's kvs_pool_set_limit()
+ * is wired in here: the budget becomes @bytes for admission (no request is
+ * admitted past it), trim() evicts the cache down to it after every step,
+ * and empty slabs above it are unmapped at once.  Running requests are
+ * never touched: a step whose running requests alone exceed the limit is
+ * counted in limit_over_steps.
+ */
+static int limit_by_tool(struct sim *s, uint64_t bytes)
+{
+	s->limit = bytes;
+	return 0;
+}
+
+/* After a step: the cache down to --cache-max and to the limit. */
+static void trim(struct sim *s)
+{
+	uint64_t ev = c_evictable(s), want = 0;
+
+	if (s->o->cache_max >= 0) {
+		uint64_t cap = (uint64_t)(s->o->cache_max * (double)s->res->capacity_tokens);
+
+		if (ev > cap)
+			want = ev - cap;
+	}
+	if (s->limit) {
+		uint64_t lim = s->limit / s->res->cell, held = held_tokens(s);
+
+		if (held > lim && held - lim > want)
+			want = held - lim < ev ? held - lim : ev;
+	}
+	if (want)
+		s->res->cache_evicted_tokens += c_evict(s, want);
+}
+
 /* Release the newest running request and send it back to the queue. */
 static int preempt_newest(struct sim *s)
 {
@@ -426,6 +554,12 @@ static int admit(struct sim *s)
 		}
 		need = round_up(r->input - (uint32_t)m, ps) + decode_reserve(s, r->out, 0);
 		avail = kvs_pool_available(s->pool) + c_evictable(s);
+		if (s->limit) {
+			uint64_t lim = s->limit / s->res->cell, pinned = held_tokens(s) - c_evictable(s);
+
+			if (avail > (lim > pinned ? lim - pinned : 0))
+				avail = lim > pinned ? lim - pinned : 0;
+		}
 		if (need + reserved(s) > avail && s->nrun > 0) {
 			s->head = r;
 			break; /* wait for memory: the head of the queue blocks */
@@ -573,8 +707,9 @@ static int sample(struct sim *s, uint64_t step)
 {
 	kvs_slab_t *sl = kvs_pool_slab(s->pool);
 	struct rp_result *res = s->res;
-	uint64_t own = 0, mapped, live, held, cached;
+	uint64_t own = 0, mapped, live, held, cached, need, floor, pages;
 	uint32_t ps = kvs_pool_page_size(s->pool);
+	uint64_t pps = kvs_slab_pages_per_slab(sl);
 	size_t i, waiting;
 
 	mapped = kvs_slab_stat(sl, KVS_SLAB_STAT_bytes_mapped);
@@ -599,8 +734,28 @@ static int sample(struct sim *s, uint64_t step)
 				res->host_tokens_peak = ht;
 		}
 	}
-	held = kvs_slab_stat(sl, KVS_SLAB_STAT_objects) * ps * res->cell;
+	pages = kvs_slab_stat(sl, KVS_SLAB_STAT_objects);
+	held = pages * ps * res->cell;
 	cached = c_evictable(s) * res->cell;
+	need = held > cached ? held - cached : 0;
+	floor = (pages + pps - 1) / pps * pps * ps * res->cell;
+	if (floor && ratio_add(&s->hof, (double)mapped / (double)floor) < 0)
+		return -1;
+	if (need > res->need_peak)
+		res->need_peak = need;
+	if (floor > res->floor_peak)
+		res->floor_peak = floor;
+	res->need_mean += (double)need;
+	res->floor_mean += (double)floor;
+	if (s->limit) {
+		if (mapped > s->limit)
+			res->limit_over_steps++;
+		if (s->limit_since >= 0 && mapped <= s->limit) {
+			if (s->t_ms - s->limit_since > res->limit_lag_max_ms)
+				res->limit_lag_max_ms = s->t_ms - s->limit_since;
+			s->limit_since = -1;
+		}
+	}
 	if (live > mapped)
 		res->live_over_mapped++;
 	if (mapped > res->mapped_peak)
@@ -643,6 +798,9 @@ static int sample(struct sim *s, uint64_t step)
 		p->live = live;
 		p->held = held;
 		p->cached = cached;
+		p->need = need;
+		p->floor = floor;
+		p->limit = s->limit;
 		p->running = (uint32_t)s->nrun;
 		p->waiting = (uint32_t)waiting;
 	}
@@ -701,6 +859,20 @@ static int classify(struct sim *s, uint32_t *cols)
 	}
 	*cols = (uint32_t)(longest + 1 + RP_TABLE_SLACK);	/* <= col_max <= INT32_MAX */
 	return 0;
+}
+
+/* The driver's calls so far, by kind. */
+static void drv_ops(struct sim *s, uint64_t *v)
+{
+	static const enum kvs_drv_stat item[] = {
+#define RP_X_ITEM(n, st) st,
+		RP_DRV_OPS(RP_X_ITEM)
+#undef RP_X_ITEM
+	};
+	int k;
+
+	for (k = 0; k < RP_OP__COUNT; k++)
+		v[k] = kvs_drv_stat(s->drv, item[k]);
 }
 
 static int setup(struct sim *s)
@@ -785,12 +957,27 @@ static int setup(struct sim *s)
 		return fail_msg(s, "no memory to sort %zu requests", s->t->n);
 	s->res->table_rows = o->max_running;
 	s->res->table_cols = cols;
+	s->res->slab_tokens = (uint64_t)kvs_slab_pages_per_slab(kvs_pool_slab(s->pool)) *
+			      st->page_size;
+	s->res->granularity = kvs_drv_granularity(s->drv);
+	if (st->kind == RP_SLAB && o->nlimits)
+		s->set_limit = limit_by_tool;
+	s->limit_since = -1;
+	drv_ops(s, s->tab_drv);
 	s->tab = kvs_reqtab_create(s->drv, o->max_running, cols);
 	if (!s->tab) {
 		const char *why = kvs_drv_strerror(s->drv);
 
 		return fail_msg(s, "cannot create the request table (%u rows of %u tokens): %s%s%s",
 				o->max_running, cols, strerror(errno), *why ? ": " : "", why);
+	}
+	{
+		uint64_t after[RP_OP__COUNT];
+		int k;
+
+		drv_ops(s, after);
+		for (k = 0; k < RP_OP__COUNT; k++)
+			s->tab_drv[k] = after[k] - s->tab_drv[k];
 	}
 	if (st->cache == RP_CACHE_HASH) {
 		s->hs = rp_hsim_create(s->pool, o->hash_fn, o->no_cache);
@@ -879,6 +1066,7 @@ static void teardown(struct sim *s)
 	free(s->verdict);
 	free(s->alloc_lat.v);
 	free(s->match_lat.v);
+	free(s->hof.v);
 }
 
 /**
@@ -902,7 +1090,7 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	res->prefetch_policy = o ? o->prefetch_policy : 0;
 	res->cell = kvs_model_cell_size(&o->model);
 	if (!t || !o || !res->cell || st->page_size == 0 || o->max_running == 0 ||
-	    o->sample_every == 0 || !(o->step_ms > 0) ||
+	    o->sample_every == 0 || !(o->step_ms > 0) || o->cache_max > 1 ||
 	    (RP_TIERED(o) && (st->cache != RP_CACHE_RADIX || o->no_cache ||
 			      !rp_write_policy_name(o->write_policy))) ||
 	    (o->storage && (!RP_TIERED(o) || !o->model_name ||
@@ -919,14 +1107,30 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		if (s.nrun == 0 && !s.nrequeue && o->use_timestamps &&
 		    t->req[s.next].arrival_ms > s.t_ms)
 			s.t_ms = t->req[s.next].arrival_ms; /* idle: skip to the next arrival */
+		while (s.set_limit && s.next_limit < o->nlimits &&
+		       o->limits[s.next_limit].t_ms <= s.t_ms) {
+			uint64_t b = o->limits[s.next_limit++].bytes;
+
+			if (s.set_limit(&s, b) < 0)
+				goto out;
+			res->limit_changes++;
+			s.limit_since = s.t_ms;
+		}
 		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0)
 			goto out;
 		if (s.ts && rp_tsim_poll(s.ts) < 0)
 			goto out;
+		trim(&s);
 		/* Between forward passes, as a scheduler would: frees never
 		 * unmap, so the release policy runs here (or on the worker). */
 		if (!o->worker && kvs_slab_reclaim(kvs_pool_slab(s.pool)) < 0)
 			goto out;
+		if (s.limit && kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_bytes_mapped) >
+				       s.limit) {
+			kvs_slab_flush(kvs_pool_slab(s.pool));
+			if (kvs_slab_shrink(kvs_pool_slab(s.pool)) < 0)
+				goto out;
+		}
 		if (sample(&s, step) < 0)
 			goto out;
 		step++;
@@ -943,8 +1147,11 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		res->live_mean /= (double)step;
 		res->held_mean /= (double)step;
 		res->cached_mean /= (double)step;
+		res->need_mean /= (double)step;
+		res->floor_mean /= (double)step;
 		res->internal_frag_mean /= (double)step;
 	}
+	res->held_over_floor = ratio_summary(&s.hof);
 	res->frag_mean = s.frag_steps ? s.sum_frag / (double)s.frag_steps : 0;
 	lat_quantiles(&s.alloc_lat, &res->alloc_p50_ns, &res->alloc_p99_ns);
 	lat_quantiles(&s.match_lat, &res->match_p50_ns, &res->match_p99_ns);
@@ -988,6 +1195,14 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	res->end_mapped = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_bytes_mapped);
 	res->drv_calls = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_drv_calls);
 	res->drv_ns = kvs_slab_stat(kvs_pool_slab(s.pool), KVS_SLAB_STAT_drv_ns);
+	{
+		uint64_t now[RP_OP__COUNT];
+		int k;
+
+		drv_ops(&s, now);
+		for (k = 0; k < RP_OP__COUNT; k++)
+			res->drv_ops[k] = now[k] - s.tab_drv[k];
+	}
 	rc = 0;
 out:
 	if (rc)

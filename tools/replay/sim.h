@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <kvslab.h>
 
@@ -56,7 +57,62 @@ struct rp_sim_opts {
 	const char *model_name;
 	uint32_t prefetch_threshold;
 	uint32_t prefetch_policy;
+	/* --cache-max: the share of the budget the prefix cache's evictable
+	 * pages may hold; after every step the cache is evicted down to it.
+	 * Negative: no cap (the cache fills whatever the requests leave). */
+	double cache_max;
+	/* --limit-schedule: the slab strategy's budget becomes bytes at
+	 * simulated t_ms, in order of t_ms (static and paged pools cannot
+	 * give memory back and ignore it). */
+	const struct rp_limit *limits;
+	size_t nlimits;
 };
+
+/** One point of a limit schedule. */
+struct rp_limit {
+	double t_ms;
+	uint64_t bytes;
+};
+
+/*
+ * Parse "SECONDS:SIZE,..." (SIZE as -M takes it: 8G, 512M, bytes) into a
+ * malloc'ed array, times strictly increasing.  Returns the count, or -1
+ * with a message in @err (and errno EINVAL or ENOMEM).
+ */
+ssize_t rp_limit_parse(const char *spec, struct rp_limit **out, char *err, size_t errsize);
+/* A size with an optional K/M/G/T suffix (binary, "iB"/"B" allowed): 0 or -1. */
+int rp_parse_size(const char *arg, uint64_t *out);
+
+/*
+ * The driver calls a replay made, by kind, with a cost model: microseconds
+ * each call would take on a GPU.  RP_DRV_OPS(X): X(name, kvs_drv_stat).
+ */
+#define RP_DRV_OPS(X)                                 \
+	X(reserve, KVS_DRV_STAT_reserve_calls)         \
+	X(unreserve, KVS_DRV_STAT_unreserve_calls)     \
+	X(create, KVS_DRV_STAT_create_calls)           \
+	X(release, KVS_DRV_STAT_release_calls)         \
+	X(map, KVS_DRV_STAT_map_calls)                 \
+	X(unmap, KVS_DRV_STAT_unmap_calls)             \
+	X(set_access, KVS_DRV_STAT_set_access_calls)
+
+enum rp_drv_op {
+#define RP_X_ENUM(n, st) RP_OP_##n,
+	RP_DRV_OPS(RP_X_ENUM)
+#undef RP_X_ENUM
+	RP_OP__COUNT
+};
+
+struct rp_cost_model {
+	char name[64];			/* "a100", "none", or the file's path */
+	double us[RP_OP__COUNT];
+};
+
+const char *rp_drv_op_name(enum rp_drv_op op);
+/* "a100", "none" or a file of name=us lines: 0, or -1 with @err. */
+int rp_cost_model_load(const char *spec, struct rp_cost_model *m, char *err, size_t errsize);
+/* Estimated microseconds of @calls under @m. */
+double rp_cost_estimate_us(const struct rp_cost_model *m, const uint64_t *calls);
 
 /* Whether @o asks for a host tier. */
 #define RP_TIERED(o) ((o)->host_bytes != 0 || (o)->host_ratio > 0)
@@ -102,7 +158,15 @@ struct rp_sample {
 	uint64_t step;
 	double t_ms;
 	uint64_t mapped, live, held, cached;
+	uint64_t need;			/* held pages no eviction can free: running requests' */
+	uint64_t floor;			/* held pages packed densely into whole slabs */
+	uint64_t limit;			/* --limit-schedule's budget now; 0: none */
 	uint32_t running, waiting;
+};
+
+/* held_over_floor over every step with pages held: mapped / packed floor. */
+struct rp_ratio {
+	double mean, p99, max;
 };
 
 struct rp_result {
@@ -117,6 +181,15 @@ struct rp_result {
 	uint32_t table_rows, table_cols;	/* the request table made */
 	uint64_t mapped_peak, live_peak, held_peak;
 	double mapped_mean, live_mean, held_mean, cached_mean;
+	uint64_t need_peak, floor_peak;
+	double need_mean, floor_mean;
+	struct rp_ratio held_over_floor;
+	size_t granularity;		/* the driver's, bytes a buffer */
+	uint64_t slab_tokens;		/* one slab of this pool, tokens (the floor's unit) */
+	uint64_t cache_evicted_tokens;	/* evicted by --cache-max */
+	uint64_t limit_changes, limit_over_steps;	/* --limit-schedule */
+	double limit_lag_max_ms;	/* longest wait for mapped <= a lowered limit */
+	uint64_t drv_ops[RP_OP__COUNT];	/* the pool's driver calls, by kind */
 	double frag_peak, frag_mean, internal_frag_mean;
 	uint64_t end_mapped;		/* after draining: cache evicted, slabs shrunk */
 	uint64_t hit_tokens, req_tokens;

@@ -299,6 +299,14 @@ uint64_t rp_hsim_block_tokens(struct rp_hsim *h)
 	return (st.used_blocks + st.free_queue_blocks) * h->bs;
 }
 
+uint64_t rp_hsim_evict(struct rp_hsim *h, uint64_t tokens)
+{
+	uint64_t n = (tokens + h->bs - 1) / h->bs;
+	ssize_t got = kvs_hcache_evict(h->hc, n > SSIZE_MAX ? SSIZE_MAX : (size_t)n);
+
+	return got > 0 ? (uint64_t)got * h->bs : 0;
+}
+
 void rp_hsim_drain(struct rp_hsim *h)
 {
 	kvs_hcache_evict(h->hc, SSIZE_MAX);

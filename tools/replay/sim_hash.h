@@ -59,6 +59,8 @@ uint64_t rp_hsim_evictable(struct rp_hsim *h);
 uint64_t rp_hsim_block_tokens(struct rp_hsim *h);
 /* Nanoseconds spent hashing blocks so far. */
 uint64_t rp_hsim_hash_ns(const struct rp_hsim *h);
+/* Evict evictable blocks for at least @tokens tokens: the tokens freed. */
+uint64_t rp_hsim_evict(struct rp_hsim *h, uint64_t tokens);
 /* Evict every evictable block. */
 void rp_hsim_drain(struct rp_hsim *h);
 

@@ -553,6 +553,14 @@ int rp_tsim_l3_wait(struct rp_tsim *t)
 	return settle_all(t); /* host backups land, then the store's */
 }
 
+uint64_t rp_tsim_evict(struct rp_tsim *t, uint64_t tokens)
+{
+	ssize_t got = kvs_hiradix_evict_device(t->h, tokens > SIZE_MAX / 2 ? SIZE_MAX / 2
+								    : (size_t)tokens);
+
+	return got > 0 ? (uint64_t)got : 0;
+}
+
 void rp_tsim_drain(struct rp_tsim *t)
 {
 	/* Backups in flight lock their nodes: let them land first. */

@@ -100,6 +100,8 @@ uint64_t rp_tsim_host_tokens(struct rp_tsim *t);
 /* The host pool's capacity in tokens. */
 uint64_t rp_tsim_host_tokens_max(const struct rp_tsim *t);
 kvs_hiradix_t *rp_tsim_cache(struct rp_tsim *t);
+/* Evict device tokens, at least @tokens where it can: the tokens freed. */
+uint64_t rp_tsim_evict(struct rp_tsim *t, uint64_t tokens);
 /* Evict everything from the device. */
 void rp_tsim_drain(struct rp_tsim *t);
 
