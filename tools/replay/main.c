@@ -60,7 +60,8 @@ static void usage(FILE *f)
 		"memory strategies side by side.  Without TRACE, the built-in generator runs.\n"
 		"\n"
 		"Trace:\n"
-		"  -f, --format=FMT        auto, mooncake (JSONL) or azure (CSV)  [auto]\n"
+		"  -f, --format=FMT        auto, mooncake (JSONL), azure (CSV) or sharegpt (the\n"
+		"                          length statistics CSV, arrivals at --rate)  [auto]\n"
 		"      --strict            stop at the first malformed line (default: report, skip)\n"
 		"      --requests=N        generator: requests                     [2000]\n"
 		"      --rate=R            generator and ShareGPT CSV: arrivals per second [2]\n"
@@ -70,7 +71,7 @@ static void usage(FILE *f)
 		"      --output-max=N      generator: largest output               [2048]\n"
 		"      --shared-ratio=F    generator: share of input from a shared prefix [0.5]\n"
 		"      --prefixes=N        generator: distinct shared prefixes     [16]\n"
-		"      --seed=N            generator: seed                         [1]\n"
+		"      --seed=N            generator and ShareGPT arrivals: seed   [1]\n"
 		"Model and memory:\n"
 		"  -m, --model=NAME        llama-3-8b, llama-3-70b-tp8, qwen2.5-7b, deepseek-v3-tp8,\n"
 		"                          tiny                                    [llama-3-8b]\n"
@@ -350,6 +351,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				o->fmt = RP_FMT_MOONCAKE;
 			else if (strcmp(optarg, "azure") == 0 || strcmp(optarg, "csv") == 0)
 				o->fmt = RP_FMT_AZURE;
+			else if (strcmp(optarg, "sharegpt") == 0)
+				o->fmt = RP_FMT_SHAREGPT;
 			else
 				r = bad("--format", optarg);
 			break;
@@ -581,13 +584,13 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 				"rejected requests over %zu runs; the budget is too small for the "
 				"arrivals: try a larger -M (--kv-mem)%s\n",
 			(unsigned long long)pre, (unsigned long long)rej, n,
-			o->trace_path ? ", or --no-timestamps to see the allocator alone"
-				      : " or a lower --rate");
+			o->trace_path && !t->no_timestamps ? "" : " or a lower --rate");
 	if (o->sim.use_timestamps && span > 0 && sim > 1.5 * span + 60000)
 		fprintf(stderr, "kvslab-replay: warning: overloaded: the replay ran %.0f simulated "
 				"seconds for arrivals over %.0f s: requests queued far behind their "
 				"arrival; try a larger -M (--kv-mem) or --max-running%s\n",
-			sim / 1e3, span / 1e3, o->trace_path ? "" : ", or a lower --rate");
+			sim / 1e3, span / 1e3,
+			o->trace_path && !t->no_timestamps ? "" : ", or a lower --rate");
 	if (ideal <= 0 && !o->sim.no_cache)
 		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
 				"shares a block with an earlier one): the prefix cache cannot hit and "
@@ -679,7 +682,12 @@ int main(int argc, char **argv)
 				      : strerror(e));
 		return e == EINVAL ? 2 : 1;
 	}
-	if (!o.sim.use_timestamps)
+	if (t.no_timestamps && o.sim.use_timestamps) {
+		rp_trace_set_rate(&t, o.synth.rate, o.synth.seed);
+		snprintf(arrbuf, sizeof(arrbuf), "none in the trace: Poisson at %g requests/s (--rate)",
+			 o.synth.rate);
+		arrivals = arrbuf;
+	} else if (!o.sim.use_timestamps)
 		arrivals = "all at once (--no-timestamps)";
 	else if (o.trace_path)
 		arrivals = "the trace's timestamps";

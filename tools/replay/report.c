@@ -619,7 +619,7 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 
 		if (r->limit_changes)
 			snprintf(lim, sizeof(lim), ", '' index %zu using 1:($6 < 0 ? 1/0 : $6) with "
-						   "steps dt 3 title 'limit'", i);
+						   "steps dt 3 lw 2 lc rgb 'red' title 'limit'", i);
 		fprintf(gp, "set title '%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
 			    "held/packed floor %.2f mean, %.2f max; %llu driver calls'\n",
 			r->strat.name, r->strat.page_size, gib(r->mapped_mean),
@@ -627,7 +627,7 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 			(unsigned long long)r->drv_calls);
 		fprintf(gp,
 			"plot '%s' index %zu using 1:2 with steps lw 2 title 'mapped', "
-			"'' index %zu using 1:5 with steps dt 2 title 'packed floor', "
+			"'' index %zu using 1:5 with steps dt 2 lc rgb 'black' title 'packed floor', "
 			"'' index %zu using 1:4 with steps title 'need + cached', "
 			"'' index %zu using 1:3 with steps title 'need (running)'%s\n",
 			data, i, i, i, i, lim);

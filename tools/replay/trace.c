@@ -2,7 +2,8 @@
 /*
  * tools/replay/trace.c - request traces for kvslab-replay: what every
  * format shares.  The line-by-line loader and its dispatch to one reader
- * per format (trace_mooncake.c, trace_azure.c), the request array they all
+ * per format (trace_mooncake.c, trace_azure.c, trace_sharegpt.c), the
+ * request array they all
  * append to, and the queries on a loaded trace (the input tokens of a
  * request, the ideal infinite-cache prefix-hit ratio).  The generator is
  * in trace_gen.c.
@@ -157,9 +158,16 @@ static int load_line(struct rp_loader *ld, char *line, size_t len)
 		return rp_bad_line(ld, "NUL byte at column %zu",
 				(size_t)((char *)memchr(line, 0, len) - line) + 1);
 	if (ld->fmt == RP_FMT_AUTO)
-		ld->fmt = line[i] == '{' ? RP_FMT_MOONCAKE : RP_FMT_AZURE;
+		ld->fmt = line[i] == '{'				  ? RP_FMT_MOONCAKE
+			  : rp_sharegpt_is_header(line + i, len - i) ? RP_FMT_SHAREGPT
+								      : RP_FMT_AZURE;
 	if (ld->fmt == RP_FMT_MOONCAKE)
 		return rp_mooncake_line(ld, line, len);
+	if (ld->fmt == RP_FMT_SHAREGPT) {
+		if (!ld->have_header)
+			return rp_sharegpt_header(ld, line, len);
+		return rp_sharegpt_line(ld, line, len);
+	}
 	if (!ld->have_header)
 		return rp_azure_header(ld, line, len);
 	return rp_azure_line(ld, line, len);
@@ -181,7 +189,9 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 
 	if (t)
 		memset(t, 0, sizeof(*t));
-	if (!path || !t || (fmt != RP_FMT_AUTO && fmt != RP_FMT_MOONCAKE && fmt != RP_FMT_AZURE)) {
+	if (!path || !t ||
+	    (fmt != RP_FMT_AUTO && fmt != RP_FMT_MOONCAKE && fmt != RP_FMT_AZURE &&
+	     fmt != RP_FMT_SHAREGPT)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -220,6 +230,7 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 	}
 	if (ld.fmt == RP_FMT_MOONCAKE)
 		t->next_block = ld.any_block ? ld.max_id + 1 : 0;
+	t->no_timestamps = ld.fmt == RP_FMT_SHAREGPT;
 	return 0;
 }
 

@@ -26,7 +26,7 @@
 /* Output token ids: RP_OUTPUT_BASE + a per-trace counter, never shared. */
 #define RP_OUTPUT_BASE 0x40000000
 
-enum rp_format { RP_FMT_AUTO = 0, RP_FMT_MOONCAKE, RP_FMT_AZURE };
+enum rp_format { RP_FMT_AUTO = 0, RP_FMT_MOONCAKE, RP_FMT_AZURE, RP_FMT_SHAREGPT };
 
 struct rp_req {
 	double arrival_ms;	/* from the trace's start */
@@ -41,6 +41,7 @@ struct rp_trace {
 	uint64_t malformed;	/* lines skipped */
 	uint32_t max_input, max_output;
 	uint32_t next_block;	/* first unused block id */
+	int no_timestamps;	/* lengths only (ShareGPT): arrivals are the caller's */
 };
 
 struct rp_synth_opts {
@@ -57,7 +58,7 @@ void rp_synth_defaults(struct rp_synth_opts *o);
 
 /*
  * Load @path.  RP_FMT_AUTO tells JSONL from CSV by the first non-blank
- * character.  A malformed line is reported on @errs as "FILE:LINE: what"
+ * character, and the ShareGPT statistics CSV by its header.  A malformed line is reported on @errs as "FILE:LINE: what"
  * and skipped, or, with @stop_on_error, ends the load with -1 and errno
  * EINVAL.  Returns 0, or -1 with errno (ENOENT, EINVAL, ENOMEM; EINVAL also
  * when no request could be read).
@@ -66,6 +67,9 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 		  struct rp_trace *t);
 int rp_trace_synth(const struct rp_synth_opts *o, struct rp_trace *t);
 void rp_trace_free(struct rp_trace *t);
+/* Arrivals for a trace without timestamps: Poisson at @rate requests a
+ * second from a seeded generator (0: all at 0).  0, or -1/EINVAL. */
+int rp_trace_set_rate(struct rp_trace *t, double rate, uint64_t seed);
 
 /* The input tokens of request @i into @out (room for input_len). */
 void rp_req_input(const struct rp_req *r, int32_t *out);

@@ -66,6 +66,12 @@ int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len);
 int rp_azure_header(struct rp_loader *ld, const char *line, size_t len);
 int rp_azure_line(struct rp_loader *ld, const char *line, size_t len);
 
+/* The ShareGPT length statistics CSV (trace_sharegpt.c): whether a first
+ * line is its header, the header, and a row. */
+bool rp_sharegpt_is_header(const char *line, size_t len);
+int rp_sharegpt_header(struct rp_loader *ld, const char *line, size_t len);
+int rp_sharegpt_line(struct rp_loader *ld, const char *line, size_t len);
+
 /* Free what a reader kept in @ld (the Mooncake id map). */
 void rp_mooncake_done(struct rp_loader *ld);
 
