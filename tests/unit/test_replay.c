@@ -353,6 +353,234 @@ START_TEST(test_bad_options)
 }
 END_TEST
 
+
+/* ------------------------------------------- held / packed floor */
+
+/*
+ * The packed floor on a tiny JSONL trace, the tiny model (2 bytes a
+ * token), granules of 4096 bytes: a slab is 4096 tokens, 8 KiB, 256 pages
+ * of 16; a budget of 32 KiB (4 slabs).  Steps of 10 ms.
+ *  R0 at 0 ms: 5000 input tokens (blocks 1-10), 3 outputs.
+ *  R1 at 100 ms: 4000 input tokens (blocks 20-27), 2 outputs.
+ *  step 0: R0 prefills 5000 and decodes one: 5001 tokens in 313 pages
+ *     (5008); nothing evictable (R0 locks what it cached unfinished):
+ *     need = 313 x 16 x 2 = 10016 bytes.  Floor ceil(313 / 256) = 2 slabs
+ *     = 16384 bytes.
+ *  step 1: R0's third output: it finishes and caches its page-aligned 4992
+ *     tokens (312 pages, all evictable): need 0, cached 9984 bytes; floor
+ *     2 slabs.
+ *  step 2 (100 ms): R1 prefills 4000 (250 pages), decodes into a 251st
+ *     page and finishes, caching 250 pages: 562 pages held, floor
+ *     ceil(562 / 256) = 3 slabs = 24576 bytes.
+ * The static pool maps its 4 slabs (32768 bytes) all along:
+ * held_over_floor = 2, 2, 4/3: mean 16/9, p99 (the sorted ratios' element
+ * (int)(2 x 0.99) = 1) 2, max 2.
+ */
+static const char floor_jsonl[] =
+	"{\"timestamp\": 0, \"input_length\": 5000, \"output_length\": 3, "
+	"\"hash_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]}\n"
+	"{\"timestamp\": 100, \"input_length\": 4000, \"output_length\": 2, "
+	"\"hash_ids\": [20, 21, 22, 23, 24, 25, 26, 27]}\n";
+
+static char *tmp_trace(const char *text);
+
+static void floor_opts(struct rp_sim_opts *o)
+{
+	tiny_opts(o);
+	o->kv_bytes = 32768;
+}
+
+START_TEST(test_held_over_floor)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy st = strat(RP_STATIC, 16, "static:16"), sl = strat(RP_SLAB, 16, "slab:16");
+	struct rp_result r, q;
+	char *path = tmp_trace(floor_jsonl);
+	double m = 0;
+	size_t k;
+
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 1, stderr, &t), 0);
+	floor_opts(&o);
+	ck_assert_int_eq(rp_simulate(&t, &o, &st, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.steps, 3);
+	ck_assert_uint_eq(r.slab_tokens, 4096);
+	ck_assert_uint_eq(r.samples[0].held, 313 * 16 * 2);
+	ck_assert_uint_eq(r.samples[0].need, 10016);
+	ck_assert_uint_eq(r.samples[0].floor, 16384);
+	ck_assert_uint_eq(r.samples[1].need, 0);
+	ck_assert_uint_eq(r.samples[1].cached, 9984);
+	ck_assert_uint_eq(r.samples[1].floor, 16384);
+	ck_assert_uint_eq(r.samples[2].held, 562 * 16 * 2);
+	ck_assert_uint_eq(r.samples[2].floor, 24576);
+	ck_assert_uint_eq(r.samples[2].mapped, 32768);
+	ck_assert_double_eq_tol(r.held_over_floor.mean, 16.0 / 9, 1e-9);
+	ck_assert_double_eq_tol(r.held_over_floor.p99, 2.0, 1e-12);
+	ck_assert_double_eq_tol(r.held_over_floor.max, 2.0, 1e-12);
+	ck_assert_uint_eq(r.floor_peak, 24576);
+
+	/* The slab strategy holds the same pages, so has the same floor; its
+	 * ratio is its own mapped bytes over it, never below 1. */
+	ck_assert_int_eq(rp_simulate(&t, &o, &sl, &q, NULL, NULL), 0);
+	ck_assert_uint_eq(q.nsamples, 3);
+	for (k = 0; k < 3; k++) {
+		ck_assert_uint_eq(q.samples[k].floor, r.samples[k].floor);
+		ck_assert_uint_ge(q.samples[k].mapped, q.samples[k].floor);
+		if ((double)q.samples[k].mapped / (double)q.samples[k].floor > m)
+			m = (double)q.samples[k].mapped / (double)q.samples[k].floor;
+	}
+	ck_assert_double_eq_tol(q.held_over_floor.max, m, 1e-12);
+	ck_assert(q.held_over_floor.mean <= r.held_over_floor.mean);
+	rp_result_free(&q);
+	rp_result_free(&r);
+
+	/* --cache-max 0%: after every step the cache is evicted to nothing:
+	 * R0's 4992 tokens after step 1, R1's 4000 after step 2. */
+	o.cache_max = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &st, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.cache_evicted_tokens, 4992 + 4000);
+	ck_assert_uint_eq(r.samples[1].held, 0);
+	ck_assert_uint_eq(r.samples[1].cached, 0);
+	ck_assert_uint_eq(r.samples[2].held, 0);
+	/* Only step 0 held a page: one ratio, 32768 / 16384. */
+	ck_assert_double_eq_tol(r.held_over_floor.mean, 2.0, 1e-12);
+	rp_result_free(&r);
+	/* Half the budget (8192 tokens): R0's 4992 tokens fit, then R1's
+	 * 4000 more do not: the oldest are evicted down to 8192. */
+	o.cache_max = 0.5;
+	ck_assert_int_eq(rp_simulate(&t, &o, &st, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.samples[1].cached, 9984);
+	ck_assert_uint_le(r.samples[2].cached, 8192 * 2);
+	ck_assert_uint_gt(r.cache_evicted_tokens, 0);
+	rp_result_free(&r);
+	/* Above the whole budget is an error. */
+	o.cache_max = 1.5;
+	errno = 0;
+	ck_assert_int_eq(rp_simulate(&t, &o, &st, &r, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	rp_trace_free(&t);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* --limit-schedule: what parses and what does not, with the reason. */
+START_TEST(test_limit_schedule_parse)
+{
+	struct rp_limit *l;
+	char err[256];
+
+	ck_assert_int_eq(rp_limit_parse("0:1G,60.5:512M,120:2147483648", &l, err, sizeof(err)), 3);
+	ck_assert_double_eq(l[0].t_ms, 0);
+	ck_assert_uint_eq(l[0].bytes, 1ull << 30);
+	ck_assert_double_eq(l[1].t_ms, 60500);
+	ck_assert_uint_eq(l[1].bytes, 512ull << 20);
+	ck_assert_uint_eq(l[2].bytes, 2ull << 30);
+	free(l);
+	ck_assert_int_eq(rp_limit_parse("", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "empty"), "%s", err);
+	ck_assert_ptr_null(l);
+	ck_assert_int_eq(rp_limit_parse("60", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "'60' has no ':'"), "%s", err);
+	ck_assert_int_eq(rp_limit_parse("60:", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "is not a size"), "%s", err);
+	ck_assert_int_eq(rp_limit_parse("x:4G", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "'x' is not a time"), "%s", err);
+	ck_assert_int_eq(rp_limit_parse("-1:4G", &l, err, sizeof(err)), -1);
+	ck_assert_int_eq(rp_limit_parse("60:4G,30:2G", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "times must increase"), "%s", err);
+	ck_assert_int_eq(rp_limit_parse("60:4G,60:2G", &l, err, sizeof(err)), -1);
+	ck_assert_int_eq(rp_limit_parse("60:4G,", &l, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "empty item 2"), "%s", err);
+	ck_assert_int_eq(rp_limit_parse("60:4Q", &l, err, sizeof(err)), -1);
+	ck_assert_int_eq(rp_limit_parse("60:0", &l, err, sizeof(err)), -1);
+}
+END_TEST
+
+/*
+ * The limit schedule on the slab strategy of the floor trace: at 0 s the
+ * budget becomes 16 KiB (2 slabs).  R0 (313 pages) fits; at step 1 R0's
+ * cached 312 pages stay (2 slabs), and at step 2 R1's 250 pages can come
+ * only from the cache, which the limit trims after the step: held at most
+ * 512 pages.  The static pool ignores the schedule.
+ */
+START_TEST(test_limit_schedule_applied)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy sl = strat(RP_SLAB, 16, "slab:16"), st = strat(RP_STATIC, 16, "static");
+	struct rp_limit lim[1] = {{0, 16384}};
+	struct rp_result r;
+	char *path = tmp_trace(floor_jsonl);
+
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 1, stderr, &t), 0);
+	floor_opts(&o);
+	o.limits = lim;
+	o.nlimits = 1;
+	ck_assert_int_eq(rp_simulate(&t, &o, &sl, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.requests_done, 2);
+	ck_assert_uint_eq(r.limit_changes, 1);
+	ck_assert_uint_eq(r.samples[0].limit, 16384);
+	ck_assert_uint_le(r.samples[2].held, 16384);
+	ck_assert_uint_gt(r.cache_evicted_tokens, 0);
+	rp_result_free(&r);
+	ck_assert_int_eq(rp_simulate(&t, &o, &st, &r, NULL, NULL), 0);
+	ck_assert_uint_eq(r.limit_changes, 0);
+	ck_assert_uint_eq(r.samples[2].held, 562 * 16 * 2);
+	rp_result_free(&r);
+	rp_trace_free(&t);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* The ShareGPT statistics CSV: lengths by the header, fresh blocks, no
+ * timestamps until a rate gives them; a bad row is skipped and named. */
+START_TEST(test_sharegpt_csv)
+{
+	struct rp_trace t;
+	char *path = tmp_trace("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
+			       "74,918,992,0.08\n"
+			       "1402,711,2113,1.97\n"
+			       "abc,3,3,1\n"
+			       "600,0,600,inf\n");
+	FILE *errs = tmpfile();
+	char msg[256] = "";
+	size_t k;
+
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 0, errs, &t), 0);
+	ck_assert_uint_eq(t.n, 3);
+	ck_assert_uint_eq(t.malformed, 1);
+	ck_assert_int_eq(t.no_timestamps, 1);
+	ck_assert_uint_eq(t.req[0].input_len, 74);
+	ck_assert_uint_eq(t.req[0].output_len, 918);
+	ck_assert_uint_eq(t.req[1].input_len, 1402);
+	ck_assert_uint_eq(t.req[1].nblocks, 3);
+	ck_assert_uint_eq(t.req[2].output_len, 0);
+	/* No prefix data: every block is fresh. */
+	ck_assert_uint_eq(t.req[1].blocks[0], 1);
+	ck_assert(rp_trace_ideal_hit(&t, 1, NULL) == 0.0);
+	rewind(errs);
+	ck_assert_ptr_nonnull(fgets(msg, sizeof(msg), errs));
+	ck_assert_msg(strstr(msg, ":4: num_prefill_tokens: expected a whole number"), "%s", msg);
+	fclose(errs);
+	for (k = 0; k < t.n; k++)
+		ck_assert(t.req[k].arrival_ms == 0);
+	ck_assert_int_eq(rp_trace_set_rate(&t, 2, 1), 0);
+	ck_assert(t.req[0].arrival_ms == 0);
+	for (k = 1; k < t.n; k++)
+		ck_assert(t.req[k].arrival_ms > t.req[k - 1].arrival_ms);
+	rp_trace_free(&t);
+	/* A header without the two columns ends the load. */
+	unlink(path);
+	free(path);
+	path = tmp_trace("num_prefill_tokens,pd_ratio\n1,2\n");
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 0, NULL, &t), -1);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 /* ------------------------------------------------------ host tier */
 
 /*
@@ -926,6 +1154,119 @@ START_TEST(test_tool_storage_shared)
 }
 END_TEST
 
+
+/* The number after "@key": at its first place after @from in @json, as a double. */
+static double json_num(const char *json, const char *from, const char *key)
+{
+	char pat[64];
+	const char *p = strstr(json, from);
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = p ? strstr(p, pat) : NULL;
+	return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+/*
+ * The tool's verdict lines agree with its JSON; an overloaded run and a
+ * trace without prefix data warn and name the option to try; bad
+ * --limit-schedule, --cache-max and --cost-model values exit 2.
+ */
+START_TEST(test_tool_verdict_and_warnings)
+{
+	static char out[1 << 17];
+	char args[512], *path, *line, want[128];
+	double pct, ratio;
+	int rc;
+
+	/* The default strategies on a small generated run: a verdict line a
+	 * strategy, its saving the JSON's to the printed digit. */
+	snprintf(args, sizeof(args), "--requests %d --json=-", TRACE_REQS(100));
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "verdict static:1: the baseline"), "%s", out);
+	ck_assert_msg(strstr(out, "prefix cache capped at 10% of the budget"), "%s", out);
+	ck_assert_msg(strstr(out, "est. GPU ms"), "%s", out);
+	line = strstr(out, "verdict slab:16: saves ");
+	ck_assert_msg(line, "%s", out);
+	pct = strtod(line + strlen("verdict slab:16: saves "), NULL);
+	ratio = json_num(out, "\"name\": \"slab:16\"", "saved_mean_ratio");
+	ck_assert_msg(ratio >= 0, "%s", out);
+	snprintf(want, sizeof(want), "%.1f", 100 * ratio);
+	ck_assert_double_eq_tol(pct, strtod(want, NULL), 1e-9);
+	ck_assert_msg(strstr(out, "\"held_over_floor\": {\"mean\": "), "%s", out);
+	snprintf(want, sizeof(want), "held/packed floor %.2f mean",
+		 json_num(out, "\"name\": \"slab:16\"", "mean"));
+	ck_assert_msg(strstr(line, want), "%s in %s", want, line);
+	ck_assert_msg(strstr(out, "\"settings\": {"), "%s", out);
+	ck_assert_msg(strstr(out, "\"cost_model\": \"a100\""), "%s", out);
+	ck_assert_msg(strstr(out, "\"driver_ops\": {\"reserve\": "), "%s", out);
+	ck_assert_msg(!strstr(out, "warning"), "%s", out);
+
+	/* Overloaded: one slab of budget for requests of 2048 tokens on average. */
+	snprintf(args, sizeof(args), "-q -s slab:16 --requests 20 -M 128M");
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(strstr(out, "warning: overloaded: "), "%s", out);
+	ck_assert_msg(strstr(out, "try a larger -M (--kv-mem) or a lower --rate"), "%s", out);
+
+	/* No prefix data (ShareGPT lengths): the cache cannot hit. */
+	path = tmp_trace("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
+			 "700,4,704,175\n600,4,604,150\n");
+	snprintf(args, sizeof(args), "-m tiny -M 64M -s slab:16 --rate 10 --json=- %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "arrivals none in the trace: Poisson at 10 requests/s"), "%s", out);
+	ck_assert_msg(strstr(out, "warning: the trace has no prefix data"), "%s", out);
+	ck_assert_msg(strstr(out, "try --no-cache"), "%s", out);
+	ck_assert_msg(strstr(out, "\"requests_done\": 2"), "%s", out);
+	ck_assert_msg(strstr(out, "verdict: no static pool to compare with"), "%s", out);
+
+	/* Bad values exit 2 and say why. */
+	snprintf(args, sizeof(args), "-q -m tiny --limit-schedule 60:4G,30:2G %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "--limit-schedule: times must increase"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --limit-schedule 60 %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny --cache-max 120%% %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "invalid value '120' for --cache-max"), "%s", out);
+	snprintf(args, sizeof(args), "-q -m tiny --cache-max 10 %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	snprintf(args, sizeof(args), "-q -m tiny --cost-model /nonexistent/model %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "--cost-model /nonexistent/model: "), "%s", out);
+	unlink(path);
+	free(path);
+
+	/* A cost model file: the figures it names replace the a100 ones. */
+	path = tmp_trace("# test\ncreate = 1000\nmap=0\n");
+	{
+		struct rp_cost_model m;
+		char err[256];
+		uint64_t calls[RP_OP__COUNT] = {0};
+
+		ck_assert_int_eq(rp_cost_model_load(path, &m, err, sizeof(err)), 0);
+		calls[RP_OP_create] = 2;
+		calls[RP_OP_map] = 5;
+		calls[RP_OP_unmap] = 1;
+		ck_assert_double_eq_tol(rp_cost_estimate_us(&m, calls), 2026, 1e-9);
+		ck_assert_int_eq(rp_cost_model_load("none", &m, err, sizeof(err)), 0);
+		ck_assert_double_eq(rp_cost_estimate_us(&m, calls), 0);
+	}
+	unlink(path);
+	free(path);
+	path = tmp_trace("create 1000\n");
+	{
+		struct rp_cost_model m;
+		char err[256];
+
+		ck_assert_int_eq(rp_cost_model_load(path, &m, err, sizeof(err)), -1);
+		ck_assert_msg(strstr(err, ":1: expected name=microseconds"), "%s", err);
+	}
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -948,6 +1289,11 @@ int main(void)
 	tcase_add_test(tc, test_error_messages);
 	tcase_add_test(tc, test_tool_exit_and_messages);
 	tcase_add_test(tc, test_tool_storage_shared);
+	tcase_add_test(tc, test_held_over_floor);
+	tcase_add_test(tc, test_limit_schedule_parse);
+	tcase_add_test(tc, test_limit_schedule_applied);
+	tcase_add_test(tc, test_sharegpt_csv);
+	tcase_add_test(tc, test_tool_verdict_and_warnings);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }
