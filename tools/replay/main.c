@@ -581,16 +581,16 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 	}
 	if (pre || rej)
 		fprintf(stderr, "kvslab-replay: warning: overloaded: %llu preemptions, %llu "
-				"rejected requests over %zu runs; the budget is too small for the "
+				"rejected requests over %zu run%s; the budget is too small for the "
 				"arrivals: try a larger -M (--kv-mem)%s\n",
-			(unsigned long long)pre, (unsigned long long)rej, n,
+			(unsigned long long)pre, (unsigned long long)rej, n, n == 1 ? "" : "s",
 			o->trace_path && !t->no_timestamps ? "" : " or a lower --rate");
 	if (o->sim.use_timestamps && span > 0 && sim > 1.5 * span + 60000)
 		fprintf(stderr, "kvslab-replay: warning: overloaded: the replay ran %.0f simulated "
 				"seconds for arrivals over %.0f s: requests queued far behind their "
-				"arrival; try a larger -M (--kv-mem) or --max-running%s\n",
+				"arrival; try a larger -M (--kv-mem)%s\n",
 			sim / 1e3, span / 1e3,
-			o->trace_path && !t->no_timestamps ? "" : ", or a lower --rate");
+			o->trace_path && !t->no_timestamps ? "" : " or a lower --rate");
 	if (ideal <= 0 && !o->sim.no_cache)
 		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
 				"shares a block with an earlier one): the prefix cache cannot hit and "

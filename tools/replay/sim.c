@@ -403,6 +403,9 @@ static uint64_t held_tokens(struct sim *s)
 static int limit_by_tool(struct sim *s, uint64_t bytes)
 {
 	s->limit = bytes;
+	/* Once the library's elastic limit is merged, this line becomes
+	 * "return kvs_pool_set_limit(s->pool, bytes, ...);": the library then
+	 * evicts and unmaps, and the admission cap above stays consistent. */
 	return 0;
 }
 
