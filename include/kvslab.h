@@ -20,5 +20,6 @@
 #include <kvslab/hostpool.h>
 #include <kvslab/hiradix.h>
 #include <kvslab/storage.h>
+#include <kvslab/metrics.h>
 
 #endif /* KVSLAB_H */
