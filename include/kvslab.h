@@ -21,5 +21,6 @@
 #include <kvslab/hiradix.h>
 #include <kvslab/storage.h>
 #include <kvslab/metrics.h>
+#include <kvslab/ctl.h>
 
 #endif /* KVSLAB_H */
