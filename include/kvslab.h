@@ -20,5 +20,7 @@
 #include <kvslab/hostpool.h>
 #include <kvslab/hiradix.h>
 #include <kvslab/storage.h>
+#include <kvslab/metrics.h>
+#include <kvslab/ctl.h>
 
 #endif /* KVSLAB_H */

@@ -1498,13 +1498,13 @@ KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 /* ------------------------------------------------------------ statistics */
 
 static const char *const radix_stat_names[] = {
-#define KVS_X_NAME(n, d) #n,
+#define KVS_X_NAME(n, k, d) #n,
 	KVS_RADIX_STATS(KVS_X_NAME)
 #undef KVS_X_NAME
 };
 
 static const char *const radix_stat_descs[] = {
-#define KVS_X_DESC(n, d) d,
+#define KVS_X_DESC(n, k, d) d,
 	KVS_RADIX_STATS(KVS_X_DESC)
 #undef KVS_X_DESC
 };

@@ -144,13 +144,13 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 /* ---------------------------------------------------------- statistics */
 
 static const char *const slab_stat_names[] = {
-#define KVS_X_NAME(n, d) #n,
+#define KVS_X_NAME(n, k, d) #n,
 	KVS_SLAB_STATS(KVS_X_NAME)
 #undef KVS_X_NAME
 };
 
 static const char *const slab_stat_descs[] = {
-#define KVS_X_DESC(n, d) d,
+#define KVS_X_DESC(n, k, d) d,
 	KVS_SLAB_STATS(KVS_X_DESC)
 #undef KVS_X_DESC
 };
