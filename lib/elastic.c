@@ -219,3 +219,312 @@ KVS_EXPORT size_t kvs_pool_limit(kvs_pool_t *p)
 {
 	return p ? kvsi_slab_limit(kvs_pool_slab(p)) : 0;
 }
+
+/* ----------------------------------------------------------- compaction */
+
+struct compact {
+	kvs_pool_t *p;
+	kvs_reqtab_t *tab;
+	const int32_t *newpage;
+	uint32_t ps;
+	size_t n;
+	const uint32_t *from, *to;
+};
+
+/* Inside the cache's writer section (or alone without a cache): rewrite
+ * every run of the table's columns naming a moved page, then move the
+ * reference counts and free the old pages. */
+static int compact_inside(void *arg)
+{
+	struct compact *c = arg;
+	int32_t buf[256];
+	int err = 0;
+
+	if (c->tab) {
+		uint32_t slot, nreq = kvs_reqtab_max_reqs(c->tab), ctx = kvs_reqtab_max_context(c->tab);
+
+		for (slot = 0; slot < nreq; slot++) {
+			const int32_t *row = kvs_reqtab_row(c->tab, slot);
+			uint32_t col = 0;
+
+			if (!row)
+				continue;
+			while (col < ctx) {
+				uint32_t n = 0;
+
+				while (col + n < ctx && n < 256 && row[col + n] >= 0 &&
+				       c->newpage[(uint32_t)row[col + n] / c->ps] >= 0) {
+					int32_t l = row[col + n];
+
+					buf[n++] = c->newpage[(uint32_t)l / c->ps] * (int32_t)c->ps +
+						   l % (int32_t)c->ps;
+				}
+				if (n == 0) {
+					col++;
+					continue;
+				}
+				if (kvs_reqtab_write(c->tab, slot, col, n, buf) < 0 && !err)
+					err = errno;
+				col += n;
+			}
+		}
+	}
+	kvsi_slab_move_refs(kvs_pool_slab(c->p), c->n, c->from, c->to);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/* Copy the bytes of pages @from to pages @to in every buffer of @p,
+ * through a host staging buffer on the driver's copy queue. */
+static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uint32_t *to)
+{
+	const kvs_model_t *m = kvsi_pool_model(p);
+	kvs_drv_t *d = kvsi_pool_drv(p);
+	int which[2] = {KVS_KV_K, KVS_KV_V}, nb = m->attn == KVS_ATTN_MLA ? 1 : 2;
+	uint32_t ps = kvs_pool_page_size(p), layer;
+	unsigned char *stage = NULL;
+	size_t cap = 0, k;
+	int err = 0;
+
+	for (layer = 0; layer < m->layers && !err; layer++) {
+		for (int w = 0; w < nb && !err; w++) {
+			kvs_devptr_t base;
+			size_t stride, pb;
+
+			if (kvs_pool_buffer(p, layer, which[w], &base, &stride) < 0) {
+				err = errno;
+				break;
+			}
+			pb = stride * ps;
+			if (n * pb > cap) {
+				unsigned char *ns = realloc(stage, n * pb);
+
+				if (!ns) {
+					err = ENOMEM;
+					break;
+				}
+				stage = ns;
+				cap = n * pb;
+			}
+			for (k = 0; k < n && !err; k++)
+				if (kvs_drv_copy_dtoh(d, stage + k * pb, base + (uint64_t)from[k] * pb, pb,
+						      NULL) < 0)
+					err = errno;
+			if (kvs_drv_synchronize(d) < 0 && !err)
+				err = errno;
+			for (k = 0; k < n && !err; k++)
+				if (kvs_drv_copy_htod(d, base + (uint64_t)to[k] * pb, stage + k * pb, pb,
+						      NULL) < 0)
+					err = errno;
+			if (kvs_drv_synchronize(d) < 0 && !err)
+				err = errno;
+		}
+	}
+	free(stage);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+struct dense {
+	uint64_t slab;
+	uint32_t inuse;
+	bool source;		/* every page free or movable: it can empty */
+};
+
+static int dense_cmp(const void *a, const void *b)
+{
+	const struct dense *x = a, *y = b;
+
+	if (x->inuse != y->inuse)
+		return x->inuse < y->inuse ? -1 : 1;
+	return x->slab < y->slab ? -1 : x->slab > y->slab;
+}
+
+/**
+ * kvs_pool_compact() - migrate live pages out of the sparsest slabs into
+ * free pages of denser ones, so the sparse slabs empty.
+ * @pool: pool.
+ * @tab: the request table whose rows name @pool's locations, or NULL.
+ * @cache: the prefix cache over @pool, or NULL.
+ * @max_pages: most pages to move in this call.
+ *
+ * See kvs_pool_compact(3).
+ *
+ * Context: MT-Safe against other elastic calls on @pool (pool->elastic);
+ * the engine's scheduler calls it between forward passes, with no other
+ * thread using @tab or the pages' references meanwhile.  Takes the
+ * cache's wlock (rows, references and values change in that one section)
+ * and slab->lock under it; waits for the driver's copies with neither
+ * held.
+ * Return: pages moved (0: nothing to gain), or -1 with errno EINVAL,
+ * ENOMEM or the driver's errno (nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_t *cache,
+				    size_t max_pages)
+{
+	uint64_t nslabs, npages, i, *held = NULL;
+	uint32_t pps, ps, *inuse = NULL, *refs = NULL, *mark = NULL, *from = NULL, *to = NULL;
+	int32_t *newpage = NULL;
+	struct dense *ord = NULL;
+	size_t slab_total, mapped, pooled, nord = 0, lo, hi, moved = 0;
+	pthread_mutex_t *lk;
+	kvs_slab_t *s;
+	int err = 0;
+
+	if (!p || (cache && kvs_radix_pool(cache) != p))
+		return kvs_fail(EINVAL);
+	if (max_pages == 0)
+		return 0;
+	s = kvs_pool_slab(p);
+	ps = kvs_pool_page_size(p);
+	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
+	npages = nslabs * pps;
+	if (max_pages > npages)
+		max_pages = npages;
+	lk = kvsi_pool_elastic(p);
+	pthread_mutex_lock(lk);
+	inuse = malloc(nslabs * sizeof(*inuse));
+	held = calloc((npages + 63) / 64, sizeof(*held));
+	refs = calloc(npages, sizeof(*refs));
+	mark = calloc(npages, sizeof(*mark));
+	newpage = malloc(npages * sizeof(*newpage));
+	ord = malloc(nslabs * sizeof(*ord));
+	from = malloc(max_pages * sizeof(*from));
+	to = malloc(max_pages * sizeof(*to));
+	if (!inuse || !held || !refs || !mark || !newpage || !ord || !from || !to) {
+		err = ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < npages; i++)
+		newpage[i] = -1;
+	if (cache && kvsi_radix_held_pages(cache, held) < 0) {
+		err = errno;
+		goto out;
+	}
+	/* Rows referencing each page, each row once. */
+	if (tab) {
+		uint32_t slot, nreq = kvs_reqtab_max_reqs(tab), ctx = kvs_reqtab_max_context(tab);
+
+		for (slot = 0; slot < nreq; slot++) {
+			const int32_t *row = kvs_reqtab_row(tab, slot);
+			uint32_t col;
+
+			if (!row)
+				continue;
+			for (col = 0; col < ctx; col++) {
+				uint64_t pg = (uint64_t)(uint32_t)row[col] / ps;
+
+				if (row[col] >= 0 && pg < npages && mark[pg] != slot + 1) {
+					mark[pg] = slot + 1;
+					refs[pg]++;
+				}
+			}
+		}
+	}
+	kvsi_slab_census(s, inuse, &mapped, &pooled);
+	/* Partial slabs whose every page is free or movable: every reference
+	 * belongs to the cache or to a row that will be rewritten. */
+	for (i = 0; i < nslabs; i++) {
+		uint32_t q, live = 0;
+		bool ok = true;
+
+		if (inuse[i] == KVSI_SLAB_UNMAPPED || inuse[i] == KVSI_SLAB_STUCK || inuse[i] == 0 ||
+		    inuse[i] >= pps)
+			continue;
+		for (q = 0; q < pps; q++) {
+			uint64_t pg = i * pps + q;
+			int rc = kvs_slab_refcount(s, (uint32_t)pg);
+
+			if (rc <= 0)
+				continue;
+			live++;
+			if ((uint32_t)rc > (bit_test(held, pg) ? 1u : 0u) + refs[pg])
+				ok = false;
+		}
+		/* A page cached by another thread counts in inuse but not live:
+		 * that slab cannot empty now, so it is only a destination. */
+		ord[nord++] = (struct dense){i, inuse[i], ok && live == inuse[i]};
+	}
+	qsort(ord, nord, sizeof(*ord), dense_cmp);
+	/* Sources from the sparse end, destinations from the dense end. */
+	lo = 0;
+	hi = nord ? nord - 1 : 0;
+	while (nord && lo < hi) {
+		uint64_t src = ord[lo].slab;
+		uint32_t need = inuse[src], q;
+		size_t avail = 0, j, start = moved;
+
+		if (!ord[lo].source) {
+			lo++;
+			continue;
+		}
+		if (moved + need > max_pages)
+			break;
+		for (j = hi; j > lo && avail < need; j--)
+			avail += pps - inuse[ord[j].slab];
+		if (avail < need)
+			break;
+		for (q = 0; q < pps; q++) {
+			uint32_t pg = (uint32_t)(src * pps + q), got;
+
+			if (kvs_slab_refcount(s, pg) <= 0)
+				continue;
+			while (hi > lo && inuse[ord[hi].slab] >= pps)
+				hi--;
+			got = hi > lo ? kvsi_slab_take_in(s, ord[hi].slab, 1, &to[moved]) : 0;
+			if (!got) {
+				/* Taken meanwhile: give this source's pages back. */
+				if (moved > start)
+					kvs_slab_free_bulk(s, moved - start, to + start);
+				for (j = start; j < moved; j++)
+					newpage[from[j]] = -1;
+				moved = start;
+				goto planned;
+			}
+			inuse[ord[hi].slab]++;
+			from[moved] = pg;
+			newpage[pg] = (int32_t)to[moved];
+			moved++;
+		}
+		lo++;
+	}
+planned:
+	if (moved == 0)
+		goto out;
+	if (compact_copy(p, moved, from, to) < 0) {
+		err = errno;
+		goto undo;
+	}
+	{
+		struct compact c = {p, tab, newpage, ps, moved, from, to};
+
+		if (cache) {
+			if (kvsi_radix_relocate(cache, newpage, compact_inside, &c) < 0) {
+				err = errno;
+				if (err == ENOMEM)
+					goto undo;
+			}
+		} else if (compact_inside(&c) < 0) {
+			err = errno;
+		}
+	}
+	goto out;
+undo:
+	kvs_slab_free_bulk(s, moved, to);
+	moved = 0;
+out:
+	pthread_mutex_unlock(lk);
+	free(inuse);
+	free(held);
+	free(refs);
+	free(mark);
+	free(newpage);
+	free(ord);
+	free(from);
+	free(to);
+	if (err)
+		return kvs_fail(err);
+	return (ssize_t)moved;
+}

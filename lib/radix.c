@@ -1404,6 +1404,25 @@ int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages)
 	return 0;
 }
 
+/*
+ * kvsi_radix_held_pages() - OR into @pages (one bit a pool page) every page
+ * the tree holds, locked or not: one reference each.  For
+ * kvs_pool_compact().  Takes wlock.  0, or -1 with errno EINVAL (no pool).
+ */
+int kvsi_radix_held_pages(struct kvs_radix *r, uint64_t *pages)
+{
+	size_t i, n;
+
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	n = map_words(r);
+	for (i = 0; i < n; i++)
+		pages[i] |= r->held[i];
+	pthread_mutex_unlock(&r->wlock);
+	return 0;
+}
+
 struct doom {
 	struct rnode **v;
 	size_t n, cap;
@@ -1482,6 +1501,114 @@ long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs)
 	pthread_mutex_unlock(&r->wlock);
 	free(d.v);
 	return (long)done;
+}
+
+struct reloc {
+	struct rnode **node;
+	struct rseg **seg;
+	size_t n, cap;
+	const int32_t *newpage;
+	bool nomem;
+};
+
+/* Build, for every node of @n's subtree holding a moved page, the segment
+ * it will have: the same keys, the moved pages' new locations. */
+static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n), *ns;
+	uint32_t i;
+	bool moved = false;
+
+	for (i = 0; i < s->len && !moved; i += r->ps)
+		moved = rl->newpage[(uint32_t)s->vals[i] / r->ps] >= 0;
+	if (moved && !rl->nomem) {
+		if (rl->n == rl->cap) {
+			size_t cap = rl->cap ? 2 * rl->cap : 64;
+			struct rnode **nv = realloc(rl->node, cap * sizeof(*nv));
+			struct rseg **sv;
+
+			if (nv)
+				rl->node = nv;
+			sv = nv ? realloc(rl->seg, cap * sizeof(*sv)) : NULL;
+			if (!sv) {
+				rl->nomem = true;
+				return;
+			}
+			rl->seg = sv;
+			rl->cap = cap;
+		}
+		ns = seg_new(s->len, s->keys, s->vals);
+		if (!ns) {
+			rl->nomem = true;
+			return;
+		}
+		for (i = 0; i < s->len; i++) {
+			uint32_t p = (uint32_t)s->vals[i] / r->ps;
+
+			if (rl->newpage[p] >= 0)
+				ns->vals[i] = rl->newpage[p] * (int32_t)r->ps + s->vals[i] % (int32_t)r->ps;
+		}
+		rl->node[rl->n] = n;
+		rl->seg[rl->n++] = ns;
+	}
+	if (k)
+		for (i = 0; i < k->n; i++)
+			reloc_walk(r, k->e[i].node, rl);
+}
+
+/*
+ * kvsi_radix_relocate() - compaction's writer section: every node holding
+ * a page p with @newpage[p] >= 0 gets a new segment naming page
+ * @newpage[p] instead (published with one pointer store, the old one
+ * retired through RCU; readers in flight start over on the sequence
+ * count), the held map follows, and @inside(@arg) runs under wlock first,
+ * so the request table's rows and the pages' reference counts change in
+ * the same section.  Takes wlock.  0; or -1 with errno ENOMEM (nothing
+ * changed, @inside not called), or @inside's failure (the tree is updated
+ * regardless: @inside's side is the caller's to describe).
+ */
+int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
+			void *arg)
+{
+	struct reloc rl = {.newpage = newpage};
+	size_t i;
+	int rc, err = 0;
+
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	reloc_walk(r, r->root, &rl);
+	if (rl.nomem) {
+		pthread_mutex_unlock(&r->wlock);
+		for (i = 0; i < rl.n; i++)
+			free(rl.seg[i]);
+		free(rl.node);
+		free(rl.seg);
+		return kvs_fail(ENOMEM);
+	}
+	rc = inside(arg);
+	if (rc < 0)
+		err = errno;
+	write_begin(r);
+	for (i = 0; i < rl.n; i++) {
+		struct rseg *old = seg_of(rl.node[i]), *ns = rl.seg[i];
+		uint32_t j;
+
+		for (j = 0; j < ns->len; j += r->ps) {
+			bit_clear(r->held, (uint64_t)old->vals[j] / r->ps);
+			bit_set(r->held, (uint64_t)ns->vals[j] / r->ps);
+		}
+		atomic_store_explicit(&rl.node[i]->seg, ns, memory_order_release);
+		call_rcu(&old->rcu, free_seg_cb);
+	}
+	write_end(r);
+	pthread_mutex_unlock(&r->wlock);
+	free(rl.node);
+	free(rl.seg);
+	if (err)
+		return kvs_fail(err);
+	return 0;
 }
 
 /* Free the locations of @n's subtree and retire its nodes: readers that

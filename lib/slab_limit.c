@@ -131,3 +131,39 @@ uint32_t kvsi_slab_inuse_locked(struct kvs_slab *s, uint64_t i)
 {
 	return i < s->nslabs && s->si[i].state == S_MAPPED ? s->si[i].inuse : 0;
 }
+
+/* Compaction (lib/elastic.c).  Take up to @n free pages of mapped slab @i,
+ * each with one reference; the number taken. */
+uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
+{
+	uint32_t got = 0, k;
+
+	pthread_mutex_lock(&s->lock);
+	if (i < s->nslabs && s->si[i].state == S_MAPPED)
+		got = slab_take_many(s, i, n, out);
+	ST(s, alloc_slow) += got;
+	pthread_mutex_unlock(&s->lock);
+	for (k = 0; k < got; k++)
+		atomic_store_explicit(&s->ref[out[k]], 1, memory_order_relaxed);
+	return got;
+}
+
+/* Compaction: page @to[k] takes over @from[k]'s reference count, and
+ * @from[k] goes back to its slab.  Nobody may take or drop a reference to
+ * either meanwhile (the caller's contract: between forward passes). */
+void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to)
+{
+	size_t k;
+
+	pthread_mutex_lock(&s->lock);
+	for (k = 0; k < n; k++) {
+		uint16_t r = atomic_load_explicit(&s->ref[from[k]], memory_order_relaxed);
+
+		atomic_store_explicit(&s->ref[to[k]], r, memory_order_relaxed);
+		atomic_store_explicit(&s->ref[from[k]], 0, memory_order_relaxed);
+		slab_put(s, from[k]);
+	}
+	ST(s, free_slow) += n;
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+}

@@ -2,7 +2,7 @@
 /*
  * kvslab/elastic.h - elastic KV memory: a limit on the memory a pool maps
  * that can be lowered and raised at run time, and compaction.  See
- * kvs_pool_set_limit(3).
+ * kvs_pool_set_limit(3) and kvs_pool_compact(3).
  */
 #ifndef KVSLAB_ELASTIC_H
 #define KVSLAB_ELASTIC_H
@@ -38,6 +38,8 @@ typedef struct kvs_limit_report {
 int kvs_pool_set_limit(kvs_pool_t *pool, size_t bytes, kvs_radix_t *cache,
 		       kvs_limit_report_t *rep);
 size_t kvs_pool_limit(kvs_pool_t *pool);
+ssize_t kvs_pool_compact(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_radix_t *cache,
+			 size_t max_pages);
 
 #ifdef __cplusplus
 }

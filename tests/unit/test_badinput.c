@@ -303,6 +303,10 @@ START_TEST(test_pool_flow)
 		ck_assert_uint_eq(rep.limit, (size_t)0x5a5a5a5a5a5a5a5aULL); /* untouched */
 		ck_assert_uint_eq(kvs_pool_limit(p), lim);
 		ck_assert_uint_eq(kvs_pool_limit(NULL), 0);
+		CASE("elastic", "kvs_pool_compact", "pool NULL",
+		     kvs_pool_compact(NULL, t, NULL, 8), EINVAL);
+		CASE("elastic", "kvs_pool_compact", "a cache over another pool",
+		     kvs_pool_compact(p, t, r2, 8), EINVAL);
 		kvs_radix_attr_init(&ra);
 		ra.slab_aware = 1;
 		ra.slab_window = KVS_RADIX_SLAB_WINDOW_MAX + 1;

@@ -2,7 +2,8 @@
 /*
  * tests/unit/test_elastic.c - elastic KV memory: a limit lowered and raised
  * at run time (kvs_pool_set_limit(3)), slab-aware eviction against plain
- * LRU in hand-checked cases, and slab-aware allocation.
+ * LRU in hand-checked cases, slab-aware allocation, and compaction
+ * (kvs_pool_compact(3)): bytes and references.
  *
  * Geometry of every case: one layer, 4 KV heads of 128 two-byte elements,
  * so a token takes 1024 bytes in K and 1024 in V; on a 4 KiB granule a
@@ -346,6 +347,125 @@ START_TEST(test_limit_no_cache)
 }
 END_TEST
 
+/* The bytes of page @pg in K and V (layer 0): seeded by @seed. */
+#define TOK_BYTES 1024
+static void page_fill(kvs_pool_t *p, int32_t pg, unsigned int seed)
+{
+	unsigned char k[TOK_BYTES], v[TOK_BYTES];
+
+	tu_fill(k, sizeof(k), seed);
+	tu_fill(v, sizeof(v), seed + 1000);
+	ck_assert_int_eq(kvs_pool_set_kv(p, 0, pg, 1, k, v), 0);
+}
+
+static void page_check(kvs_pool_t *p, int32_t pg, unsigned int seed)
+{
+	unsigned char k[TOK_BYTES], v[TOK_BYTES];
+
+	ck_assert_int_eq(kvs_pool_get_kv(p, 0, pg, 1, k, v), 0);
+	ck_assert(tu_check(k, sizeof(k), seed));
+	ck_assert(tu_check(v, sizeof(v), seed + 1000));
+}
+
+/*
+ * Compaction, hand-checked.  Slabs A = pages 0-3, B = 4-7, C = 8-11:
+ *   A: 0 request R1, 1 cached (key 200), 2 request R2, 3 free;
+ *   B: 4 R1, 6 cached (key 201) and in R2's row too (2 references);
+ *   C: 8 R2, 9 R1, 10 cached (key 202), 11 free.
+ * 8 live pages: a packed floor of 2 slabs; 3 are mapped (1.5x).  B is the
+ * sparsest and every reference to its pages is a row or the cache: its
+ * two pages move to the densest free pages, 11 (C) then 3 (A).  Then A
+ * and C are full, B empty and given back: 2 slabs, the floor.  Every byte
+ * moves, rows read 0 11 9 and 2 8 3, key 201 matches location 3.
+ */
+START_TEST(test_compact)
+{
+	struct env e;
+	kvs_reqtab_t *t;
+	uint32_t slot[2];
+	int32_t locs[16], row1[3] = {0, 4, 9}, row2[3] = {2, 8, 6}, got[3];
+	int32_t unused[8] = {3, 5, 7, 11, 12, 13, 14, 15}, key, l, extra = 4;
+	static const int32_t live[8] = {0, 1, 2, 4, 6, 8, 9, 10};
+	int i;
+
+	env_open(&e, _i, 32, 0);
+	t = kvs_reqtab_create(e.d, 4, 16);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, locs), 0);
+	cache_page(&e, 200, 1);
+	cache_page(&e, 201, 6);
+	cache_page(&e, 202, 10);
+	ck_assert_int_eq(kvs_pool_ref(e.pool, 1, &row2[2]), 0); /* R2 shares 6 */
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 2, slot), 0);
+	ck_assert_int_eq(kvs_reqtab_write(t, slot[0], 0, 3, row1), 0);
+	ck_assert_int_eq(kvs_reqtab_write(t, slot[1], 0, 3, row2), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 8, unused), 0);
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 3 * SLAB_BYTES);
+	for (i = 0; i < 8; i++)
+		page_fill(e.pool, live[i], 7 + (unsigned int)live[i]);
+
+	/* Within budget only: B needs 2 moves. */
+	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 1), 0);
+	/* A holder the call cannot see (an extra reference on page 4) keeps
+	 * B in place: moving it would leave that holder pointing at a free
+	 * page. */
+	ck_assert_int_eq(kvs_pool_ref(e.pool, 1, &extra), 0);
+	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &extra), 0);
+
+	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 2);
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_slabs_full), 2);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_slabs_partial), 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_objects), 8);
+	ck_assert_int_eq(kvs_slab_page_mapped(e.s, 4), 0);
+	/* References. */
+	ck_assert_int_eq(kvs_reqtab_read(t, slot[0], 0, 3, got), 0);
+	ck_assert_int_eq(got[0], 0);
+	ck_assert_int_eq(got[1], 11);
+	ck_assert_int_eq(got[2], 9);
+	ck_assert_int_eq(kvs_reqtab_read(t, slot[1], 0, 3, got), 0);
+	ck_assert_int_eq(got[0], 2);
+	ck_assert_int_eq(got[1], 8);
+	ck_assert_int_eq(got[2], 3);
+	key = 201;
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, &key, 1, &l), 1);
+	ck_assert_int_eq(l, 3);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, &key, 1, &l, NULL), 1);
+	ck_assert_int_eq(l, 3);
+	key = 200;
+	ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, &key, 1, &l), 1);
+	ck_assert_int_eq(l, 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 11), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 3), 2);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_int_eq(kvs_slab_validate(e.s), 0);
+	/* Bytes: moved pages at their new homes, the others where they were. */
+	page_check(e.pool, 11, 7 + 4);
+	page_check(e.pool, 3, 7 + 6);
+	for (i = 0; i < 8; i++)
+		if (live[i] != 4 && live[i] != 6)
+			page_check(e.pool, live[i], 7 + (unsigned int)live[i]);
+	fprintf(stderr, "elastic[%s]: compaction: 8 live pages, floor %d B; before %d B (1.50x), "
+		"after %llu B (%.2fx)\n", tu_backends[_i], 2 * SLAB_BYTES, 3 * SLAB_BYTES,
+		(unsigned long long)st(&e, KVS_SLAB_STAT_bytes_mapped),
+		(double)st(&e, KVS_SLAB_STAT_bytes_mapped) / (2 * SLAB_BYTES));
+
+	/* The requests finish: their rows name their pages. */
+	ck_assert_int_eq(kvs_reqtab_read(t, slot[0], 0, 3, got), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 3, got), 0);
+	ck_assert_int_eq(kvs_reqtab_read(t, slot[1], 0, 3, got), 0);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(kvs_pool_free(e.pool, 1, &got[i]), 0);
+	ck_assert_int_eq(kvs_reqtab_free(t, slot[0]), 0);
+	ck_assert_int_eq(kvs_reqtab_free(t, slot[1]), 0);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *elastic_suite(void)
 {
 	Suite *s = suite_create("elastic");
@@ -358,6 +478,7 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_alloc_fullest_first, 0, nb);
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);
 	tcase_add_loop_test(tc, test_limit_no_cache, 0, nb);
+	tcase_add_loop_test(tc, test_compact, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
