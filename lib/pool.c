@@ -25,9 +25,10 @@
  * neither counts a page that could not be mapped (rounding a plan's tokens
  * up to whole slabs would promise up to a slab that is not there).
  *
- * Locking: none of its own.  The pool's fields are set at creation and only
- * read afterwards; every mutable state lives in the slab allocator, whose
- * calls are MT-Safe.
+ * Locking: none of its own on these paths.  The pool's fields are set at
+ * creation and only read afterwards; every mutable state lives in the slab
+ * allocator, whose calls are MT-Safe.  pool->elastic only serializes the
+ * elastic-memory calls of lib/elastic.c (level 0 of the lock order).
  */
 #include <pthread.h>
 #include <stdlib.h>

@@ -57,6 +57,18 @@
  * delivered after the sequence count is even again (still under wlock),
  * so an event callback may call kvs_radix_match_ro() but no writer call.
  *
+ * Slab awareness (kvs_radix_attr_t.slab_aware).  Eviction may look past
+ * the heap's top: the first slab_window leaves in the policy's order are
+ * found by walking the heap from its root with a small frontier, and each
+ * is weighed by the live pages its eviction would leave in the slabs it
+ * frees pages in (slab->lock held for the reads, under wlock, which the
+ * lock order allows).  Pages of leaves the same call has already taken
+ * are counted as freed (slab_gone), since they go back to the pool only
+ * after the write section.  For elastic memory (lib/elastic.c) the tree
+ * also reports the pages of its unlocked nodes, evicts exactly the nodes
+ * that hold pages of chosen slabs, and relocates moved pages (compaction)
+ * by publishing new segments in one write section.
+ *
  * Statistics.  The writer's counters are plain fields changed under wlock;
  * the readers' three are relaxed atomics on a cache line of their own, away
  * from the sequence count every reader loads.

@@ -347,6 +347,99 @@ START_TEST(test_limit_no_cache)
 }
 END_TEST
 
+/*
+ * A larger, seeded case: 256 pages (64 slabs) all cached, 128 leaves of 2
+ * pages each taken from a shuffled list (so a leaf's pages and LRU's order
+ * mix the slabs), touched in a random order; then half the tokens are
+ * evicted.  Same start for every mode; mapped bytes after the release
+ * against the packed floor (128 live pages: 32 slabs).  Slab-aware
+ * eviction must end at or below plain LRU, and a wider window lower still
+ * (or equal).
+ */
+static uint64_t evict_half(int be, uint32_t aware, uint32_t window)
+{
+	kvs_pool_attr_t pa;
+	kvs_radix_attr_t ra;
+	struct env e;
+	int32_t locs[256], key[2], order[128];
+	uint64_t x = 0x9e3779b97f4a7c15ULL, mapped;
+	int i;
+
+	memset(&e, 0, sizeof(e));
+	e.d = tu_open_gran(be, GRAN, 0, 0);
+	ck_assert_ptr_nonnull(e.d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 4;
+	pa.model.head_dim = 128;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.max_tokens = 256;
+	pa.magazine = 0;
+	pa.chunk_pool = 0;
+	pa.max_empty = 0;
+	pa.decay_ms = 0;
+	e.pool = kvs_pool_create(e.d, &pa);
+	ck_assert_ptr_nonnull(e.pool);
+	e.s = kvs_pool_slab(e.pool);
+	kvs_radix_attr_init(&ra);
+	ra.slab_aware = aware;
+	ra.slab_window = window;
+	e.r = kvs_radix_create(e.pool, &ra);
+	ck_assert_ptr_nonnull(e.r);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 256, locs), 0);
+	for (i = 255; i > 0; i--) {
+		int j = (int)(tu_rng(&x) % (uint64_t)(i + 1));
+		int32_t t = locs[i];
+
+		locs[i] = locs[j];
+		locs[j] = t;
+	}
+	for (i = 0; i < 128; i++) {
+		key[0] = 1000 + i;
+		key[1] = 7;
+		ck_assert_int_eq(kvs_radix_insert(e.r, 0, key, 2, &locs[2 * i], 0, NULL), 0);
+		order[i] = i;
+	}
+	for (i = 127; i > 0; i--) {
+		int j = (int)(tu_rng(&x) % (uint64_t)(i + 1));
+		int32_t t = order[i];
+
+		order[i] = order[j];
+		order[j] = t;
+	}
+	for (i = 0; i < 128; i++) {
+		int32_t l[2];
+
+		key[0] = 1000 + order[i];
+		ck_assert_int_eq(kvs_radix_match(e.r, 0, key, 2, l, NULL), 2);
+	}
+	ck_assert_int_eq(kvs_radix_evict(e.r, 128), 128);
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	mapped = st(&e, KVS_SLAB_STAT_bytes_mapped);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_objects), 128);
+	env_close(&e);
+	return mapped;
+}
+
+START_TEST(test_slab_aware_random)
+{
+	uint64_t plain = evict_half(_i, 0, 0), w16 = evict_half(_i, 1, 0),
+		 w64 = evict_half(_i, 1, KVS_RADIX_SLAB_WINDOW_MAX), floor = 32 * SLAB_BYTES;
+
+	fprintf(stderr, "elastic[%s]: 128 live of 256 pages, floor %llu B; LRU %llu B (%.2fx), "
+		"slab-aware w16 %llu B (%.2fx), w64 %llu B (%.2fx)\n", tu_backends[_i],
+		(unsigned long long)floor, (unsigned long long)plain, (double)plain / floor,
+		(unsigned long long)w16, (double)w16 / floor, (unsigned long long)w64,
+		(double)w64 / floor);
+	ck_assert_uint_ge(plain, floor);
+	ck_assert_uint_le(w16, plain);
+	ck_assert_uint_le(w64, w16);
+	ck_assert_uint_ge(w64, floor);
+}
+END_TEST
+
 /* The bytes of page @pg in K and V (layer 0): seeded by @seed. */
 #define TOK_BYTES 1024
 static void page_fill(kvs_pool_t *p, int32_t pg, unsigned int seed)
@@ -475,6 +568,7 @@ static Suite *elastic_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_slab_aware_empties_a_slab, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_skips_shared, 0, nb);
+	tcase_add_loop_test(tc, test_slab_aware_random, 0, nb);
 	tcase_add_loop_test(tc, test_alloc_fullest_first, 0, nb);
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);
 	tcase_add_loop_test(tc, test_limit_no_cache, 0, nb);
