@@ -511,7 +511,7 @@ static inline bool node_ok(const struct kvs_radix *r, const struct rnode *n)
 
 /**
  * kvs_radix_attr_init() - defaults: the pool's page size, LRU, enabled, no
- * events.
+ * events, slab-aware eviction over a window of KVS_RADIX_SLAB_WINDOW.
  * @attr: attributes.
  *
  * Context: any thread.
@@ -523,6 +523,7 @@ KVS_EXPORT int kvs_radix_attr_init(kvs_radix_attr_t *attr)
 		return kvs_fail(EINVAL);
 	memset(attr, 0, sizeof(*attr));
 	attr->policy = KVS_EVICT_LRU;
+	attr->slab_aware = 1;
 	return 0;
 }
 
@@ -553,7 +554,7 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 		attr = &defaults;
 	}
 	if ((!pool && (!attr->free_cb || !attr->page_size)) || attr->policy < KVS_EVICT_LRU ||
-	    attr->policy > KVS_EVICT_PRIORITY || (attr->slab_aware && !pool) ||
+	    attr->policy > KVS_EVICT_PRIORITY ||
 	    attr->slab_window > KVS_RADIX_SLAB_WINDOW_MAX ||
 	    (pool && attr->page_size && attr->page_size != kvs_pool_page_size(pool))) {
 		errno = EINVAL;

@@ -58,10 +58,10 @@ typedef struct kvs_radix_attr {
 	 * cache over another allocator (the pool may then be NULL). */
 	void (*free_cb)(void *arg, const int32_t *locs, size_t n);
 	void *free_arg;
-	/* Slab-aware eviction (needs the pool): among the first slab_window
-	 * evictable leaves in the policy's order, evict the one whose pages'
-	 * slabs hold the fewest other live pages, so that whole slabs empty.
-	 * 0: the policy's order alone (the default). */
+	/* Slab-aware eviction (over a pool; ignored without one): among the
+	 * first slab_window evictable leaves in the policy's order, evict the
+	 * one whose pages' slabs hold the fewest other live pages, so that
+	 * whole slabs empty.  Default 1; 0: the policy's order alone. */
 	uint32_t slab_aware;
 	/* Leaves weighed per eviction: 0 for KVS_RADIX_SLAB_WINDOW, at most
 	 * KVS_RADIX_SLAB_WINDOW_MAX. */

@@ -312,11 +312,6 @@ START_TEST(test_pool_flow)
 		ra.slab_window = KVS_RADIX_SLAB_WINDOW_MAX + 1;
 		CASE_NULL("radix", "kvs_radix_create", "slab_window above the maximum",
 			  kvs_radix_create(p, &ra), EINVAL);
-		ra.slab_window = 0;
-		ra.free_cb = (void (*)(void *, const int32_t *, size_t))free;
-		ra.page_size = 4;
-		CASE_NULL("radix", "kvs_radix_create", "slab_aware without a pool",
-			  kvs_radix_create(NULL, &ra), EINVAL);
 	}
 	f = kvs_flow_create(p, t, r);
 	ck_assert_ptr_nonnull(f);
