@@ -11,6 +11,9 @@
  * essay says how it keeps to it; each function's Context: line names what
  * it takes).  A thread may take a lock only while holding locks above it:
  *
+ *  0. pool->elastic (lib/elastic.c): serializes kvs_pool_set_limit() and
+ *     kvs_pool_compact() on one pool.  Takes radix->wlock and slab->lock
+ *     under it, and waits for fences with neither held.
  *  1. flow->lock (lib/flow.c): serializes one flow object's calls.
  *  2. radix->wlock (lib/radix.c): the prefix cache's single writer.  Held
  *     across frees of evicted pages (so it comes before slab->lock) and

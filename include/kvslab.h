@@ -13,6 +13,7 @@
 #include <kvslab/pool.h>
 #include <kvslab/reqtab.h>
 #include <kvslab/radix.h>
+#include <kvslab/elastic.h>
 #include <kvslab/flow.h>
 #include <kvslab/blockhash.h>
 #include <kvslab/kvpub.h>

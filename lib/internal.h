@@ -8,6 +8,7 @@
 #ifndef KVSLAB_INTERNAL_H
 #define KVSLAB_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,32 @@ static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
 struct kvs_slab;
 int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint32_t ps);
 
+/* lib/slab_limit.c, for elastic memory (lib/elastic.c) and slab-aware
+ * eviction (lib/radix.c): the run-time limit, a census of the slabs, giving
+ * slabs back down to a limit, and reading slabs' occupancy. */
+#define KVSI_SLAB_UNMAPPED UINT32_MAX		/* census: no memory behind it */
+#define KVSI_SLAB_STUCK (UINT32_MAX - 1)	/* census: in flight or broken */
+void kvsi_slab_geom(struct kvs_slab *s, uint32_t *pps, uint64_t *nslabs, size_t *slab_total);
+size_t kvsi_slab_limit(struct kvs_slab *s);
+int kvsi_slab_set_limit(struct kvs_slab *s, size_t bytes, size_t *old);
+void kvsi_slab_census(struct kvs_slab *s, uint32_t *inuse, size_t *mapped, size_t *pooled);
+void kvsi_slab_held(struct kvs_slab *s, size_t *mapped, size_t *pooled);
+int kvsi_slab_give_back(struct kvs_slab *s, size_t cap);
+void kvsi_slab_lock(struct kvs_slab *s);
+void kvsi_slab_unlock(struct kvs_slab *s);
+uint32_t kvsi_slab_inuse_locked(struct kvs_slab *s, uint64_t i);
+uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
+void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to);
+
+/* lib/radix.c, for kvs_pool_set_limit() and kvs_pool_compact(): the pages
+ * of unlocked nodes, and evicting what holds pages of chosen slabs. */
+struct kvs_radix;
+int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages);
+int kvsi_radix_held_pages(struct kvs_radix *r, uint64_t *pages);
+long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs);
+int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
+			void *arg);
+
 /* lib/pool.c, for the host pool (lib/hostpool.c): the driver a pool was
  * built on and its model's shape. */
 struct kvs_pool;
@@ -87,5 +114,7 @@ struct kvs_drv;
 struct kvs_model;
 struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p);
 const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p);
+/* ... and, for lib/elastic.c, the lock its calls take (level 0). */
+pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p);
 
 #endif /* KVSLAB_INTERNAL_H */

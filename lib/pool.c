@@ -25,10 +25,12 @@
  * neither counts a page that could not be mapped (rounding a plan's tokens
  * up to whole slabs would promise up to a slab that is not there).
  *
- * Locking: none of its own.  The pool's fields are set at creation and only
- * read afterwards; every mutable state lives in the slab allocator, whose
- * calls are MT-Safe.
+ * Locking: none of its own on these paths.  The pool's fields are set at
+ * creation and only read afterwards; every mutable state lives in the slab
+ * allocator, whose calls are MT-Safe.  pool->elastic only serializes the
+ * elastic-memory calls of lib/elastic.c (level 0 of the lock order).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +44,7 @@ struct kvs_pool {
 	uint32_t page_size, nbuf;
 	uint64_t capacity;		/* tokens */
 	size_t *token_bytes;
+	pthread_mutex_t elastic;	/* lib/elastic.c's calls, one at a time */
 };
 
 /* ------------------------------------------------------------------ pool */
@@ -201,6 +204,7 @@ KVS_EXPORT kvs_pool_t *kvs_pool_create(kvs_drv_t *drv, const kvs_pool_attr_t *a)
 		errno = EINVAL;
 		return NULL;
 	}
+	pthread_mutex_init(&p->elastic, NULL);
 	return p;
 }
 
@@ -218,6 +222,7 @@ KVS_EXPORT int kvs_pool_destroy(kvs_pool_t *p)
 	if (!p)
 		return 0;
 	rc = kvs_slab_destroy(p->slab);
+	pthread_mutex_destroy(&p->elastic);
 	free(p->token_bytes);
 	free(p);
 	return rc;
@@ -415,6 +420,11 @@ struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p)
 const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p)
 {
 	return &p->model;
+}
+
+pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p)
+{
+	return &p->elastic;
 }
 
 static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uint32_t *b)

@@ -57,6 +57,18 @@
  * delivered after the sequence count is even again (still under wlock),
  * so an event callback may call kvs_radix_match_ro() but no writer call.
  *
+ * Slab awareness (kvs_radix_attr_t.slab_aware).  Eviction may look past
+ * the heap's top: the first slab_window leaves in the policy's order are
+ * found by walking the heap from its root with a small frontier, and each
+ * is weighed by the live pages its eviction would leave in the slabs it
+ * frees pages in (slab->lock held for the reads, under wlock, which the
+ * lock order allows).  Pages of leaves the same call has already taken
+ * are counted as freed (slab_gone), since they go back to the pool only
+ * after the write section.  For elastic memory (lib/elastic.c) the tree
+ * also reports the pages of its unlocked nodes, evicts exactly the nodes
+ * that hold pages of chosen slabs, and relocates moved pages (compaction)
+ * by publishing new segments in one write section.
+ *
  * Statistics.  The writer's counters are plain fields changed under wlock;
  * the readers' three are relaxed atomics on a cache line of their own, away
  * from the sequence count every reader loads.
@@ -129,6 +141,10 @@ struct kvs_radix {
 	uint64_t clock;
 	uint64_t evictable, protected_, total, nnodes;
 	struct evict_heap heap;
+	uint32_t window;		/* slab-aware eviction: leaves weighed; 0: off */
+	uint32_t pps;			/* the slab allocator's pages per slab */
+	uint32_t *slab_cnt;		/* slab-aware scratch, one per slab, all 0 between calls */
+	uint32_t *slab_gone;		/* pages of each slab the eviction under way will free */
 	uint64_t *held;			/* pool pages the tree holds (pool only) */
 	uint64_t *seen;			/* insert's scratch, all clear between calls */
 	struct {
@@ -495,7 +511,7 @@ static inline bool node_ok(const struct kvs_radix *r, const struct rnode *n)
 
 /**
  * kvs_radix_attr_init() - defaults: the pool's page size, LRU, enabled, no
- * events.
+ * events, slab-aware eviction over a window of KVS_RADIX_SLAB_WINDOW.
  * @attr: attributes.
  *
  * Context: any thread.
@@ -507,6 +523,7 @@ KVS_EXPORT int kvs_radix_attr_init(kvs_radix_attr_t *attr)
 		return kvs_fail(EINVAL);
 	memset(attr, 0, sizeof(*attr));
 	attr->policy = KVS_EVICT_LRU;
+	attr->slab_aware = 1;
 	return 0;
 }
 
@@ -538,6 +555,7 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	}
 	if ((!pool && (!attr->free_cb || !attr->page_size)) || attr->policy < KVS_EVICT_LRU ||
 	    attr->policy > KVS_EVICT_PRIORITY ||
+	    attr->slab_window > KVS_RADIX_SLAB_WINDOW_MAX ||
 	    (pool && attr->page_size && attr->page_size != kvs_pool_page_size(pool))) {
 		errno = EINVAL;
 		return NULL;
@@ -555,6 +573,17 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 		r->seen = calloc(map_words(r), sizeof(uint64_t));
 		if (!r->held || !r->seen)
 			goto nomem;
+		uint64_t nslabs;
+		size_t slab_total;
+
+		kvsi_slab_geom(r->slab, &r->pps, &nslabs, &slab_total);
+		if (attr->slab_aware) {
+			r->window = attr->slab_window ? attr->slab_window : KVS_RADIX_SLAB_WINDOW;
+			r->slab_cnt = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
+			r->slab_gone = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
+			if (!r->slab_cnt || !r->slab_gone)
+				goto nomem;
+		}
 	}
 	r->free_cb = attr->free_cb;
 	r->free_arg = attr->free_arg;
@@ -575,6 +604,8 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	return r;
 nomem:
 	if (r) {
+		free(r->slab_cnt);
+		free(r->slab_gone);
 		free(r->seen);
 		free(r->held);
 	}
@@ -635,6 +666,8 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	evict_heap_free(&r->heap);
 	free(r->held);
 	free(r->seen);
+	free(r->slab_cnt);
+	free(r->slab_gone);
 	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return 0;
@@ -1169,15 +1202,154 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 	return 0;
 }
 
+/* Take evictable leaf @leaf out of the tree onto the call's list at
+ * **@tail.  Inside a write section.  False when its parent's children
+ * could not be changed (never for a removal, which is in place). */
+static bool evict_one(struct kvs_radix *r, struct rnode *leaf, struct rnode ***tail)
+{
+	struct rnode *parent = leaf->parent;
+	struct rseg *s = seg_of(leaf);
+
+	if (kids_update(parent, NULL, leaf) < 0)
+		return false;
+	if (leaf->ek.idx >= 0)
+		evict_heap_remove(&r->heap, &leaf->ek);
+	leaf->gone_parent_hash = parent == r->root ? 0 : parent->last_hash;
+	leaf->gone_next = NULL;
+	**tail = leaf;
+	*tail = &leaf->gone_next;
+	r->evictable -= s->len;
+	r->total -= s->len;
+	r->nnodes--;
+	r->st.evictions++;
+	r->st.evicted_tokens += s->len;
+	heap_fix(r, parent);
+	return true;
+}
+
+/* Deliver the events of the evicted nodes on @gone, free their locations
+ * and retire them.  With wlock, after write_end(): readers are not held
+ * up by the pool and a callback may call kvs_radix_match_ro(). */
+static void evict_finish(struct kvs_radix *r, struct rnode *gone)
+{
+	while (gone) {
+		struct rnode *leaf = gone;
+		struct rseg *s = seg_of(leaf);
+
+		gone = leaf->gone_next;
+		if (r->ev.cb)
+			kvev_chain(&r->ev, leaf->gone_parent_hash, leaf->extra, s->keys, 0, s->len,
+				   KVS_KV_REMOVED);
+		free_locs(r, s->vals, s->len);
+		leaf->tree = NULL;
+		call_rcu(&leaf->rcu, free_node_cb);
+	}
+}
+
+/*
+ * Weigh leaf @n for slab-aware eviction: of the pages its eviction frees
+ * (those the tree holds alone, refcount 1), @touched slabs they lie in,
+ * and @other live pages left in those slabs once they are freed, not
+ * counting the pages of leaves this call has evicted already (they are
+ * freed only after the write section: r->slab_gone).  With wlock and
+ * slab->lock held; r->slab_cnt is all zero before and after.
+ */
+static void slab_weigh(struct kvs_radix *r, const struct rnode *n, uint64_t *other,
+		       uint64_t *touched)
+{
+	const struct rseg *s = seg_of(n);
+	uint32_t i;
+
+	*other = *touched = 0;
+	for (i = 0; i < s->len; i += r->ps) {
+		uint32_t p = (uint32_t)s->vals[i] / r->ps;
+
+		if (kvs_slab_refcount(r->slab, p) == 1)
+			r->slab_cnt[p / r->pps]++;
+	}
+	for (i = 0; i < s->len; i += r->ps) {
+		uint32_t p = (uint32_t)s->vals[i] / r->ps, sl = p / r->pps;
+
+		if (r->slab_cnt[sl] == 0)
+			continue;
+		(*touched)++;
+		*other += kvsi_slab_inuse_locked(r->slab, sl) - r->slab_gone[sl] - r->slab_cnt[sl];
+		r->slab_cnt[sl] = 0;
+	}
+}
+
+/* Count @n's freeable pages in r->slab_gone (@add 1), or take them out
+ * again (@add 0) once they are freed.  With wlock held. */
+static void slab_pending(struct kvs_radix *r, const struct rnode *n, int add)
+{
+	const struct rseg *s = seg_of(n);
+	uint32_t i;
+
+	for (i = 0; i < s->len; i += r->ps) {
+		uint32_t p = (uint32_t)s->vals[i] / r->ps;
+
+		if (add && kvs_slab_refcount(r->slab, p) == 1)
+			r->slab_gone[p / r->pps]++;
+		else if (!add)
+			r->slab_gone[p / r->pps] = 0;
+	}
+}
+
+/*
+ * The leaf slab-aware eviction takes: of the first r->window leaves in the
+ * policy's order (found by walking the heap from its top, a frontier of at
+ * most window + 1 entries, O(window^2) comparisons), the one that leaves
+ * the fewest other live pages per slab it frees pages in; ties, and
+ * leaves that free nothing (every page shared with a request), go by the
+ * policy's order.  A leaf that empties every slab it touches wins at once.
+ * With wlock held.
+ */
+static struct rnode *slab_aware_pick(struct kvs_radix *r)
+{
+	size_t front[KVS_RADIX_SLAB_WINDOW_MAX + 2], nf = 1, j, k;
+	struct evict_key **a = r->heap.a;
+	struct rnode *best = ek_node(a[0]);
+	uint64_t best_other = 0, best_touched = 0;
+
+	front[0] = 0;
+	kvsi_slab_lock(r->slab);
+	for (k = 0; k < r->window && nf > 0; k++) {
+		size_t at = 0, idx;
+		uint64_t other, touched;
+
+		for (j = 1; j < nf; j++)
+			if (evict_before(r->heap.policy, a[front[j]], a[front[at]]))
+				at = j;
+		idx = front[at];
+		front[at] = front[--nf];
+		if (2 * idx + 1 < r->heap.n)
+			front[nf++] = 2 * idx + 1;
+		if (2 * idx + 2 < r->heap.n)
+			front[nf++] = 2 * idx + 2;
+		slab_weigh(r, ek_node(a[idx]), &other, &touched);
+		if (touched && (!best_touched || other * best_touched < best_other * touched)) {
+			best = ek_node(a[idx]);
+			best_other = other;
+			best_touched = touched;
+			if (other == 0)
+				break;
+		}
+	}
+	kvsi_slab_unlock(r->slab);
+	slab_pending(r, best, 1);
+	return best;
+}
+
 /**
  * kvs_radix_evict() - evict at least @tokens tokens, if that many are
  * evictable.
  * @radix: cache.
  * @tokens: tokens wanted.
  *
- * Takes the policy's first evictable leaf (lock_ref 0, no children),
- * frees its locations through the pool, and goes on; a parent left
- * childless and unlocked becomes a candidate in turn.
+ * Takes the policy's first evictable leaf (lock_ref 0, no children), or
+ * with slab_aware the best of the first slab_window (see
+ * kvs_radix_create(3)), frees its locations through the pool, and goes on;
+ * a parent left childless and unlocked becomes a candidate in turn.
  *
  * Context: MT-Safe (takes wlock; frees pages under it).
  * Return: tokens evicted (may be less than asked), or -1 with errno EINVAL.
@@ -1196,41 +1368,260 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 	}
 	write_begin(r);
 	while (done < tokens && r->heap.n > 0) {
-		struct rnode *leaf = ek_node(evict_heap_top(&r->heap)), *parent = leaf->parent;
-		struct rseg *s = seg_of(leaf);
+		struct rnode *leaf = r->window ? slab_aware_pick(r) : ek_node(evict_heap_top(&r->heap));
+		uint32_t len = seg_of(leaf)->len;
 
-		if (kids_update(parent, NULL, leaf) < 0)
+		if (!evict_one(r, leaf, &tail))
 			break;
-		evict_heap_remove(&r->heap, &leaf->ek);
-		leaf->gone_parent_hash = parent == r->root ? 0 : parent->last_hash;
-		leaf->gone_next = NULL;
-		*tail = leaf;
-		tail = &leaf->gone_next;
-		done += s->len;
-		r->evictable -= s->len;
-		r->total -= s->len;
-		r->nnodes--;
-		r->st.evictions++;
-		r->st.evicted_tokens += s->len;
-		heap_fix(r, parent);
+		done += len;
 	}
 	write_end(r);
-	/* Out of the write section, so readers are not held up by the pool
-	 * and a callback may call kvs_radix_match_ro(). */
-	while (gone) {
-		struct rnode *leaf = gone;
-		struct rseg *s = seg_of(leaf);
-
-		gone = leaf->gone_next;
-		if (r->ev.cb)
-			kvev_chain(&r->ev, leaf->gone_parent_hash, leaf->extra, s->keys, 0, s->len,
-				   KVS_KV_REMOVED);
-		free_locs(r, s->vals, s->len);
-		leaf->tree = NULL;
-		call_rcu(&leaf->rcu, free_node_cb);
-	}
+	if (r->window)
+		for (struct rnode *g = gone; g; g = g->gone_next)
+			slab_pending(r, g, 0);
+	evict_finish(r, gone);
 	pthread_mutex_unlock(&r->wlock);
 	return (ssize_t)done;
+}
+
+/* ------------------------------------------------- elastic memory's side */
+
+/* Mark the pages of @n's subtree that sit in unlocked nodes. */
+static void mark_unlocked(struct kvs_radix *r, struct rnode *n, uint64_t *pages)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n);
+	uint32_t i;
+
+	if (n != r->root && n->lock_ref == 0)
+		for (i = 0; i < s->len; i += r->ps)
+			bit_set(pages, (uint64_t)s->vals[i] / r->ps);
+	if (k)
+		for (i = 0; i < k->n; i++)
+			mark_unlocked(r, k->e[i].node, pages);
+}
+
+/*
+ * kvsi_radix_unlocked_pages() - set, in @pages (one bit a pool page, zeroed
+ * by the caller), every page the tree holds in an unlocked node: what
+ * evicting the whole evictable tree would drop a reference to.  For
+ * kvs_pool_set_limit().  Takes wlock.  0, or -1 with errno EINVAL (no pool).
+ */
+int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages)
+{
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	mark_unlocked(r, r->root, pages);
+	pthread_mutex_unlock(&r->wlock);
+	return 0;
+}
+
+/*
+ * kvsi_radix_held_pages() - OR into @pages (one bit a pool page) every page
+ * the tree holds, locked or not: one reference each.  For
+ * kvs_pool_compact().  Takes wlock.  0, or -1 with errno EINVAL (no pool).
+ */
+int kvsi_radix_held_pages(struct kvs_radix *r, uint64_t *pages)
+{
+	size_t i, n;
+
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	n = map_words(r);
+	for (i = 0; i < n; i++)
+		pages[i] |= r->held[i];
+	pthread_mutex_unlock(&r->wlock);
+	return 0;
+}
+
+struct doom {
+	struct rnode **v;
+	size_t n, cap;
+	const uint64_t *slabs;
+	bool nomem;
+};
+
+/* Collect, children first, the unlocked nodes of @n's subtree that hold a
+ * page of a slab in d->slabs or descend from one that does. */
+static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct doom *d)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n);
+	uint32_t i;
+
+	if (n != r->root) {
+		if (n->lock_ref > 0)
+			doomed = false; /* nor can any ancestor go: it is locked too */
+		else
+			for (i = 0; i < s->len && !doomed; i += r->ps)
+				doomed = bit_test(d->slabs, (uint64_t)s->vals[i] / r->ps / r->pps);
+	}
+	if (k)
+		for (i = 0; i < k->n; i++)
+			doom_walk(r, k->e[i].node, doomed, d);
+	if (!doomed || n == r->root || n->lock_ref > 0)
+		return;
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 64;
+		struct rnode **v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v) {
+			d->nomem = true;
+			return;
+		}
+		d->v = v;
+		d->cap = cap;
+	}
+	d->v[d->n++] = n;
+}
+
+/*
+ * kvsi_radix_evict_slabs() - evict every unlocked node holding a page of a
+ * slab set in @slabs (one bit a slab of the pool's allocator), with the
+ * nodes below it, leaves first: the eviction that empties chosen slabs for
+ * kvs_pool_set_limit().  Locked nodes (and so their ancestors) stay.  Takes
+ * wlock.  Returns the tokens evicted, or -1 with errno ENOMEM (nothing
+ * evicted) or EINVAL (no pool).
+ */
+long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs)
+{
+	struct doom d = {.slabs = slabs};
+	struct rnode *gone = NULL, **tail = &gone;
+	size_t i, done = 0;
+
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	doom_walk(r, r->root, false, &d);
+	if (d.nomem) {
+		pthread_mutex_unlock(&r->wlock);
+		free(d.v);
+		return kvs_fail(ENOMEM);
+	}
+	if (d.n) {
+		write_begin(r);
+		for (i = 0; i < d.n; i++) {
+			uint32_t len = seg_of(d.v[i])->len;
+
+			if (evict_one(r, d.v[i], &tail))
+				done += len;
+		}
+		write_end(r);
+		evict_finish(r, gone);
+	}
+	pthread_mutex_unlock(&r->wlock);
+	free(d.v);
+	return (long)done;
+}
+
+struct reloc {
+	struct rnode **node;
+	struct rseg **seg;
+	size_t n, cap;
+	const int32_t *newpage;
+	bool nomem;
+};
+
+/* Build, for every node of @n's subtree holding a moved page, the segment
+ * it will have: the same keys, the moved pages' new locations. */
+static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n), *ns;
+	uint32_t i;
+	bool moved = false;
+
+	for (i = 0; i < s->len && !moved; i += r->ps)
+		moved = rl->newpage[(uint32_t)s->vals[i] / r->ps] >= 0;
+	if (moved && !rl->nomem) {
+		if (rl->n == rl->cap) {
+			size_t cap = rl->cap ? 2 * rl->cap : 64;
+			struct rnode **nv = realloc(rl->node, cap * sizeof(*nv));
+			struct rseg **sv;
+
+			if (nv)
+				rl->node = nv;
+			sv = nv ? realloc(rl->seg, cap * sizeof(*sv)) : NULL;
+			if (!sv) {
+				rl->nomem = true;
+				return;
+			}
+			rl->seg = sv;
+			rl->cap = cap;
+		}
+		ns = seg_new(s->len, s->keys, s->vals);
+		if (!ns) {
+			rl->nomem = true;
+			return;
+		}
+		for (i = 0; i < s->len; i++) {
+			uint32_t p = (uint32_t)s->vals[i] / r->ps;
+
+			if (rl->newpage[p] >= 0)
+				ns->vals[i] = rl->newpage[p] * (int32_t)r->ps + s->vals[i] % (int32_t)r->ps;
+		}
+		rl->node[rl->n] = n;
+		rl->seg[rl->n++] = ns;
+	}
+	if (k)
+		for (i = 0; i < k->n; i++)
+			reloc_walk(r, k->e[i].node, rl);
+}
+
+/*
+ * kvsi_radix_relocate() - compaction's writer section: every node holding
+ * a page p with @newpage[p] >= 0 gets a new segment naming page
+ * @newpage[p] instead (published with one pointer store, the old one
+ * retired through RCU; readers in flight start over on the sequence
+ * count), the held map follows, and @inside(@arg) runs under wlock first,
+ * so the request table's rows and the pages' reference counts change in
+ * the same section.  Takes wlock.  0; or -1 with errno ENOMEM (nothing
+ * changed, @inside not called), or @inside's failure (the tree is updated
+ * regardless: @inside's side is the caller's to describe).
+ */
+int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
+			void *arg)
+{
+	struct reloc rl = {.newpage = newpage};
+	size_t i;
+	int rc, err = 0;
+
+	if (!r->pool)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	reloc_walk(r, r->root, &rl);
+	if (rl.nomem) {
+		pthread_mutex_unlock(&r->wlock);
+		for (i = 0; i < rl.n; i++)
+			free(rl.seg[i]);
+		free(rl.node);
+		free(rl.seg);
+		return kvs_fail(ENOMEM);
+	}
+	rc = inside(arg);
+	if (rc < 0)
+		err = errno;
+	write_begin(r);
+	for (i = 0; i < rl.n; i++) {
+		struct rseg *old = seg_of(rl.node[i]), *ns = rl.seg[i];
+		uint32_t j;
+
+		for (j = 0; j < ns->len; j += r->ps) {
+			bit_clear(r->held, (uint64_t)old->vals[j] / r->ps);
+			bit_set(r->held, (uint64_t)ns->vals[j] / r->ps);
+		}
+		atomic_store_explicit(&rl.node[i]->seg, ns, memory_order_release);
+		call_rcu(&old->rcu, free_seg_cb);
+	}
+	write_end(r);
+	pthread_mutex_unlock(&r->wlock);
+	free(rl.node);
+	free(rl.seg);
+	if (err)
+		return kvs_fail(err);
+	return 0;
 }
 
 /* Free the locations of @n's subtree and retire its nodes: readers that

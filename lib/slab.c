@@ -221,6 +221,7 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	}
 	s->npages = s->nslabs * s->pps;
 	s->max_mapped = a->max_mapped;
+	s->limit = SIZE_MAX;
 	s->min_empty = a->min_empty;
 	s->max_empty = a->max_empty;
 	s->shrink_quiet = a->shrink_quiet;

@@ -80,6 +80,7 @@ struct kvs_slab {
 	size_t slab_total;		/* bytes of one slab, all buffers */
 	kvs_devptr_t *base;
 	size_t max_mapped;
+	size_t limit;			/* run-time limit (kvs_pool_set_limit()); SIZE_MAX: none */
 	uint32_t min_empty, max_empty, pool_target, magcap;
 	uint64_t shrink_quiet, freed_since_grow;
 	uint64_t decay_ns;		/* 0: no time-based give-back */
@@ -151,9 +152,11 @@ int slab_grow_locked(struct kvs_slab *s);
 int slab_claim_locked(struct kvs_slab *s, uint64_t i);
 int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns);
 int slab_release_pool_locked(struct kvs_slab *s);
+int slab_reclaim_to_locked(struct kvs_slab *s, size_t cap);
 void slab_after_free_locked(struct kvs_slab *s);
 void slab_after_alloc_locked(struct kvs_slab *s);
 uint64_t slab_room_locked(const struct kvs_slab *s);
+size_t slab_cap(const struct kvs_slab *s);
 int slab_worker_start(struct kvs_slab *s);
 void slab_worker_stop(struct kvs_slab *s);
 int slab_teardown(struct kvs_slab *s);

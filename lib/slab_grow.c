@@ -332,15 +332,23 @@ out:
 	return 0;
 }
 
+/* The bytes the allocator may map: the smaller of max_mapped (0: none)
+ * and the run-time limit (SIZE_MAX: none); SIZE_MAX when neither. */
+size_t slab_cap(const struct kvs_slab *s)
+{
+	size_t cap = s->max_mapped ? s->max_mapped : SIZE_MAX;
+
+	return s->limit < cap ? s->limit : cap;
+}
+
 /* Unmapped slabs that can be mapped within the limit.  Lock held. */
 uint64_t slab_room_locked(const struct kvs_slab *s)
 {
 	uint64_t room = s->n_unmapped;
+	size_t cap = slab_cap(s);
 
-	if (s->max_mapped) {
-		uint64_t fit = s->bytes_charged >= s->max_mapped
-				       ? 0
-				       : (s->max_mapped - s->bytes_charged) / s->slab_total;
+	if (cap != SIZE_MAX) {
+		uint64_t fit = s->bytes_charged >= cap ? 0 : (cap - s->bytes_charged) / s->slab_total;
 
 		if (fit < room)
 			room = fit;
@@ -351,7 +359,7 @@ uint64_t slab_room_locked(const struct kvs_slab *s)
 /* Claim unmapped slab @i and map it.  Lock held (dropped inside). */
 int slab_claim_locked(struct kvs_slab *s, uint64_t i)
 {
-	if (s->max_mapped && s->bytes_charged + s->slab_total > s->max_mapped)
+	if (slab_cap(s) != SIZE_MAX && s->bytes_charged + s->slab_total > slab_cap(s))
 		return kvs_fail(ENOMEM);
 	bit_clear(s->unmapped, i);
 	s->n_unmapped--;
@@ -597,6 +605,47 @@ int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns)
 		}
 		n++;
 	}
+	if (err)
+		return kvs_fail(err);
+	return n;
+}
+
+/*
+ * Unmap empty slabs, oldest first and below min_empty if need be, until
+ * the bytes charged fit @cap, each once a fence recorded after it emptied
+ * has completed (waited for); then release the chunk pool when what is
+ * mapped and pooled together still exceeds @cap.  For a lowered limit
+ * (lib/elastic.c).  Lock held (dropped meanwhile).  Returns the slabs
+ * unmapped, or -1 with errno when a driver call or the fence failed (what
+ * was done stays done).
+ */
+int slab_reclaim_to_locked(struct kvs_slab *s, size_t cap)
+{
+	int n = 0, err = 0;
+
+	if (s->parked && retry_parked_locked(s) < 0)
+		err = errno;
+	if (s->n_broken && repair_locked(s) < 0)
+		err = errno;
+	while (s->bytes_charged > cap && s->n_empty > 0) {
+		int64_t i = s->empty_tail;
+
+		if (s->si[i].empty_seq > s->fence_done) {
+			if (fence_advance_locked(s, true) < 0) {
+				err = errno ? errno : EIO;
+				break;
+			}
+			continue; /* the lock was dropped: look again */
+		}
+		if (slab_unmap_locked(s, (uint64_t)i) < 0) {
+			err = errno;
+			break;
+		}
+		n++;
+	}
+	if (!err && s->pool && s->bytes_mapped + (size_t)s->pool_count * s->slab_total > cap &&
+	    slab_release_pool_locked(s) < 0)
+		err = errno;
 	if (err)
 		return kvs_fail(err);
 	return n;

@@ -58,8 +58,19 @@ typedef struct kvs_radix_attr {
 	 * cache over another allocator (the pool may then be NULL). */
 	void (*free_cb)(void *arg, const int32_t *locs, size_t n);
 	void *free_arg;
-	uint64_t _reserved[8];
+	/* Slab-aware eviction (over a pool; ignored without one): among the
+	 * first slab_window evictable leaves in the policy's order, evict the
+	 * one whose pages' slabs hold the fewest other live pages, so that
+	 * whole slabs empty.  Default 1; 0: the policy's order alone. */
+	uint32_t slab_aware;
+	/* Leaves weighed per eviction: 0 for KVS_RADIX_SLAB_WINDOW, at most
+	 * KVS_RADIX_SLAB_WINDOW_MAX. */
+	uint32_t slab_window;
+	uint64_t _reserved[7];
 } kvs_radix_attr_t;
+
+#define KVS_RADIX_SLAB_WINDOW 16
+#define KVS_RADIX_SLAB_WINDOW_MAX 64
 
 int kvs_radix_attr_init(kvs_radix_attr_t *attr);
 kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_t *attr);

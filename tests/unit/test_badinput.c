@@ -289,6 +289,30 @@ START_TEST(test_pool_flow)
 		ck_assert_int_eq(kvs_radix_validate(r), 0);
 		ck_assert_int_eq(kvs_pool_free(p, 8, own), 0);
 	}
+	/* Elastic memory: the limit, and which cache may give pages back. */
+	{
+		kvs_limit_report_t rep;
+		kvs_radix_attr_t ra;
+		size_t lim = kvs_pool_limit(p);
+
+		memset(&rep, 0x5a, sizeof(rep));
+		CASE("elastic", "kvs_pool_set_limit", "pool NULL",
+		     kvs_pool_set_limit(NULL, 0, NULL, &rep), EINVAL);
+		CASE("elastic", "kvs_pool_set_limit", "a cache over another pool",
+		     kvs_pool_set_limit(p, 0, r2, &rep), EINVAL);
+		ck_assert_uint_eq(rep.limit, (size_t)0x5a5a5a5a5a5a5a5aULL); /* untouched */
+		ck_assert_uint_eq(kvs_pool_limit(p), lim);
+		ck_assert_uint_eq(kvs_pool_limit(NULL), 0);
+		CASE("elastic", "kvs_pool_compact", "pool NULL",
+		     kvs_pool_compact(NULL, t, NULL, 8), EINVAL);
+		CASE("elastic", "kvs_pool_compact", "a cache over another pool",
+		     kvs_pool_compact(p, t, r2, 8), EINVAL);
+		kvs_radix_attr_init(&ra);
+		ra.slab_aware = 1;
+		ra.slab_window = KVS_RADIX_SLAB_WINDOW_MAX + 1;
+		CASE_NULL("radix", "kvs_radix_create", "slab_window above the maximum",
+			  kvs_radix_create(p, &ra), EINVAL);
+	}
 	f = kvs_flow_create(p, t, r);
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(kvs_req_init(&q, tok, 8, 0, 0), 0);
