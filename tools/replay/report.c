@@ -480,14 +480,19 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				"\"slab_bytes\": %llu,\n     \"held_over_floor\": {\"mean\": %.4f, "
 				"\"p99\": %.4f, \"max\": %.4f}, \"cache_evicted_tokens\": %llu, "
 				"\"limit_changes\": %llu, \"limit_over_steps\": %llu, "
-				"\"limit_lag_max_ms\": %.1f,\n     \"driver_ops\": {",
+				"\"limit_lag_max_ms\": %.1f, \"limit_refused\": %llu, "
+				"\"limit_returned_bytes\": %llu, \"limit_ms\": %.3f, \"limit_ms_max\": %.3f,"
+				"\n     \"driver_ops\": {",
 				r->need_mean, (unsigned long long)r->need_peak, r->floor_mean,
 				(unsigned long long)r->floor_peak, (unsigned long long)r->slab_tokens,
 				(unsigned long long)(r->slab_tokens * r->cell), r->held_over_floor.mean,
 				r->held_over_floor.p99, r->held_over_floor.max,
 				(unsigned long long)r->cache_evicted_tokens,
 				(unsigned long long)r->limit_changes,
-				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms);
+				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms,
+				(unsigned long long)r->limit_refused,
+				(unsigned long long)r->limit_returned_bytes, (double)r->limit_ns / 1e6,
+				(double)r->limit_ns_max / 1e6);
 			for (k = 0; k < RP_OP__COUNT; k++)
 				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
 					rp_drv_op_name((enum rp_drv_op)k),

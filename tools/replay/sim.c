@@ -393,19 +393,30 @@ static uint64_t held_tokens(struct sim *s)
 }
 
 /*
- * The tool's own elastic limit, until the library's kvs_pool_set_limit()
- * is wired in here: the budget becomes @bytes for admission (no request is
- * admitted past it), trim() evicts the cache down to it after every step,
- * and empty slabs above it are unmapped at once.  Running requests are
- * never touched: a step whose running requests alone exceed the limit is
- * counted in limit_over_steps.
+ * The elastic limit: the budget becomes @bytes for admission (no request is
+ * admitted past it) and the library's kvs_pool_set_limit() caps the slab's
+ * mapped memory, evicting cached pages slab by slab (the radix cache's) and
+ * unmapping the slabs it empties.  Running requests are never touched: when
+ * they alone exceed the limit the library refuses it (counted in
+ * limit_refused) and trim() evicts the cache down to it after every step
+ * instead; a step whose mapped memory is above the limit is counted in
+ * limit_over_steps.
  */
 static int limit_by_tool(struct sim *s, uint64_t bytes)
 {
+	kvs_limit_report_t rep;
+
 	s->limit = bytes;
-	/* Once the library's elastic limit is merged, this line becomes
-	 * "return kvs_pool_set_limit(s->pool, bytes, ...);": the library then
-	 * evicts and unmaps, and the admission cap above stays consistent. */
+	if (kvs_pool_set_limit(s->pool, bytes, s->radix, &rep) < 0) {
+		if (errno != ENOMEM && errno != EBUSY)
+			return -1;
+		s->res->limit_refused++;
+		return 0;
+	}
+	s->res->limit_returned_bytes += rep.bytes_returned;
+	s->res->limit_ns += rep.elapsed_ns;
+	if (rep.elapsed_ns > s->res->limit_ns_max)
+		s->res->limit_ns_max = rep.elapsed_ns;
 	return 0;
 }
 

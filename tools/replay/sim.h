@@ -189,6 +189,9 @@ struct rp_result {
 	uint64_t cache_evicted_tokens;	/* evicted by --cache-max */
 	uint64_t limit_changes, limit_over_steps;	/* --limit-schedule */
 	double limit_lag_max_ms;	/* longest wait for mapped <= a lowered limit */
+	uint64_t limit_refused;		/* kvs_pool_set_limit() refused: running requests over it */
+	uint64_t limit_returned_bytes;	/* bytes kvs_pool_set_limit() gave back, summed */
+	uint64_t limit_ns, limit_ns_max;	/* its time, summed and longest */
 	uint64_t drv_ops[RP_OP__COUNT];	/* the pool's driver calls, by kind */
 	double frag_peak, frag_mean, internal_frag_mean;
 	uint64_t end_mapped;		/* after draining: cache evicted, slabs shrunk */
