@@ -109,6 +109,9 @@ static void usage(FILE *f)
 		"      --shrink-quiet=N    slab: pages freed since the last growth before\n"
 		"                          empty slabs are unmapped                [4096]\n"
 		"      --worker            slab: map ahead on a worker thread\n"
+		"      --slab-aware=on|off radix eviction prefers pages whose slabs empty [on]\n"
+		"      --compact=N         slab: migrate up to N live pages a step out of\n"
+		"                          sparse slabs (kvs_pool_compact)           [0: off]\n"
 		"      --cache-max=P%%      cap the prefix cache's evictable pages at P%% of the\n"
 		"                          budget, evicted after every step (off: none) [" RP_CACHE_MAX_HELP "]\n"
 		"      --limit-schedule=SECONDS:SIZE,...  slab: the budget becomes SIZE at\n"
@@ -134,7 +137,7 @@ enum {
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
 	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH,
 	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY, O_CACHEMAX, O_LIMITS,
-	O_COST, O_CSVFULL
+	O_COST, O_CSVFULL, O_SLABAWARE, O_COMPACT
 };
 
 /* The CSV's samples a strategy by default (--csv-full: all). */
@@ -158,7 +161,9 @@ static const struct option longopts[] = {
 	{"no-timestamps", no_argument, 0, O_NOTS}, {"strategies", required_argument, 0, 's'},
 	{"granules", required_argument, 0, O_GRANULES},
 	{"min-empty", required_argument, 0, O_MINE}, {"max-empty", required_argument, 0, O_MAXE},
-	{"shrink-quiet", required_argument, 0, O_QUIET}, {"worker", no_argument, 0, O_WORKER},    {"csv", required_argument, 0, O_CSV},
+	{"shrink-quiet", required_argument, 0, O_QUIET}, {"worker", no_argument, 0, O_WORKER},
+	{"slab-aware", required_argument, 0, O_SLABAWARE},
+	{"compact", required_argument, 0, O_COMPACT},    {"csv", required_argument, 0, O_CSV},
 	{"plot", required_argument, 0, O_PLOT},  {"json", required_argument, 0, O_JSON},
 	{"sample-every", required_argument, 0, O_SAMPLE}, {"quiet", no_argument, 0, 'q'},
 	{"no-progress", no_argument, 0, O_NOPROG}, {"no-cache", no_argument, 0, O_NOCACHE},
@@ -405,6 +410,21 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case O_MAXE: r = parse_u32("--max-empty", optarg, 0, 1u << 20, &o->sim.max_empty); break;
 		case O_QUIET: r = parse_u64("--shrink-quiet", optarg, 0, UINT64_MAX, &o->sim.shrink_quiet); break;
 		case O_WORKER: o->sim.worker = 1; break;
+		case O_SLABAWARE:
+			if (strcmp(optarg, "on") == 0)
+				o->sim.slab_aware = 1;
+			else if (strcmp(optarg, "off") == 0)
+				o->sim.slab_aware = 0;
+			else
+				r = bad("--slab-aware", optarg);
+			break;
+		case O_COMPACT: {
+			uint64_t pages;
+
+			r = parse_u64("--compact", optarg, 0, UINT32_MAX, &pages);
+			o->sim.compact_pages = (uint32_t)pages;
+			break;
+		}
 		case O_CSV: o->csv = optarg; break;
 		case O_PLOT: o->plot = optarg; break;
 		case O_JSON: o->json = optarg; break;

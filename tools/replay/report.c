@@ -482,7 +482,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				"\"limit_changes\": %llu, \"limit_over_steps\": %llu, "
 				"\"limit_lag_max_ms\": %.1f, \"limit_refused\": %llu, "
 				"\"limit_returned_bytes\": %llu, \"limit_ms\": %.3f, \"limit_ms_max\": %.3f,"
-				"\n     \"driver_ops\": {",
+				"\n     \"compacted_pages\": %llu, \"compact_ms\": %.3f, \"driver_ops\": {",
 				r->need_mean, (unsigned long long)r->need_peak, r->floor_mean,
 				(unsigned long long)r->floor_peak, (unsigned long long)r->slab_tokens,
 				(unsigned long long)(r->slab_tokens * r->cell), r->held_over_floor.mean,
@@ -492,7 +492,8 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms,
 				(unsigned long long)r->limit_refused,
 				(unsigned long long)r->limit_returned_bytes, (double)r->limit_ns / 1e6,
-				(double)r->limit_ns_max / 1e6);
+				(double)r->limit_ns_max / 1e6, (unsigned long long)r->compacted_pages,
+				(double)r->compact_ns / 1e6);
 			for (k = 0; k < RP_OP__COUNT; k++)
 				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
 					rp_drv_op_name((enum rp_drv_op)k),

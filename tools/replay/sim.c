@@ -132,6 +132,7 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->min_empty = 1;
 	o->max_empty = 4;
 	o->shrink_quiet = 65536;
+	o->slab_aware = 1;
 	o->sample_every = 1;
 	o->hash_fn = KVS_HASH_SHA256_CBOR;
 	o->write_policy = KVS_WRITE_THROUGH;
@@ -1034,6 +1035,7 @@ static int setup(struct sim *s)
 
 		kvs_radix_attr_init(&ra);
 		ra.disabled = o->no_cache;
+		ra.slab_aware = (uint32_t)o->slab_aware;
 		s->radix = kvs_radix_create(s->pool, &ra);
 		if (!s->radix)
 			return fail_msg(s, "cannot create the radix cache: %s", strerror(errno));
@@ -1135,6 +1137,15 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		if (s.ts && rp_tsim_poll(s.ts) < 0)
 			goto out;
 		trim(&s);
+		if (o->compact_pages && st->kind == RP_SLAB && s.radix) {
+			uint64_t c0 = rp_now_ns();
+			ssize_t moved = kvs_pool_compact(s.pool, s.tab, s.radix, o->compact_pages);
+
+			if (moved < 0)
+				goto out;
+			res->compacted_pages += (uint64_t)moved;
+			res->compact_ns += rp_now_ns() - c0;
+		}
 		/* Between forward passes, as a scheduler would: frees never
 		 * unmap, so the release policy runs here (or on the worker). */
 		if (!o->worker && kvs_slab_reclaim(kvs_pool_slab(s.pool)) < 0)

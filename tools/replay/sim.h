@@ -41,6 +41,8 @@ struct rp_sim_opts {
 	uint32_t min_empty, max_empty;	/* slab watermarks */
 	uint64_t shrink_quiet;		/* slab: pages freed since growth before unmapping */
 	int worker;			/* slab: map ahead on a worker thread */
+	int slab_aware;			/* radix eviction slab-aware (the library's default, 1) */
+	uint32_t compact_pages;		/* slab: kvs_pool_compact() budget a step, 0: off */
 	int no_cache;			/* a disabled prefix cache: nothing kept */
 	int hash_fn;			/* --cache hash: enum kvs_hash_fn */
 	uint64_t sample_every;		/* steps between samples (>= 1) */
@@ -192,6 +194,7 @@ struct rp_result {
 	uint64_t limit_refused;		/* kvs_pool_set_limit() refused: running requests over it */
 	uint64_t limit_returned_bytes;	/* bytes kvs_pool_set_limit() gave back, summed */
 	uint64_t limit_ns, limit_ns_max;	/* its time, summed and longest */
+	uint64_t compacted_pages, compact_ns;	/* --compact: pages moved, time */
 	uint64_t drv_ops[RP_OP__COUNT];	/* the pool's driver calls, by kind */
 	double frag_peak, frag_mean, internal_frag_mean;
 	uint64_t end_mapped;		/* after draining: cache evicted, slabs shrunk */
