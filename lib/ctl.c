@@ -44,6 +44,7 @@
 
 #include "internal.h"
 #include "kvslab/ctl.h"
+#include "kvslab/elastic.h"
 
 #define CTL_MAX_CLIENTS_LIMIT 1024
 
@@ -196,7 +197,9 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
 	uint64_t bytes;
 
 	if (!arg) {
-		if (c->attr.get_limit) {
+		if (!c->attr.set_limit && !c->attr.get_limit && c->attr.pool) {
+			bytes = kvs_pool_limit(c->attr.pool);
+		} else if (c->attr.get_limit) {
 			errno = 0;
 			if (c->attr.get_limit(c->attr.limit_arg, &bytes) < 0) {
 				resp_error(r, errno ? errno : EIO, NULL);
@@ -214,16 +217,28 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
 						     : "SIZE is bytes, or a number with K, M, G or T");
 		return;
 	}
-	if (!c->attr.set_limit) {
+	if (!c->attr.set_limit && !c->attr.pool) {
 		resp_error(r, ENOTSUP, "this server cannot change the limit");
 		return;
 	}
 	memset(&rep, 0, sizeof(rep));
 	rep.limit = bytes;
 	errno = 0;
-	if (c->attr.set_limit(c->attr.limit_arg, bytes, &rep) < 0) {
-		resp_error(r, errno ? errno : EIO, NULL);
-		return;
+	if (c->attr.set_limit) {
+		if (c->attr.set_limit(c->attr.limit_arg, bytes, &rep) < 0) {
+			resp_error(r, errno ? errno : EIO, NULL);
+			return;
+		}
+	} else {
+		kvs_limit_report_t lr;
+
+		if (kvs_pool_set_limit(c->attr.pool, bytes, c->attr.cache, &lr) < 0) {
+			resp_error(r, errno ? errno : EIO, NULL);
+			return;
+		}
+		rep.limit = lr.limit;
+		rep.bytes_returned = lr.bytes_returned;
+		rep.elapsed_ns = lr.elapsed_ns;
 	}
 	c->limit = rep.limit ? rep.limit : bytes;
 	resp_fmt(r, "limit %" PRIu64 "\nbytes_returned %" PRIu64 "\nelapsed_ns %" PRIu64 "\nok\n",

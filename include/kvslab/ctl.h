@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #include <kvslab/metrics.h>
+#include <kvslab/pool.h>
+#include <kvslab/radix.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,7 +47,12 @@ typedef struct kvs_ctl_attr {
 	uint64_t limit;			/* the limit before any set; 0: unknown */
 	uint32_t max_clients;		/* clients served at once; default 8 */
 	uint32_t timeout_ms;		/* idle client and blocked write limit; default 10000 */
-	uint64_t _reserved[8];
+	/* Instead of the callbacks: a pool whose limit the limit requests read
+	 * and set with kvs_pool_limit() and kvs_pool_set_limit(), evicting
+	 * from @cache (may be NULL).  Used when set_limit is NULL. */
+	kvs_pool_t *pool;
+	kvs_radix_t *cache;
+	uint64_t _reserved[6];
 } kvs_ctl_attr_t;
 
 int kvs_ctl_attr_init(kvs_ctl_attr_t *attr);

@@ -426,6 +426,52 @@ START_TEST(test_start_errors)
 }
 END_TEST
 
+/* A server wired to a pool (attr.pool): the limit requests read and set the
+ * pool's elastic limit (kvs_pool_set_limit()). */
+START_TEST(test_pool_limit)
+{
+	struct env e;
+	kvs_ctl_attr_t ca;
+	kvs_ctl_t *ctl;
+	char path[300], buf[1024];
+	int32_t locs[200];
+	int fd;
+
+	env_open(&e);
+	snprintf(path, sizeof(path), "%s/pool.sock", e.dir);
+	kvs_ctl_attr_init(&ca);
+	ca.pool = e.p;
+	ctl = kvs_ctl_start(path, &ca);
+	ck_assert_ptr_nonnull(ctl);
+	fd = dial(path);
+	ck_assert_int_ge(fd, 0);
+	say(fd, "limit\n", 6);
+	response(fd, buf, sizeof(buf));
+	snprintf(path, sizeof(path), "limit %zu\nok\n", kvs_pool_limit(e.p));
+	ck_assert_str_eq(buf, path);
+	/* Lowered: the pool's limit follows. */
+	say(fd, "limit 64K\n", 10);
+	response(fd, buf, sizeof(buf));
+	ck_assert_msg(strncmp(buf, "limit ", 6) == 0 && strstr(buf, "bytes_returned ") &&
+			      strstr(buf, "\nok\n"),
+		      "%s", buf);
+	ck_assert_uint_le(kvs_pool_limit(e.p), 65536);
+	ck_assert_uint_gt(kvs_pool_limit(e.p), 0);
+	/* Raised, then running requests hold more than a new limit: refused. */
+	say(fd, "limit 1G\n", 9);
+	response(fd, buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, "\nok\n"), "%s", buf);
+	ck_assert_int_eq(kvs_pool_alloc(e.p, 200, locs), 0);
+	say(fd, "limit 8K\n", 9);
+	response(fd, buf, sizeof(buf));
+	ck_assert_msg(strncmp(buf, "error ENOMEM", 12) == 0, "%s", buf);
+	ck_assert_int_eq(kvs_pool_free(e.p, 200, locs), 0);
+	close(fd);
+	ck_assert_int_eq(kvs_ctl_stop(ctl), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *ctl_suite(void)
 {
 	Suite *s = suite_create("ctl");
@@ -435,6 +481,7 @@ static Suite *ctl_suite(void)
 	tcase_add_test(tc, test_tools);
 	tcase_add_test(tc, test_protocol);
 	tcase_add_test(tc, test_start_errors);
+	tcase_add_test(tc, test_pool_limit);
 	suite_add_tcase(s, tc);
 	return s;
 }
