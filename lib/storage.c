@@ -716,6 +716,44 @@ static void scatter(kvs_store_t *s, kvs_hpool_t *hp, const int32_t *pages, size_
 	}
 }
 
+/* get_pages (@set false) or set_pages (true): page-first views of the
+ * host pages (the pages themselves, or a bounce buffer filled before a
+ * set and scattered after a get), then the batched call. */
+static ssize_t pages_io(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, kvs_hpool_t *hp,
+			const int32_t *host_pages, bool set)
+{
+	uint8_t *bounce;
+	void **v;
+	ssize_t r;
+	int e;
+
+	if (!s || !hp || (n && (!keys || !host_pages)))
+		return kvs_fail(EINVAL);
+	if (n == 0)
+		return 0;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return kvs_fail(ENOMEM);
+	if (views(s, hp, host_pages, n, v, &bounce, set) < 0) {
+		e = errno;
+		free(bounce);
+		free(v);
+		return kvs_fail(e);
+	}
+	if (set) {
+		r = set_impl(s, keys, n, (const void *const *)v);
+	} else {
+		r = get_impl(s, keys, n, v);
+		if (r > 0 && bounce)
+			scatter(s, hp, host_pages, (size_t)r, v);
+	}
+	e = errno;
+	free(bounce);
+	free(v);
+	errno = e;
+	return r;
+}
+
 /**
  * kvs_store_get_pages() - read pages straight into host-pool pages.
  * @s: store.
@@ -735,32 +773,7 @@ static void scatter(kvs_store_t *s, kvs_hpool_t *hp, const int32_t *pages, size_
 KVS_EXPORT ssize_t kvs_store_get_pages(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 				       kvs_hpool_t *hp, const int32_t *host_pages)
 {
-	uint8_t *bounce;
-	void **v;
-	ssize_t r;
-	int e;
-
-	if (!s || !hp || (n && (!keys || !host_pages)))
-		return kvs_fail(EINVAL);
-	if (n == 0)
-		return 0;
-	v = malloc(n * sizeof(*v));
-	if (!v)
-		return kvs_fail(ENOMEM);
-	if (views(s, hp, host_pages, n, v, &bounce, false) < 0) {
-		e = errno;
-		free(bounce);
-		free(v);
-		return kvs_fail(e);
-	}
-	r = get_impl(s, keys, n, v);
-	if (r > 0 && bounce)
-		scatter(s, hp, host_pages, (size_t)r, v);
-	e = errno;
-	free(bounce);
-	free(v);
-	errno = e;
-	return r;
+	return pages_io(s, keys, n, hp, host_pages, false);
 }
 
 /**
@@ -778,30 +791,7 @@ KVS_EXPORT ssize_t kvs_store_get_pages(kvs_store_t *s, const kvs_page_key_t *key
 KVS_EXPORT ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 				       kvs_hpool_t *hp, const int32_t *host_pages)
 {
-	uint8_t *bounce;
-	void **v;
-	ssize_t r;
-	int e;
-
-	if (!s || !hp || (n && (!keys || !host_pages)))
-		return kvs_fail(EINVAL);
-	if (n == 0)
-		return 0;
-	v = malloc(n * sizeof(*v));
-	if (!v)
-		return kvs_fail(ENOMEM);
-	if (views(s, hp, host_pages, n, v, &bounce, true) < 0) {
-		e = errno;
-		free(bounce);
-		free(v);
-		return kvs_fail(e);
-	}
-	r = set_impl(s, keys, n, (const void *const *)v);
-	e = errno;
-	free(bounce);
-	free(v);
-	errno = e;
-	return r;
+	return pages_io(s, keys, n, hp, host_pages, true);
 }
 
 /* ------------------------------------------------------------ faults */
