@@ -110,6 +110,7 @@ struct hbatch {
 	kvs_hpool_xfer_t *x;
 	uint32_t refs;			/* nodes or loads it still serves */
 	int state;			/* 0 in flight, 1 complete, -1 failed */
+	int seen;			/* take_acks(): the query's answer this poll */
 	bool handed;			/* a load transfer the caller holds */
 	struct hbatch *next;		/* its ack queue, oldest first */
 	struct hbatch *hnext;		/* the handed-out list */
@@ -823,7 +824,8 @@ static void take_acks(kvs_hiradix_t *h, bool caller)
 	}
 	if (h->agree && !caller)
 		return; /* the ranks agree in the caller's polls only */
-	for (b = h->wacks; b && kvs_hpool_xfer_query(b->x) != 0; b = b->next)
+	/* Each batch is queried once: the answer is kept for taking it in. */
+	for (b = h->wacks; b && (b->seen = kvs_hpool_xfer_query(b->x)) != 0; b = b->next)
 		k++;
 	if (h->agree) {
 		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_WRITE_ACKS, k);
@@ -832,7 +834,7 @@ static void take_acks(kvs_hiradix_t *h, bool caller)
 	}
 	while (k--) {
 		b = h->wacks;
-		ack_take(&h->wacks, b, kvs_hpool_xfer_query(b->x) == 1 ? 1 : -1);
+		ack_take(&h->wacks, b, b->seen == 1 ? 1 : -1);
 		batch_check(h, b); /* every node of it dropped */
 	}
 	resolve(h);
