@@ -18,7 +18,12 @@
  * the pool allocation and the insert.  The capacity printed is the pool's
  * own (kvs_pool_capacity: whole slabs), not the one asked for.
  *
- * Usage: bench_radix [TRACE.jsonl ...]   (default: the conversation and
+ * Each run's requests/s counts the time of the cache's calls and the pool
+ * allocation (not the key's expansion), and is printed as a fraction of
+ * the bound (measure_bandwidth()) for the same run's token counts.
+ *
+ * Usage: bench_radix [--page 1|16] [--capacity 10|30|100] [TRACE.jsonl ...]
+ *   (default: both pages, every capacity, the conversation and
  * synthetic traces in $KVSLAB_SHARED/traces, else in the "shared" folder
  * beside any folder above $KVSLAB_TOP_SRCDIR, $KVSLAB_TOP_BUILDDIR or the
  * current one, as ../shared sits beside a checkout, or several levels up
@@ -154,6 +159,55 @@ static void ideal(const struct trace *t, uint32_t ps, uint64_t *unique, double *
 	*hit = (double)matched / (double)req;
 }
 
+/*
+ * The bound: the memory traffic the same work cannot avoid, at this core's
+ * own memcmp and memcpy bandwidth over buffers far larger than its caches
+ * (the tree's keys and locations are: hundreds of MB).  Per run: the
+ * matched tokens' keys compared once (4 bytes a token), the allocated
+ * tokens' locations written (4), the inserted tokens' keys and locations
+ * copied into the tree (8), and the evicted tokens' locations given back
+ * (4).  Measured before every configuration, medians of BW_REPS.
+ */
+#define BW_BYTES (64u << 20)
+#define BW_REPS 7
+
+static double bw_cmp, bw_cpy;	/* bytes per second */
+static volatile int bw_sink;
+
+static void measure_bandwidth(void)
+{
+	char *a = malloc(BW_BYTES), *b = malloc(BW_BYTES);
+	uint64_t tc[BW_REPS], tm[BW_REPS];
+	int k;
+
+	if (!a || !b) {
+		perror("bench_radix");
+		exit(1);
+	}
+	memset(a, 1, BW_BYTES);
+	memset(b, 1, BW_BYTES);
+	for (k = 0; k < BW_REPS; k++) {
+		uint64_t t0 = bench_ns();
+
+		memcpy(b, a, BW_BYTES);
+		tc[k] = bench_ns() - t0;
+		t0 = bench_ns();
+		bw_sink += memcmp(a, b, BW_BYTES);
+		tm[k] = bench_ns() - t0;
+	}
+	bw_cpy = BW_BYTES / (bench_quantile(tc, BW_REPS, 0.5) / 1e9);
+	bw_cmp = BW_BYTES / (bench_quantile(tm, BW_REPS, 0.5) / 1e9);
+	free(a);
+	free(b);
+}
+
+static double bound_seconds(uint64_t matched, uint64_t allocated, uint64_t inserted,
+			    uint64_t evicted)
+{
+	return 4.0 * (double)matched / bw_cmp +
+	       (4.0 * (double)allocated + 8.0 * (double)inserted + 4.0 * (double)evicted) / bw_cpy;
+}
+
 /* Per-request times of one step; a request that skips the step counts 0. */
 struct stat_ns {
 	uint64_t *v;
@@ -193,9 +247,14 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	int32_t *locs = malloc((t->max_len + 16) * sizeof(int32_t));
 	/* expand, match, evict (every request), evict (evicting ones), alloc, insert */
 	struct stat_ns sx = {0}, sm = {0}, se = {0}, sec = {0}, sa = {0}, si = {0};
-	uint64_t req_tokens = 0, hit_tokens = 0, t0, wall;
+	uint64_t req_tokens = 0, hit_tokens = 0, alloc_tokens = 0, evicted_tokens = 0;
+	uint64_t busy = 0, inserted;
+	double bound_s;
 	size_t i;
 
+	measure_bandwidth();
+	printf("  bound: memcmp %.2f GB/s, memcpy %.2f GB/s (one core, %u MiB buffers)\n",
+	       bw_cmp / 1e9, bw_cpy / 1e9, BW_BYTES >> 20);
 	kvs_drv_attr_init(&da);
 	da.flags = KVS_DRV_F_NO_POPULATE; /* pages arrive when used */
 	d = kvs_drv_open("host", &da);
@@ -210,18 +269,17 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		perror("bench_radix");
 		return 1;
 	}
-	t0 = bench_ns();
 	for (i = 0; i < t->n; i++) {
 		const struct treq *q = &t->r[i];
 		uint32_t n = q->len / ps * ps;
 		kvs_radix_node_t *last;
-		uint64_t a = bench_ns(), b, ev = 0;
-		ssize_t m, got;
+		uint64_t a = bench_ns(), b, ev = 0, start;
+		ssize_t m, got, e;
 		size_t need;
 		int ok;
 
 		expand(q, key);
-		b = bench_ns();
+		b = start = bench_ns();
 		rec(&sx, b - a);
 		m = kvs_radix_match(r, 0, key, q->len, locs, &last);
 		a = bench_ns();
@@ -235,8 +293,9 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		need = n > (size_t)m ? n - (size_t)m : 0;
 		if (need > kvs_pool_available(pool)) {
 			a = bench_ns();
-			kvs_radix_evict(r, need - kvs_pool_available(pool));
+			e = kvs_radix_evict(r, need - kvs_pool_available(pool));
 			ev = bench_ns() - a;
+			evicted_tokens += e > 0 ? (uint64_t)e : 0;
 			rec(&sec, ev);
 		}
 		rec(&se, ev);
@@ -246,20 +305,29 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		if (!ok) {
 			kvs_radix_unlock(r, last); /* larger than the whole cache: skip */
 			rec(&si, 0);
+			busy += bench_ns() - start;
 			continue;
 		}
+		alloc_tokens += need;
 		a = bench_ns();
 		got = kvs_radix_insert(r, 0, key, n, locs, 0, NULL);
 		rec(&si, bench_ns() - a);
 		if (got > m)
 			kvs_pool_free(pool, (size_t)(got - m), locs + m);
 		kvs_radix_unlock(r, last);
+		busy += bench_ns() - start;
 	}
-	wall = bench_ns() - t0;
-	printf("  page %2u cap %9llu (%s asked, %llu): hit %.4f (ideal %.4f) %8.0f req/s\n",
+	inserted = kvs_radix_stat(r, KVS_RADIX_STAT_inserted_tokens);
+	bound_s = bound_seconds(hit_tokens, alloc_tokens, inserted, evicted_tokens);
+	printf("  page %2u cap %9llu (%s asked, %llu): hit %.4f (ideal %.4f) %8.0f req/s"
+	       " = %5.1f%% of bound %.0f\n",
 	       ps, (unsigned long long)kvs_pool_capacity(pool), label,
 	       (unsigned long long)(capacity / ps * ps), (double)hit_tokens / (double)req_tokens,
-	       ideal_hit, (double)t->n / ((double)wall / 1e9));
+	       ideal_hit, (double)t->n / ((double)busy / 1e9),
+	       100.0 * bound_s / ((double)busy / 1e9), (double)t->n / bound_s);
+	printf("    tokens: matched %llu allocated %llu inserted %llu evicted %llu\n",
+	       (unsigned long long)hit_tokens, (unsigned long long)alloc_tokens,
+	       (unsigned long long)inserted, (unsigned long long)evicted_tokens);
 	printf("    median ns/request: expand %llu  match %llu  evict %llu (%llu over %zu "
 	       "evicting)  alloc %llu  insert %llu\n",
 	       (unsigned long long)median(&sx), (unsigned long long)median(&sm),
@@ -279,6 +347,9 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	return 0;
 }
 
+static uint32_t only_page;	/* --page: 0 for both */
+static int only_cap = -1;	/* --capacity: index into fractions[], -1 for all */
+
 static int bench_trace(const char *path)
 {
 	static const double fractions[] = {0.10, 0.30, 1.00};
@@ -296,12 +367,14 @@ static int bench_trace(const char *path)
 		uint64_t unique;
 		double hit;
 
+		if (only_page && pss[k] != only_page)
+			continue;
 		ideal(&t, pss[k], &unique, &hit);
 		if (k == 0)
 			printf("  unique tokens %llu, ideal hit at page 1: %.4f\n",
 			       (unsigned long long)unique, hit);
 		for (i = 0; i < 3; i++)
-			if (run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
+			if ((only_cap < 0 || (size_t)only_cap == i) && run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
 				labels[i]))
 				return 1;
 	}
@@ -345,6 +418,25 @@ int main(int argc, char **argv)
 	char cwd[4096], dir[4096], path[2][4200];
 	int i, ran = 0, found = 0;
 
+	while (argc > 2 && argv[1][0] == '-') {
+		if (strcmp(argv[1], "--page") == 0) {
+			only_page = (uint32_t)atoi(argv[2]);
+		} else if (strcmp(argv[1], "--capacity") == 0) {
+			int pct = atoi(argv[2]);
+
+			only_cap = pct == 10 ? 0 : pct == 30 ? 1 : pct == 100 ? 2 : -2;
+		} else {
+			break;
+		}
+		argc -= 2;
+		argv += 2;
+	}
+	if ((only_page != 0 && only_page != 1 && only_page != 16) || only_cap == -2 ||
+	    (argc > 1 && argv[1][0] == '-')) {
+		fprintf(stderr, "usage: bench_radix [--page 1|16] [--capacity 10|30|100] "
+				"[TRACE.jsonl ...]\n");
+		return 2;
+	}
 	if (argc > 1) {
 		for (i = 1; i < argc; i++)
 			if (bench_trace(argv[i]) < 0)
