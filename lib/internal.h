@@ -80,6 +80,11 @@ static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
  * no allocation (see there). */
 struct kvs_slab;
 int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint32_t ps);
+/* lib/slab.c, for the radix cache's checks and slab-aware eviction: over
+ * pages [first, first + n), whether every one is held (count > 0), and how
+ * many are held exactly once.  Lock-free reads, stale at once. */
+bool kvsi_slab_run_held(struct kvs_slab *s, uint32_t first, uint32_t n);
+uint32_t kvsi_slab_run_sole(struct kvs_slab *s, uint32_t first, uint32_t n);
 
 /* lib/slab_limit.c, for elastic memory (lib/elastic.c) and slab-aware
  * eviction (lib/radix.c): the run-time limit, a census of the slabs, giving

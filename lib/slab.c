@@ -893,6 +893,44 @@ KVS_EXPORT int kvs_slab_refcount(kvs_slab_t *s, uint32_t page)
 	return r == REF_DYING ? 0 : r;
 }
 
+/*
+ * kvsi_slab_run_held() - are pages [@first, @first + @n) all held (count
+ * > 0, not dying)?  False when the run leaves the allocator.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ */
+bool kvsi_slab_run_held(kvs_slab_t *s, uint32_t first, uint32_t n)
+{
+	uint32_t i, bad = 0;
+
+	if ((uint64_t)first + n > s->npages)
+		return false;
+	for (i = 0; i < n; i++) {
+		/* (count - 1) wraps 0 to the top: one compare for 0 and dying. */
+		uint16_t r = atomic_load_explicit(&s->ref[first + i], memory_order_relaxed);
+
+		bad |= (uint16_t)(r - 1) >= MAX_REF;
+	}
+	return !bad;
+}
+
+/*
+ * kvsi_slab_run_sole() - how many of pages [@first, @first + @n) are held
+ * exactly once; 0 for a run leaving the allocator.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ */
+uint32_t kvsi_slab_run_sole(kvs_slab_t *s, uint32_t first, uint32_t n)
+{
+	uint32_t i, c = 0;
+
+	if ((uint64_t)first + n > s->npages)
+		return 0;
+	for (i = 0; i < n; i++)
+		c += atomic_load_explicit(&s->ref[first + i], memory_order_relaxed) == 1;
+	return c;
+}
+
 /**
  * kvs_slab_flush() - give the calling thread's cached pages back.
  * @slab: allocator.
