@@ -30,24 +30,42 @@ static inline void bit_clear(uint64_t *map, uint64_t i)
 	map[i >> 6] &= ~(1ULL << (i & 63));
 }
 
-/* Set or clear bits [from, to). */
+/* The bits of [from, to) in @from's word; @to at most the word's end. */
+static inline uint64_t bits_mask(uint64_t from, uint64_t to)
+{
+	return (~0ULL >> (64 - (to - from))) << (from & 63);
+}
+
+/* Set or clear bits [from, to), a word at a time. */
 static inline void bits_fill(uint64_t *map, uint64_t from, uint64_t to, bool on)
 {
-	while (from < to && (from & 63)) {
+	while (from < to) {
+		uint64_t end = (from | 63) + 1, m;
+
+		if (end > to)
+			end = to;
+		m = bits_mask(from, end);
 		if (on)
-			bit_set(map, from);
+			map[from >> 6] |= m;
 		else
-			bit_clear(map, from);
-		from++;
+			map[from >> 6] &= ~m;
+		from = end;
 	}
-	for (; from + 64 <= to; from += 64)
-		map[from >> 6] = on ? ~0ULL : 0;
-	for (; from < to; from++) {
-		if (on)
-			bit_set(map, from);
-		else
-			bit_clear(map, from);
+}
+
+/* Is any bit of [from, to) set? */
+static inline bool bits_any(const uint64_t *map, uint64_t from, uint64_t to)
+{
+	while (from < to) {
+		uint64_t end = (from | 63) + 1;
+
+		if (end > to)
+			end = to;
+		if (map[from >> 6] & bits_mask(from, end))
+			return true;
+		from = end;
 	}
+	return false;
 }
 
 /* First set bit in [from, to), or @to when none. */

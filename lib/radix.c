@@ -89,9 +89,11 @@
 
 struct rseg {
 	uint32_t len;
-	int32_t *vals;			/* points after keys[] */
+	_Atomic uint32_t refs;		/* an owner's: segments over its data[], itself included */
+	int32_t *keys, *vals;		/* len each, in owner->data */
+	struct rseg *owner;		/* the segment whose data[] holds them (itself, or a split's source) */
 	struct rcu_head rcu;
-	int32_t keys[];
+	int32_t data[];			/* an owner's keys, then its locations */
 };
 
 struct kid {
@@ -130,6 +132,7 @@ struct kvs_radix {
 	kvs_slab_t *slab;		/* the pool's, for page reference counts */
 	uint64_t cap;			/* pool capacity in tokens; 0: no pool */
 	uint32_t ps;
+	int ps_shift;			/* log2(ps), or -1: ps is not a power of two */
 	int policy, disabled;
 	struct kvev_sink ev;
 	void (*free_cb)(void *arg, const int32_t *locs, size_t n);
@@ -179,7 +182,10 @@ static struct rseg *seg_new(uint32_t len, const int32_t *keys, const int32_t *va
 	if (!s)
 		return NULL;
 	s->len = len;
-	s->vals = s->keys + len;
+	atomic_init(&s->refs, 1);
+	s->owner = s;
+	s->keys = s->data;
+	s->vals = s->data + len;
 	if (len) { /* the root's segment is empty and has no source */
 		memcpy(s->keys, keys, len * sizeof(int32_t));
 		memcpy(s->vals, vals, len * sizeof(int32_t));
@@ -187,9 +193,41 @@ static struct rseg *seg_new(uint32_t len, const int32_t *keys, const int32_t *va
 	return s;
 }
 
+/* A segment of @len tokens from token @off of @src that shares @src's
+ * memory: a split copies nothing. */
+static struct rseg *seg_view(struct rseg *src, uint32_t off, uint32_t len)
+{
+	struct rseg *s = malloc(sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->len = len;
+	s->owner = src->owner;
+	s->keys = src->keys + off;
+	s->vals = src->vals + off;
+	atomic_fetch_add_explicit(&s->owner->refs, 1, memory_order_relaxed);
+	return s;
+}
+
+/* Free @s now (never published, or no reader can reach it); its owner's
+ * memory goes with the last segment over it.  Runs on the writer's thread
+ * and on RCU's, hence the atomic count. */
+static void seg_free(struct rseg *s)
+{
+	struct rseg *o;
+
+	if (!s)
+		return;
+	o = s->owner;
+	if (s != o)
+		free(s);
+	if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) == 1)
+		free(o);
+}
+
 static void free_seg_cb(struct rcu_head *h)
 {
-	free(caa_container_of(h, struct rseg, rcu));
+	seg_free(caa_container_of(h, struct rseg, rcu));
 }
 
 static void free_kids_cb(struct rcu_head *h)
@@ -201,7 +239,7 @@ static void free_node_cb(struct rcu_head *h)
 {
 	struct rnode *n = caa_container_of(h, struct rnode, rcu);
 
-	free(atomic_load_explicit(&n->seg, memory_order_relaxed));
+	seg_free(atomic_load_explicit(&n->seg, memory_order_relaxed));
 	free(atomic_load_explicit(&n->kids, memory_order_relaxed));
 	free(n);
 }
@@ -402,12 +440,12 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	struct rnode *n;
 	uint64_t old_h;
 
-	top = seg_new(m, old->keys, old->vals);
-	rest = seg_new(old->len - m, old->keys + m, old->vals + m);
+	top = seg_view(old, 0, m);
+	rest = seg_view(old, m, old->len - m);
 	n = top && rest ? node_new(r, c->parent, c->extra, top) : NULL;
 	if (!n) {
-		free(top);
-		free(rest);
+		seg_free(top);
+		seg_free(rest);
 		return NULL;
 	}
 	old_h = c->h;
@@ -422,8 +460,8 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	c->h = child_hash(r, c->extra, rest->keys);
 	if (kids_update(n, c, NULL) < 0) {
 		c->h = old_h;
-		free(top);
-		free(rest);
+		seg_free(top);
+		seg_free(rest);
 		free(n);
 		r->nnodes--;
 		return NULL;
@@ -432,8 +470,8 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	if (kids_update(c->parent, n, c) < 0) {
 		c->h = old_h;
 		free(atomic_load_explicit(&n->kids, memory_order_relaxed));
-		free(top);
-		free(rest);
+		seg_free(top);
+		seg_free(rest);
 		free(n);
 		r->nnodes--;
 		return NULL;
@@ -566,6 +604,7 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 		goto nomem;
 	r->pool = pool;
 	r->ps = pool ? kvs_pool_page_size(pool) : attr->page_size;
+	r->ps_shift = (r->ps & (r->ps - 1)) ? -1 : __builtin_ctz(r->ps);
 	if (pool) {
 		r->slab = kvs_pool_slab(pool);
 		r->cap = kvs_pool_capacity(pool);
@@ -609,10 +648,43 @@ nomem:
 		free(r->seen);
 		free(r->held);
 	}
-	free(empty);
+	seg_free(empty);
 	free(r);
 	errno = ENOMEM;
 	return NULL;
+}
+
+/* The pool page of location @v (>= 0): a shift for the usual page sizes. */
+static inline uint64_t loc_page(const struct kvs_radix *r, int32_t v)
+{
+	return r->ps_shift >= 0 ? (uint64_t)(uint32_t)v >> r->ps_shift : (uint64_t)(uint32_t)v / r->ps;
+}
+
+/* Is location @v the first token of its page? */
+static inline bool loc_aligned(const struct kvs_radix *r, int32_t v)
+{
+	return r->ps_shift >= 0 ? ((uint32_t)v & (r->ps - 1)) == 0 : (uint32_t)v % r->ps == 0;
+}
+
+/*
+ * The run of consecutive pages that starts at token *@i of @locs (@n
+ * tokens, whole pages, checked): returns its length in pages and its first
+ * page in *@first, and moves *@i past it.  The tree's segments hold a few
+ * long runs (the slab hands pages out lowest first), so the per-page work
+ * below is per run: bitmap words, one call per run.
+ */
+static inline uint32_t page_run(const struct kvs_radix *r, const int32_t *locs, size_t n,
+				size_t *i, uint64_t *first)
+{
+	size_t k = *i + r->ps;
+	int64_t next = (int64_t)locs[*i] + r->ps;
+	uint32_t np = 1;
+
+	*first = loc_page(r, locs[*i]);
+	for (; k < n && locs[k] == next; k += r->ps, np++)
+		next += r->ps;
+	*i = k;
+	return np;
 }
 
 /* Give the tree's pages of @locs back; they leave the held map.  With
@@ -622,8 +694,12 @@ static void free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 	size_t i;
 
 	if (r->held)
-		for (i = 0; i < n; i += r->ps)
-			bit_clear(r->held, (uint64_t)locs[i] / r->ps);
+		for (i = 0; i < n;) {
+			uint64_t p;
+			uint32_t np = page_run(r, locs, n, &i, &p);
+
+			bits_fill(r->held, p, p + np, false);
+		}
 	if (r->free_cb)
 		r->free_cb(r->free_arg, locs, n);
 	else
@@ -641,7 +717,7 @@ static void free_subtree(struct kvs_radix *r, struct rnode *n)
 			free_subtree(r, k->e[i].node);
 	if (s->len)
 		free_locs(r, s->vals, s->len);
-	free(s);
+	seg_free(s);
 	free(k);
 	free(n);
 }
@@ -903,9 +979,8 @@ static int cmp_i32(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Is a page named twice in @locs (@n tokens, page-aligned)?  Over a pool,
- * with the scratch bitmap (left clear again); otherwise on a sorted copy.
- * Returns 1, 0, or -1 (ENOMEM).  With wlock. */
+/* Is a page named twice in @locs (@n tokens, page-aligned)?  Without a
+ * pool, on a sorted copy.  Returns 1, 0, or -1 (ENOMEM). */
 static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
 	size_t np = n / r->ps, i;
@@ -914,22 +989,6 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 
 	if (np < 2)
 		return 0;
-	if (r->seen) {
-		for (i = 0; i < n; i += r->ps) {
-			uint64_t b = (uint64_t)locs[i] / r->ps;
-
-			if (bit_test(r->seen, b)) {
-				dup = 1;
-				break;
-			}
-			bit_set(r->seen, b);
-		}
-		while (i > 0) {
-			i -= r->ps;
-			bit_clear(r->seen, (uint64_t)locs[i] / r->ps);
-		}
-		return dup;
-	}
 	pg = malloc(np * sizeof(*pg));
 	if (!pg)
 		return kvs_fail(ENOMEM);
@@ -943,6 +1002,39 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 }
 
 /*
+ * Over a pool, the page checks of an insert, a run of pages at a time:
+ * every page held by the caller (reference count > 0) and none named twice
+ * (the scratch bitmap r->seen, left clear again).  Returns 0 or -1 with
+ * errno EINVAL.  With wlock.
+ */
+static int check_pages(struct kvs_radix *r, const int32_t *locs, size_t n)
+{
+	size_t i = 0, done;
+	int rc = 0;
+
+	while (i < n) {
+		size_t at = i;
+		uint64_t p;
+		uint32_t np = page_run(r, locs, n, &i, &p);
+
+		if (!kvsi_slab_run_held(r->slab, (uint32_t)p, np) ||
+		    bits_any(r->seen, p, p + np)) {
+			rc = kvs_fail(EINVAL);
+			i = at;
+			break;
+		}
+		bits_fill(r->seen, p, p + np, true);
+	}
+	for (done = i, i = 0; i < done;) {
+		uint64_t p;
+		uint32_t np = page_run(r, locs, done, &i, &p);
+
+		bits_fill(r->seen, p, p + np, false);
+	}
+	return rc;
+}
+
+/*
  * Check what an insert of @n tokens (page-aligned) is handed, before it
  * changes anything: every location in the pool's range (>= 0 without a
  * pool), each page's locations one page of the pool in order, no page
@@ -953,29 +1045,37 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
 			const int32_t *locs, size_t n)
 {
-	size_t i, pos;
+	size_t i, j, pos;
+	bool bad = false;
 	int dup;
 
-	for (i = 0; i < n; i++) {
+	/* No division and no branch a token: the answer is or-ed up. */
+	for (i = 0; i < n; i += r->ps) {
 		int32_t v = locs[i];
 
-		if (v < 0 || (r->cap && (uint64_t)v >= r->cap))
-			return kvs_fail(EINVAL);
-		if (i % r->ps ? v != locs[i - 1] + 1 : v % (int32_t)r->ps != 0)
-			return kvs_fail(EINVAL);
+		bad |= v < 0 || (r->cap && (uint64_t)v >= r->cap) || !loc_aligned(r, v);
+		for (j = 1; j < r->ps; j++)
+			bad |= (int64_t)locs[i + j] != (int64_t)v + (int64_t)j;
 	}
-	if (r->slab)
-		for (i = 0; i < n; i += r->ps)
-			if (kvs_slab_refcount(r->slab, (uint32_t)(locs[i] / (int32_t)r->ps)) <= 0)
-				return kvs_fail(EINVAL);
-	dup = has_dup_page(r, locs, n);
-	if (dup)
-		return dup < 0 ? -1 : kvs_fail(EINVAL);
+	if (bad)
+		return kvs_fail(EINVAL);
+	if (r->slab) {
+		if (check_pages(r, locs, n) < 0)
+			return -1;
+	} else {
+		dup = has_dup_page(r, locs, n);
+		if (dup)
+			return dup < 0 ? -1 : kvs_fail(EINVAL);
+	}
 	if (r->held && !r->disabled) {
 		pos = ro_walk(r, extra, key, n, NULL); /* where the new part starts */
-		for (i = pos; i < n; i += r->ps)
-			if (bit_test(r->held, (uint64_t)locs[i] / r->ps))
+		for (i = pos; i < n;) {
+			uint64_t p;
+			uint32_t np = page_run(r, locs, n, &i, &p);
+
+			if (bits_any(r->held, p, p + np))
 				return kvs_fail(EINVAL);
+		}
 	}
 	return 0;
 }
@@ -1025,7 +1125,7 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 		int rc;
 
 		if (!leaf) {
-			free(s);
+			seg_free(s);
 			return kvs_fail(ENOMEM);
 		}
 		leaf->ek.priority = priority;
@@ -1033,7 +1133,7 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 		rc = kids_update(node, leaf, NULL);
 		write_end(r);
 		if (rc < 0) {
-			free(s);
+			seg_free(s);
 			free(leaf);
 			r->nnodes--;
 			return kvs_fail(ENOMEM);
@@ -1044,8 +1144,12 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 			leaf->last_hash = kvev_chain(&r->ev, stored_from, extra, s->keys, 0, s->len, 0);
 		}
 		if (r->held)
-			for (i = pos; i < n; i += r->ps)
-				bit_set(r->held, (uint64_t)locs[i] / r->ps);
+			for (i = pos; i < n;) {
+				uint64_t p;
+				uint32_t np = page_run(r, locs, n, &i, &p);
+
+				bits_fill(r->held, p, p + np, true);
+			}
 		r->evictable += s->len;
 		r->total += s->len;
 		r->st.inserted_tokens += s->len;
@@ -1595,7 +1699,7 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 	if (rl.nomem) {
 		pthread_mutex_unlock(&r->wlock);
 		for (i = 0; i < rl.n; i++)
-			free(rl.seg[i]);
+			seg_free(rl.seg[i]);
 		free(rl.node);
 		free(rl.seg);
 		return kvs_fail(ENOMEM);
