@@ -96,6 +96,13 @@ struct rseg {
 	int32_t data[];			/* an owner's keys, then its locations */
 };
 
+/* A run of consecutive pages among the locations an insert is handed. */
+struct prun {
+	size_t at;			/* its first token */
+	uint64_t first;			/* its first page */
+	uint32_t np;			/* its pages */
+};
+
 struct kid {
 	uint64_t h;
 	struct rnode *node;
@@ -149,6 +156,8 @@ struct kvs_radix {
 	uint32_t *slab_cnt;		/* slab-aware scratch, one per slab, all 0 between calls */
 	uint32_t *slab_gone;		/* pages of each slab the eviction under way will free */
 	uint64_t *held;			/* pool pages the tree holds (pool only) */
+	struct prun *runs;		/* insert's scratch: the runs of pages it is handed */
+	size_t nruns, runs_cap;
 	uint64_t *seen;			/* insert's scratch, all clear between calls */
 	struct {
 #define W_FIELD(n) uint64_t n;
@@ -742,6 +751,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	evict_heap_free(&r->heap);
 	free(r->held);
 	free(r->seen);
+	free(r->runs);
 	free(r->slab_cnt);
 	free(r->slab_gone);
 	pthread_mutex_destroy(&r->wlock);
@@ -1002,35 +1012,109 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 }
 
 /*
- * Over a pool, the page checks of an insert, a run of pages at a time:
+ * The end of the run of consecutive locations that starts at token @k of
+ * @locs (@n tokens): the first index after @k whose location is not one
+ * more than the one before it.  Eight tokens a step; unsigned, so a wrap
+ * is a run too, which the caller's range check refuses.
+ */
+static inline size_t consec_end(const int32_t *locs, size_t k, size_t n)
+{
+	typedef uint32_t v8 __attribute__((vector_size(32)));
+
+	for (k++; k + 8 <= n; k += 8) {
+		v8 a, b;
+		uint64_t w[4];
+
+		memcpy(&a, locs + k, sizeof(a));
+		memcpy(&b, locs + k - 1, sizeof(b));
+		a = a - b - 1;
+		memcpy(w, &a, sizeof(w));
+		if (w[0] | w[1] | w[2] | w[3])
+			break;
+	}
+	while (k < n && (uint32_t)locs[k] == (uint32_t)locs[k - 1] + 1)
+		k++;
+	return k;
+}
+
+/*
+ * Check the shape of the locations an insert is handed (@n tokens, whole
+ * pages) and cut them into runs of consecutive pages (r->runs): each page's
+ * locations one page of the pool in order, all in the pool's range (>= 0,
+ * and within an int32_t, without a pool).  A maximal run of consecutive
+ * locations must then start a page, with an aligned location, and hold
+ * whole pages; so one scan checks everything, with no division a token.
+ * Returns 0, or -1 with errno EINVAL or ENOMEM.  With wlock.
+ */
+static int cut_runs(struct kvs_radix *r, const int32_t *locs, size_t n)
+{
+	uint64_t limit = r->cap ? r->cap : (uint64_t)INT32_MAX + 1;
+	size_t at = 0;
+
+	r->nruns = 0;
+	while (at < n) {
+		size_t end = consec_end(locs, at, n), len = end - at;
+		int64_t v = locs[at];
+
+		if (v < 0 || (uint64_t)v + len > limit || !loc_aligned(r, (int32_t)at) ||
+		    !loc_aligned(r, (int32_t)len) || !loc_aligned(r, (int32_t)v))
+			return kvs_fail(EINVAL);
+		if (r->nruns == r->runs_cap) {
+			size_t cap = r->runs_cap ? 2 * r->runs_cap : 64;
+			struct prun *nr = realloc(r->runs, cap * sizeof(*nr));
+
+			if (!nr)
+				return kvs_fail(ENOMEM);
+			r->runs = nr;
+			r->runs_cap = cap;
+		}
+		r->runs[r->nruns].at = at;
+		r->runs[r->nruns].first = loc_page(r, (int32_t)v);
+		r->runs[r->nruns++].np = (uint32_t)loc_page(r, (int32_t)len);
+		at = end;
+	}
+	return 0;
+}
+
+/* The part of run @k from token @pos on (page-aligned): its first page in
+ * *@first, its pages returned (0: the run ends before @pos). */
+static inline uint32_t run_from(const struct kvs_radix *r, size_t k, size_t pos, uint64_t *first)
+{
+	const struct prun *u = &r->runs[k];
+	uint64_t skip;
+
+	if (u->at >= pos) {
+		*first = u->first;
+		return u->np;
+	}
+	skip = loc_page(r, (int32_t)(pos - u->at));
+	*first = u->first + skip;
+	return skip < u->np ? u->np - (uint32_t)skip : 0;
+}
+
+/*
+ * Over a pool, the page checks of an insert, a run at a time (r->runs):
  * every page held by the caller (reference count > 0) and none named twice
  * (the scratch bitmap r->seen, left clear again).  Returns 0 or -1 with
  * errno EINVAL.  With wlock.
  */
-static int check_pages(struct kvs_radix *r, const int32_t *locs, size_t n)
+static int check_pages(struct kvs_radix *r)
 {
-	size_t i = 0, done;
+	size_t k, done;
 	int rc = 0;
 
-	while (i < n) {
-		size_t at = i;
-		uint64_t p;
-		uint32_t np = page_run(r, locs, n, &i, &p);
+	for (k = 0; k < r->nruns; k++) {
+		const struct prun *u = &r->runs[k];
 
-		if (!kvsi_slab_run_held(r->slab, (uint32_t)p, np) ||
-		    bits_any(r->seen, p, p + np)) {
+		if (!kvsi_slab_run_held(r->slab, (uint32_t)u->first, u->np) ||
+		    bits_any(r->seen, u->first, u->first + u->np)) {
 			rc = kvs_fail(EINVAL);
-			i = at;
 			break;
 		}
-		bits_fill(r->seen, p, p + np, true);
+		bits_fill(r->seen, u->first, u->first + u->np, true);
 	}
-	for (done = i, i = 0; i < done;) {
-		uint64_t p;
-		uint32_t np = page_run(r, locs, done, &i, &p);
-
-		bits_fill(r->seen, p, p + np, false);
-	}
+	for (done = k, k = 0; k < done; k++)
+		bits_fill(r->seen, r->runs[k].first, r->runs[k].first + r->runs[k].np, false);
 	return rc;
 }
 
@@ -1039,28 +1123,20 @@ static int check_pages(struct kvs_radix *r, const int32_t *locs, size_t n)
  * changes anything: every location in the pool's range (>= 0 without a
  * pool), each page's locations one page of the pool in order, no page
  * twice, every page held by the caller (reference count > 0), and none of
- * the pages the tree would take over already the tree's.  With wlock.
- * Returns 0, or -1 with errno EINVAL or ENOMEM.
+ * the pages the tree would take over already the tree's.  Leaves the runs
+ * of pages in r->runs for the insert.  With wlock.  Returns 0, or -1 with
+ * errno EINVAL or ENOMEM.
  */
 static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
 			const int32_t *locs, size_t n)
 {
-	size_t i, j, pos;
-	bool bad = false;
+	size_t k, pos;
 	int dup;
 
-	/* No division and no branch a token: the answer is or-ed up. */
-	for (i = 0; i < n; i += r->ps) {
-		int32_t v = locs[i];
-
-		bad |= v < 0 || (r->cap && (uint64_t)v >= r->cap) || !loc_aligned(r, v);
-		for (j = 1; j < r->ps; j++)
-			bad |= (int64_t)locs[i + j] != (int64_t)v + (int64_t)j;
-	}
-	if (bad)
-		return kvs_fail(EINVAL);
+	if (cut_runs(r, locs, n) < 0)
+		return -1;
 	if (r->slab) {
-		if (check_pages(r, locs, n) < 0)
+		if (check_pages(r) < 0)
 			return -1;
 	} else {
 		dup = has_dup_page(r, locs, n);
@@ -1069,11 +1145,11 @@ static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
 	}
 	if (r->held && !r->disabled) {
 		pos = ro_walk(r, extra, key, n, NULL); /* where the new part starts */
-		for (i = pos; i < n;) {
+		for (k = 0; k < r->nruns; k++) {
 			uint64_t p;
-			uint32_t np = page_run(r, locs, n, &i, &p);
+			uint32_t np = run_from(r, k, pos, &p);
 
-			if (bits_any(r->held, p, p + np))
+			if (np && bits_any(r->held, p, p + np))
 				return kvs_fail(EINVAL);
 		}
 	}
@@ -1143,10 +1219,10 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 			stored = leaf;
 			leaf->last_hash = kvev_chain(&r->ev, stored_from, extra, s->keys, 0, s->len, 0);
 		}
-		if (r->held)
-			for (i = pos; i < n;) {
+		if (r->held) /* check_insert() left the runs */
+			for (i = 0; i < r->nruns; i++) {
 				uint64_t p;
-				uint32_t np = page_run(r, locs, n, &i, &p);
+				uint32_t np = run_from(r, i, pos, &p);
 
 				bits_fill(r->held, p, p + np, true);
 			}
