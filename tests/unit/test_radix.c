@@ -676,6 +676,74 @@ START_TEST(test_insert_checks_locations)
 }
 END_TEST
 
+/* The checks work a run of consecutive pages at a time, eight tokens a
+ * step: a bad location anywhere in a long run, a run that overlaps
+ * another, a run that ends beyond the pool, page sizes 1 and 3 (not a
+ * power of two), and a tree page inside a run that straddles the part
+ * already cached. */
+START_TEST(test_insert_checks_runs)
+{
+	static const uint32_t pss[] = {1, 3};
+
+	for (size_t t = 0; t < 2; t++) {
+		uint32_t ps = pss[t];
+		struct env e;
+		int32_t k[96], a[96], bad[96], b[48], c[48];
+		uint64_t cap;
+
+		env_open(&e, ps, KVS_EVICT_LRU, 3072);
+		cap = kvs_pool_capacity(e.pool);
+		for (int i = 0; i < 96; i++)
+			k[i] = 1000 + i;
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 96, a), 0);
+		/* Every token of the run in turn, moved so that the run breaks
+		 * there (one before its neighbour, or a page's token out of
+		 * order); the page moved to is held by the caller. */
+		for (int at = 1; at < 96; at += 7) {
+			memcpy(bad, a, sizeof(a));
+			bad[at] = a[at - 1];
+			insert_refused(&e, k, 96, bad);
+		}
+		/* A run overlapping an earlier one by whole pages. */
+		memcpy(bad, a, 48 * sizeof(int32_t));
+		memcpy(bad + 48, a + 24, 48 * sizeof(int32_t));
+		insert_refused(&e, k, 96, bad);
+		/* A negative location deep in the run, and a run that runs off
+		 * the end of the pool. */
+		memcpy(bad, a, sizeof(a));
+		bad[40 / ps * ps] = -(int32_t)ps;
+		insert_refused(&e, k, 96, bad);
+		for (int i = 0; i < 96; i++)
+			bad[i] = (int32_t)cap - 48 + i;
+		insert_refused(&e, k, 96, bad);
+		/* Shifted by one token: every page straddles two. */
+		if (ps > 1) {
+			for (int i = 0; i < 96; i++)
+				bad[i] = a[0] + 1 + i;
+			insert_refused(&e, k, 96, bad);
+		}
+		/* The first half goes in; then the whole key over fresh pages
+		 * (the cached half's are the caller's duplicates), whose new
+		 * half holds one of the tree's pages in the middle of a run. */
+		ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 48, a, 0, NULL), 0);
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 48, b), 0);
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 48, c), 0);
+		memcpy(bad, c, 48 * sizeof(int32_t));
+		memcpy(bad + 48, b, 48 * sizeof(int32_t));
+		for (uint32_t j = 0; j < ps; j++)
+			bad[48 + 2 * ps + j] = a[ps + j];
+		insert_refused(&e, k, 96, bad);
+		/* The caller's own pages as the cached part, new ones after. */
+		memcpy(bad + 48, b, 48 * sizeof(int32_t));
+		ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 96, bad, 0, NULL), 48);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 48, c), 0);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 48, a + 48), 0);
+		ck_assert_uint_eq(kvs_radix_tokens(e.r), 96);
+		env_close(&e);
+	}
+}
+END_TEST
+
 static void count_frees(void *arg, const int32_t *locs, size_t n)
 {
 	(void)locs;
@@ -1062,6 +1130,7 @@ static Suite *radix_suite(void)
 
 	tc = tcase_create("boundary");
 	tcase_add_test(tc, test_insert_checks_locations);
+	tcase_add_test(tc, test_insert_checks_runs);
 	tcase_add_test(tc, test_insert_checks_free_cb);
 	tcase_add_test(tc, test_validate_catches_corruption);
 	tcase_add_test(tc, test_node_of_other_tree);
