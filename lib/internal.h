@@ -103,6 +103,7 @@ int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint3
  * many are held exactly once.  Lock-free reads, stale at once. */
 bool kvsi_slab_run_held(struct kvs_slab *s, uint32_t first, uint32_t n);
 uint32_t kvsi_slab_run_sole(struct kvs_slab *s, uint32_t first, uint32_t n);
+uint64_t kvsi_slab_share_gen(struct kvs_slab *s);
 
 /* lib/slab_limit.c, for elastic memory (lib/elastic.c) and slab-aware
  * eviction (lib/radix.c): the run-time limit, a census of the slabs, giving

@@ -128,7 +128,23 @@ struct rnode {
 	uint64_t last_hash;		/* chained hash of the last page (events) */
 	uint64_t gone_parent_hash;	/* evicted: the parent's last_hash */
 	struct rnode *gone_next;	/* evicted: the call's list, freed after the write */
+	struct slab_hist *hist;		/* slab-aware eviction's weights, or NULL */
 	struct rcu_head rcu;
+};
+
+/*
+ * A leaf's pages held only by the tree (count 1), per slab they lie in:
+ * what its eviction would free where.  Slab-aware eviction weighs the same
+ * leaves again and again, so it keeps this on the node while the pool's
+ * sharing generation (kvsi_slab_share_gen()) stands; a split or a
+ * relocation drops it.  Writer-only.
+ */
+struct slab_hist {
+	uint64_t gen;
+	uint32_t n;
+	struct {
+		uint32_t slab, cnt;
+	} e[];
 };
 
 #define W_STATS(X) X(matches) X(hit_tokens) X(inserts) X(inserted_tokens) X(splits) \
@@ -155,6 +171,7 @@ struct kvs_radix {
 	uint32_t pps;			/* the slab allocator's pages per slab */
 	uint32_t *slab_cnt;		/* slab-aware scratch, one per slab, all 0 between calls */
 	uint32_t *slab_gone;		/* pages of each slab the eviction under way will free */
+	struct slab_hist *hist_tmp;	/* a leaf's weights when no memory is left to keep them */
 	uint64_t *held;			/* pool pages the tree holds (pool only) */
 	struct prun *runs;		/* insert's scratch: the runs of pages it is handed */
 	size_t nruns, runs_cap;
@@ -250,6 +267,7 @@ static void free_node_cb(struct rcu_head *h)
 
 	seg_free(atomic_load_explicit(&n->seg, memory_order_relaxed));
 	free(atomic_load_explicit(&n->kids, memory_order_relaxed));
+	free(n->hist);
 	free(n);
 }
 
@@ -486,6 +504,8 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 		return NULL;
 	}
 	c->parent = n;
+	free(c->hist);
+	c->hist = NULL;
 	atomic_store_explicit(&c->seg, rest, memory_order_release);
 	call_rcu(&old->rcu, free_seg_cb);
 	c->ek.last_access = r->clock;
@@ -629,7 +649,9 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 			r->window = attr->slab_window ? attr->slab_window : KVS_RADIX_SLAB_WINDOW;
 			r->slab_cnt = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
 			r->slab_gone = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
-			if (!r->slab_cnt || !r->slab_gone)
+			r->hist_tmp = malloc(sizeof(*r->hist_tmp) +
+					     (nslabs ? nslabs : 1) * sizeof(r->hist_tmp->e[0]));
+			if (!r->slab_cnt || !r->slab_gone || !r->hist_tmp)
 				goto nomem;
 		}
 	}
@@ -654,6 +676,7 @@ nomem:
 	if (r) {
 		free(r->slab_cnt);
 		free(r->slab_gone);
+		free(r->hist_tmp);
 		free(r->seen);
 		free(r->held);
 	}
@@ -728,6 +751,7 @@ static void free_subtree(struct kvs_radix *r, struct rnode *n)
 		free_locs(r, s->vals, s->len);
 	seg_free(s);
 	free(k);
+	free(n->hist);
 	free(n);
 }
 
@@ -754,6 +778,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	free(r->runs);
 	free(r->slab_cnt);
 	free(r->slab_gone);
+	free(r->hist_tmp);
 	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return 0;
@@ -1427,52 +1452,110 @@ static void evict_finish(struct kvs_radix *r, struct rnode *gone)
 }
 
 /*
+ * Run BODY, with sl (a slab), p (a first page) and k (pages) set, for each
+ * piece of segment @s's runs of consecutive pages that lies in one slab.
+ */
+#define SEG_SLAB_PIECES(r, s, BODY)                                                    \
+	do {                                                                           \
+		size_t i_ = 0;                                                         \
+		while (i_ < (s)->len) {                                                \
+			uint64_t p_;                                                   \
+			uint32_t np_ = page_run((r), (s)->vals, (s)->len, &i_, &p_);   \
+			while (np_ > 0) {                                              \
+				uint64_t sl = p_ / (r)->pps;                           \
+				uint64_t room_ = (sl + 1) * (r)->pps - p_;             \
+				uint32_t k = np_ < room_ ? np_ : (uint32_t)room_;      \
+				uint64_t p = p_;                                       \
+				BODY;                                                  \
+				(void)p;                                               \
+				p_ += k;                                               \
+				np_ -= k;                                              \
+			}                                                              \
+		}                                                                      \
+	} while (0)
+
+/*
+ * Leaf @n's pages held by the tree alone, per slab (struct slab_hist): the
+ * one kept on the node if the sharing generation still stands, else built
+ * (a run of pages at a time) and kept, or, with no memory to keep it,
+ * built in r->hist_tmp.  With wlock; r->slab_cnt is all zero before and
+ * after.
+ */
+static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n)
+{
+	uint64_t gen = kvsi_slab_share_gen(r->slab);
+	const struct rseg *s = seg_of(n);
+	struct slab_hist *h;
+	uint32_t nd = 0;
+
+	if (n->hist && n->hist->gen == gen)
+		return n->hist;
+	free(n->hist);
+	n->hist = NULL;
+	SEG_SLAB_PIECES(r, s, {
+		uint32_t c = kvsi_slab_run_sole(r->slab, (uint32_t)p, k);
+
+		if (c) {
+			nd += r->slab_cnt[sl] == 0;
+			r->slab_cnt[sl] += c;
+		}
+	});
+	h = malloc(sizeof(*h) + nd * sizeof(h->e[0]));
+	if (h)
+		n->hist = h;
+	else
+		h = r->hist_tmp;
+	h->gen = gen;
+	h->n = 0;
+	SEG_SLAB_PIECES(r, s, {
+		if (r->slab_cnt[sl]) {
+			h->e[h->n].slab = (uint32_t)sl;
+			h->e[h->n++].cnt = r->slab_cnt[sl];
+			r->slab_cnt[sl] = 0;
+		}
+	});
+	return h;
+}
+
+/*
  * Weigh leaf @n for slab-aware eviction: of the pages its eviction frees
  * (those the tree holds alone, refcount 1), @touched slabs they lie in,
  * and @other live pages left in those slabs once they are freed, not
  * counting the pages of leaves this call has evicted already (they are
  * freed only after the write section: r->slab_gone).  With wlock and
- * slab->lock held; r->slab_cnt is all zero before and after.
+ * slab->lock held.
  */
-static void slab_weigh(struct kvs_radix *r, const struct rnode *n, uint64_t *other,
-		       uint64_t *touched)
+static const struct slab_hist *slab_weigh(struct kvs_radix *r, struct rnode *n, uint64_t *other,
+					  uint64_t *touched)
 {
-	const struct rseg *s = seg_of(n);
-	uint32_t i;
+	const struct slab_hist *h = slab_hist_of(r, n);
+	uint32_t j;
 
-	*other = *touched = 0;
-	for (i = 0; i < s->len; i += r->ps) {
-		uint32_t p = (uint32_t)s->vals[i] / r->ps;
-
-		if (kvs_slab_refcount(r->slab, p) == 1)
-			r->slab_cnt[p / r->pps]++;
-	}
-	for (i = 0; i < s->len; i += r->ps) {
-		uint32_t p = (uint32_t)s->vals[i] / r->ps, sl = p / r->pps;
-
-		if (r->slab_cnt[sl] == 0)
-			continue;
-		(*touched)++;
-		*other += kvsi_slab_inuse_locked(r->slab, sl) - r->slab_gone[sl] - r->slab_cnt[sl];
-		r->slab_cnt[sl] = 0;
-	}
+	*other = 0;
+	*touched = h->n;
+	for (j = 0; j < h->n; j++)
+		*other += kvsi_slab_inuse_locked(r->slab, h->e[j].slab) - r->slab_gone[h->e[j].slab] -
+			  h->e[j].cnt;
+	return h;
 }
 
-/* Count @n's freeable pages in r->slab_gone (@add 1), or take them out
- * again (@add 0) once they are freed.  With wlock held. */
-static void slab_pending(struct kvs_radix *r, const struct rnode *n, int add)
+/* Count the freeable pages of the leaf being taken (weights @h) in
+ * r->slab_gone.  With wlock held. */
+static void slab_pending_add(struct kvs_radix *r, const struct slab_hist *h)
+{
+	uint32_t j;
+
+	for (j = 0; j < h->n; j++)
+		r->slab_gone[h->e[j].slab] += h->e[j].cnt;
+}
+
+/* Evicted leaf @n's pages are freed: clear r->slab_gone for every slab its
+ * pages lie in.  With wlock held. */
+static void slab_pending_clear(struct kvs_radix *r, const struct rnode *n)
 {
 	const struct rseg *s = seg_of(n);
-	uint32_t i;
 
-	for (i = 0; i < s->len; i += r->ps) {
-		uint32_t p = (uint32_t)s->vals[i] / r->ps;
-
-		if (add && kvs_slab_refcount(r->slab, p) == 1)
-			r->slab_gone[p / r->pps]++;
-		else if (!add)
-			r->slab_gone[p / r->pps] = 0;
-	}
+	SEG_SLAB_PIECES(r, s, r->slab_gone[sl] = 0);
 }
 
 /*
@@ -1489,6 +1572,7 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 	size_t front[KVS_RADIX_SLAB_WINDOW_MAX + 2], nf = 1, j, k;
 	struct evict_key **a = r->heap.a;
 	struct rnode *best = ek_node(a[0]);
+	const struct slab_hist *best_h = NULL;
 	uint64_t best_other = 0, best_touched = 0;
 
 	front[0] = 0;
@@ -1496,6 +1580,7 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 	for (k = 0; k < r->window && nf > 0; k++) {
 		size_t at = 0, idx;
 		uint64_t other, touched;
+		const struct slab_hist *h;
 
 		for (j = 1; j < nf; j++)
 			if (evict_before(r->heap.policy, a[front[j]], a[front[at]]))
@@ -1506,9 +1591,10 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 			front[nf++] = 2 * idx + 1;
 		if (2 * idx + 2 < r->heap.n)
 			front[nf++] = 2 * idx + 2;
-		slab_weigh(r, ek_node(a[idx]), &other, &touched);
+		h = slab_weigh(r, ek_node(a[idx]), &other, &touched);
 		if (touched && (!best_touched || other * best_touched < best_other * touched)) {
 			best = ek_node(a[idx]);
+			best_h = h;
 			best_other = other;
 			best_touched = touched;
 			if (other == 0)
@@ -1516,7 +1602,12 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 		}
 	}
 	kvsi_slab_unlock(r->slab);
-	slab_pending(r, best, 1);
+	/* Weights built in r->hist_tmp are the last leaf's: rebuild the
+	 * winner's if so (no memory to keep them; seldom). */
+	if (best_h == r->hist_tmp)
+		best_h = slab_hist_of(r, best);
+	if (best_h)
+		slab_pending_add(r, best_h);
 	return best;
 }
 
@@ -1558,7 +1649,7 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 	write_end(r);
 	if (r->window)
 		for (struct rnode *g = gone; g; g = g->gone_next)
-			slab_pending(r, g, 0);
+			slab_pending_clear(r, g);
 	evict_finish(r, gone);
 	pthread_mutex_unlock(&r->wlock);
 	return (ssize_t)done;
@@ -1793,6 +1884,8 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 			bit_set(r->held, (uint64_t)ns->vals[j] / r->ps);
 		}
 		atomic_store_explicit(&rl.node[i]->seg, ns, memory_order_release);
+		free(rl.node[i]->hist);
+		rl.node[i]->hist = NULL;
 		call_rcu(&old->rcu, free_seg_cb);
 	}
 	write_end(r);

@@ -510,8 +510,10 @@ static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint3
 		}
 		if (atomic_compare_exchange_weak_explicit(&s->ref[p], &r, r - 1,
 							  memory_order_relaxed,
-							  memory_order_relaxed))
+							  memory_order_relaxed)) {
+			slab_share_changed(s);
 			return 0;
+		}
 	}
 }
 
@@ -629,6 +631,7 @@ static void unref_undo(struct kvs_slab *s, size_t k, const uint32_t *pages)
 		else
 			atomic_fetch_add_explicit(&s->ref[pages[k]], 1, memory_order_relaxed);
 	}
+	slab_share_changed(s);
 }
 
 /**
@@ -693,6 +696,7 @@ static void locs_undo(struct kvs_slab *s, size_t k, const int32_t *locs, uint32_
 		else
 			atomic_fetch_add_explicit(&s->ref[pg], 1, memory_order_relaxed);
 	}
+	slab_share_changed(s);
 }
 
 /*
@@ -872,6 +876,7 @@ KVS_EXPORT int kvs_slab_ref(kvs_slab_t *s, uint32_t page)
 	} while (!atomic_compare_exchange_weak_explicit(&s->ref[page], &r, r + 1,
 							 memory_order_relaxed,
 							 memory_order_relaxed));
+	slab_share_changed(s);
 	return 0;
 }
 
@@ -929,6 +934,18 @@ uint32_t kvsi_slab_run_sole(kvs_slab_t *s, uint32_t first, uint32_t n)
 	for (i = 0; i < n; i++)
 		c += atomic_load_explicit(&s->ref[first + i], memory_order_relaxed) == 1;
 	return c;
+}
+
+/*
+ * kvsi_slab_share_gen() - a count that moves whenever a held page gains or
+ * loses a second reference: while it stands, which pages are held exactly
+ * once has not changed (the radix cache keeps that per leaf).
+ *
+ * Context: MT-Safe.
+ */
+uint64_t kvsi_slab_share_gen(kvs_slab_t *s)
+{
+	return atomic_load_explicit(&s->share_gen, memory_order_acquire);
 }
 
 /**

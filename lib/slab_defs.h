@@ -91,6 +91,7 @@ struct kvs_slab {
 	uint64_t *freebits;
 	uint64_t *unmapped;		/* bit per slab */
 	_Atomic uint16_t *ref;
+	_Atomic uint64_t share_gen;	/* moves whenever a held page's count goes past 1 or back */
 	int64_t empty_head, empty_tail, bucket_head[NBUCKET];
 	uint64_t bucket_mask;
 	uint64_t n_empty, n_partial, n_full, n_unmapped, n_busy, n_mapping, n_broken;
@@ -130,6 +131,14 @@ struct kvs_slab {
 };
 
 #define ST(s, item) ((s)->stats[KVS_SLAB_STAT_##item])
+
+/* A held page gained or lost a second reference: what the radix cache
+ * has learned of which pages are held once is stale (after the count's
+ * change, which the release orders before). */
+static inline void slab_share_changed(struct kvs_slab *s)
+{
+	atomic_fetch_add_explicit(&s->share_gen, 1, memory_order_release);
+}
 
 extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 extern __thread struct kvsi_tls_mag {

@@ -164,6 +164,7 @@ void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, con
 		slab_put(s, from[k]);
 	}
 	ST(s, free_slow) += n;
+	slab_share_changed(s);
 	slab_after_free_locked(s);
 	pthread_mutex_unlock(&s->lock);
 }
