@@ -200,6 +200,44 @@ START_TEST(test_slab_aware_skips_shared)
 }
 END_TEST
 
+/*
+ * The weights slab-aware eviction keeps on a leaf follow the pages'
+ * sharing: slabs A = 0-3, B = 4-7, one cached page a leaf, LRU order
+ * 0 1 4 5 2 6 3 7.  The first eviction weighs every leaf (a tie: 0 goes).
+ * Then a request takes a second reference to page 1: leaf 1 frees
+ * nothing now, so the next eviction takes 2 (2 others left in A, against
+ * 3 in B), not 1 as its weights from before would say.  The request lets
+ * go: leaf 1 frees its page again and goes next (1 other in A), before 3.
+ */
+START_TEST(test_slab_aware_follows_sharing)
+{
+	static const int32_t order[8] = {0, 1, 4, 5, 2, 6, 3, 7};
+	struct env e;
+	int32_t locs[8];
+	int i;
+
+	env_open(&e, _i, 32, 1);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	for (i = 0; i < 8; i++)
+		cache_page(&e, 100 + i, locs[i]);
+	for (i = 0; i < 8; i++)
+		touch(&e, 100 + order[i]);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 0), 0);
+	ck_assert_int_eq(kvs_pool_ref(e.pool, 1, &locs[1]), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 1), 2);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 2), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &locs[1]), 0);
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 1), 0);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 3), 1);
+	for (i = 4; i < 8; i++)
+		ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)i), 1);
+	env_close(&e);
+}
+END_TEST
+
 /* Slab-aware allocation: pages go to the fullest partial slab first. */
 START_TEST(test_alloc_fullest_first)
 {
@@ -568,6 +606,7 @@ static Suite *elastic_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_slab_aware_empties_a_slab, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_skips_shared, 0, nb);
+	tcase_add_loop_test(tc, test_slab_aware_follows_sharing, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_random, 0, nb);
 	tcase_add_loop_test(tc, test_alloc_fullest_first, 0, nb);
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);
