@@ -699,6 +699,32 @@ static inline bool loc_aligned(const struct kvs_radix *r, int32_t v)
 }
 
 /*
+ * The end of the run of consecutive locations that starts at token @k of
+ * @locs (@n tokens): the first index after @k whose location is not one
+ * more than the one before it.  Eight tokens a step; unsigned, so a wrap
+ * is a run too, which the caller's range check refuses.
+ */
+static inline size_t consec_end(const int32_t *locs, size_t k, size_t n)
+{
+	typedef uint32_t v8 __attribute__((vector_size(32)));
+
+	for (k++; k + 8 <= n; k += 8) {
+		v8 a, b;
+		uint64_t w[4];
+
+		memcpy(&a, locs + k, sizeof(a));
+		memcpy(&b, locs + k - 1, sizeof(b));
+		a = a - b - 1;
+		memcpy(w, &a, sizeof(w));
+		if (w[0] | w[1] | w[2] | w[3])
+			break;
+	}
+	while (k < n && (uint32_t)locs[k] == (uint32_t)locs[k - 1] + 1)
+		k++;
+	return k;
+}
+
+/*
  * The run of consecutive pages that starts at token *@i of @locs (@n
  * tokens, whole pages, checked): returns its length in pages and its first
  * page in *@first, and moves *@i past it.  The tree's segments hold a few
@@ -708,13 +734,21 @@ static inline bool loc_aligned(const struct kvs_radix *r, int32_t v)
 static inline uint32_t page_run(const struct kvs_radix *r, const int32_t *locs, size_t n,
 				size_t *i, uint64_t *first)
 {
-	size_t k = *i + r->ps;
-	int64_t next = (int64_t)locs[*i] + r->ps;
-	uint32_t np = 1;
+	size_t k;
+	uint32_t np;
 
 	*first = loc_page(r, locs[*i]);
-	for (; k < n && locs[k] == next; k += r->ps, np++)
-		next += r->ps;
+	if (r->ps < 8) {
+		/* Whole pages of consecutive tokens: consecutive pages are
+		 * consecutive tokens, found eight at a time. */
+		k = consec_end(locs, *i, n);
+		np = (uint32_t)loc_page(r, (int32_t)(k - *i));
+	} else {
+		int64_t next = (int64_t)locs[*i] + r->ps;
+
+		for (k = *i + r->ps, np = 1; k < n && locs[k] == next; k += r->ps, np++)
+			next += r->ps;
+	}
 	*i = k;
 	return np;
 }
@@ -1034,32 +1068,6 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 		dup = pg[i] == pg[i - 1];
 	free(pg);
 	return dup;
-}
-
-/*
- * The end of the run of consecutive locations that starts at token @k of
- * @locs (@n tokens): the first index after @k whose location is not one
- * more than the one before it.  Eight tokens a step; unsigned, so a wrap
- * is a run too, which the caller's range check refuses.
- */
-static inline size_t consec_end(const int32_t *locs, size_t k, size_t n)
-{
-	typedef uint32_t v8 __attribute__((vector_size(32)));
-
-	for (k++; k + 8 <= n; k += 8) {
-		v8 a, b;
-		uint64_t w[4];
-
-		memcpy(&a, locs + k, sizeof(a));
-		memcpy(&b, locs + k - 1, sizeof(b));
-		a = a - b - 1;
-		memcpy(w, &a, sizeof(w));
-		if (w[0] | w[1] | w[2] | w[3])
-			break;
-	}
-	while (k < n && (uint32_t)locs[k] == (uint32_t)locs[k - 1] + 1)
-		k++;
-	return k;
 }
 
 /*
