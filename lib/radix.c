@@ -90,10 +90,28 @@
 struct rseg {
 	uint32_t len;
 	_Atomic uint32_t refs;		/* an owner's: segments over its data[], itself included */
+	uint8_t cls;			/* an owner's size class in its cache, or SEG_BIG */
+	struct seg_cache *sc;		/* the cache an owner goes back to, or NULL */
 	int32_t *keys, *vals;		/* len each, in owner->data */
 	struct rseg *owner;		/* the segment whose data[] holds them (itself, or a split's source) */
 	struct rcu_head rcu;
 	int32_t data[];			/* an owner's keys, then its locations */
+};
+
+/*
+ * The segment memory a tree keeps for reuse: owners' blocks of 4 size
+ * classes a power of two, from 64 bytes to 64 MiB, on free lists (linked
+ * through ->owner), so that inserts reuse what evictions and splits
+ * retired rather than fault fresh pages in.  Freed blocks come back from
+ * RCU's thread too, hence the lock.  It keeps at most a quarter of the
+ * bytes its segments hold, plus 4 MiB; the rest goes back to malloc.
+ */
+#define SEG_CLASSES 81
+#define SEG_BIG 0xff
+struct seg_cache {
+	pthread_mutex_t lock;
+	struct rseg *free[SEG_CLASSES];
+	size_t free_bytes, live_bytes;
 };
 
 /* A run of consecutive pages among the locations an insert is handed. */
@@ -161,6 +179,7 @@ struct kvs_radix {
 	void (*free_cb)(void *arg, const int32_t *locs, size_t n);
 	void *free_arg;
 
+	struct seg_cache sc;
 	pthread_mutex_t wlock;
 	_Atomic uint64_t seq;		/* odd while the writer changes the tree */
 	struct rnode *root;
@@ -201,9 +220,103 @@ static inline uint64_t child_hash(const struct kvs_radix *r, uint64_t extra, con
 
 /* ------------------------------------------------------------ allocation */
 
-static struct rseg *seg_new(uint32_t len, const int32_t *keys, const int32_t *vals)
+/* The size class of a block of @b bytes and its size in *@size; SEG_BIG
+ * above the largest. */
+static unsigned int seg_class(size_t b, size_t *size)
 {
-	struct rseg *s = malloc(sizeof(*s) + 2 * (size_t)len * sizeof(int32_t));
+	unsigned int e;
+	size_t q, m;
+
+	if (b <= 64) {
+		*size = 64;
+		return 0;
+	}
+	e = 63u - (unsigned int)__builtin_clzll((unsigned long long)(b - 1)); /* >= 6 */
+	q = (size_t)1 << (e - 2);
+	m = (b + q - 1) / q; /* 5 .. 8 quarters */
+	*size = m * q;
+	return e > 25 ? SEG_BIG : 1 + (e - 6) * 4 + (unsigned int)(m - 5);
+}
+
+static struct rseg *seg_block(struct seg_cache *sc, size_t b)
+{
+	struct rseg *s = NULL;
+	size_t size;
+	unsigned int c = seg_class(b, &size);
+
+	if (!sc || c == SEG_BIG) {
+		s = malloc(b);
+		if (s) {
+			s->cls = SEG_BIG;
+			s->sc = NULL;
+		}
+		return s;
+	}
+	pthread_mutex_lock(&sc->lock);
+	s = sc->free[c];
+	if (s) {
+		sc->free[c] = s->owner;
+		sc->free_bytes -= size;
+	}
+	sc->live_bytes += size;
+	pthread_mutex_unlock(&sc->lock);
+	if (!s && !(s = malloc(size))) {
+		pthread_mutex_lock(&sc->lock);
+		sc->live_bytes -= size;
+		pthread_mutex_unlock(&sc->lock);
+		return NULL;
+	}
+	s->cls = (uint8_t)c;
+	s->sc = sc;
+	return s;
+}
+
+/* An owner's block goes back to its cache, or to malloc. */
+static void seg_block_free(struct rseg *s)
+{
+	struct seg_cache *sc = s->sc;
+	size_t size;
+	bool keep;
+
+	if (!sc) {
+		free(s);
+		return;
+	}
+	seg_class(sizeof(*s) + 2 * (size_t)s->len * sizeof(int32_t), &size);
+	pthread_mutex_lock(&sc->lock);
+	sc->live_bytes -= size;
+	keep = sc->free_bytes + size <= sc->live_bytes / 4 + (4u << 20);
+	if (keep) {
+		s->owner = sc->free[s->cls];
+		sc->free[s->cls] = s;
+		sc->free_bytes += size;
+	}
+	pthread_mutex_unlock(&sc->lock);
+	if (!keep)
+		free(s);
+}
+
+/* Give every kept block back to malloc.  No segment may be in flight. */
+static void seg_cache_drain(struct seg_cache *sc)
+{
+	unsigned int c;
+
+	for (c = 0; c < SEG_CLASSES; c++)
+		while (sc->free[c]) {
+			struct rseg *s = sc->free[c];
+
+			sc->free[c] = s->owner;
+			free(s);
+		}
+	sc->free_bytes = 0;
+}
+
+/* A segment owning a copy of @len keys and locations, from @sc (NULL:
+ * malloc). */
+static struct rseg *seg_new(struct seg_cache *sc, uint32_t len, const int32_t *keys,
+			    const int32_t *vals)
+{
+	struct rseg *s = seg_block(sc, sizeof(*s) + 2 * (size_t)len * sizeof(int32_t));
 
 	if (!s)
 		return NULL;
@@ -228,6 +341,8 @@ static struct rseg *seg_view(struct rseg *src, uint32_t off, uint32_t len)
 	if (!s)
 		return NULL;
 	s->len = len;
+	s->cls = SEG_BIG;
+	s->sc = NULL;
 	s->owner = src->owner;
 	s->keys = src->keys + off;
 	s->vals = src->vals + off;
@@ -248,7 +363,7 @@ static void seg_free(struct rseg *s)
 	if (s != o)
 		free(s);
 	if (atomic_fetch_sub_explicit(&o->refs, 1, memory_order_acq_rel) == 1)
-		free(o);
+		seg_block_free(o);
 }
 
 static void free_seg_cb(struct rcu_head *h)
@@ -628,9 +743,10 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 		return NULL;
 	}
 	r = calloc(1, sizeof(*r));
-	empty = seg_new(0, NULL, NULL);
+	empty = seg_new(NULL, 0, NULL, NULL);
 	if (!r || !empty)
 		goto nomem;
+	pthread_mutex_init(&r->sc.lock, NULL);
 	r->pool = pool;
 	r->ps = pool ? kvs_pool_page_size(pool) : attr->page_size;
 	r->ps_shift = (r->ps & (r->ps - 1)) ? -1 : __builtin_ctz(r->ps);
@@ -674,6 +790,8 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	return r;
 nomem:
 	if (r) {
+		if (empty)
+			pthread_mutex_destroy(&r->sc.lock);
 		free(r->slab_cnt);
 		free(r->slab_gone);
 		free(r->hist_tmp);
@@ -806,6 +924,8 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	synchronize_rcu();
 	free_subtree(r, r->root);
 	rcu_barrier(); /* retired segments and arrays are freed before we return */
+	seg_cache_drain(&r->sc);
+	pthread_mutex_destroy(&r->sc.lock);
 	evict_heap_free(&r->heap);
 	free(r->held);
 	free(r->seen);
@@ -1229,7 +1349,7 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 		node = c;
 	}
 	if (pos < n) {
-		struct rseg *s = seg_new((uint32_t)(n - pos), key + pos, locs + pos);
+		struct rseg *s = seg_new(&r->sc, (uint32_t)(n - pos), key + pos, locs + pos);
 		struct rnode *leaf = s ? node_new(r, node, extra, s) : NULL;
 		int rc;
 
@@ -1830,7 +1950,7 @@ static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
 			rl->seg = sv;
 			rl->cap = cap;
 		}
-		ns = seg_new(s->len, s->keys, s->vals);
+		ns = seg_new(&r->sc, s->len, s->keys, s->vals);
 		if (!ns) {
 			rl->nomem = true;
 			return;
