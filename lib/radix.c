@@ -11,8 +11,12 @@
  * extra key: requests with different extra keys never share a node).
  *
  * Data structures.  A node's tokens and locations live in one immutable
- * segment (struct rseg); its children in one immutable array sorted by a
- * 64-bit hash of (extra key, first page) (struct rkids).  Changing either
+ * segment (struct rseg); a split's two halves point into the old
+ * segment's memory (its owner, freed with the last segment over it), so a
+ * split copies nothing; owners' memory comes from and goes back to a
+ * per-tree cache of blocks (struct seg_cache).  A node's children live in
+ * one immutable array sorted by a 64-bit hash of (extra key, first page)
+ * (struct rkids).  Changing either
  * means building a new one, publishing it with one pointer store, and
  * retiring the old one through call_rcu.  Every node records its tree, so
  * a handle from another tree is refused.  Leaves that may be evicted
@@ -26,7 +30,8 @@
  * both are changed only under wlock.
  *
  * Trust at the API boundary.  An insert checks every location it is
- * handed before it changes anything: in the pool's range, page-aligned,
+ * handed before it changes anything, a run of consecutive pages at a time
+ * (one scan finds the runs): in the pool's range, page-aligned,
  * no page twice, held by the caller (refcount > 0), and, for the pages the
  * tree would take over, not already the tree's.  Node handles are checked
  * to belong to the tree.  kvs_radix_validate() checks the same of the
@@ -62,7 +67,9 @@
  * found by walking the heap from its root with a small frontier, and each
  * is weighed by the live pages its eviction would leave in the slabs it
  * frees pages in (slab->lock held for the reads, under wlock, which the
- * lock order allows).  Pages of leaves the same call has already taken
+ * lock order allows).  What a leaf's eviction frees per slab is counted
+ * once and kept on the leaf (struct slab_hist) while the slab's sharing
+ * generation stands.  Pages of leaves the same call has already taken
  * are counted as freed (slab_gone), since they go back to the pool only
  * after the write section.  For elastic memory (lib/elastic.c) the tree
  * also reports the pages of its unlocked nodes, evicts exactly the nodes
