@@ -20,7 +20,8 @@
  *
  * Each run's requests/s counts the time of the cache's calls and the pool
  * allocation (not the key's expansion), and is printed as a fraction of
- * the bound (measure_bandwidth()) for the same run's token counts.
+ * the bound (measure_bandwidth()) for the same run's token counts.  After
+ * each 100% run, lock-free readers match over the full tree (readers()).
  *
  * Usage: bench_radix [--page 1|16] [--capacity 10|30|100] [TRACE.jsonl ...]
  *   (default: both pages, every capacity, the conversation and
@@ -30,6 +31,7 @@
  * from a VPATH or distcheck build; exits 77 when none is found)
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,8 +237,90 @@ static uint64_t median(struct stat_ns *s)
 	return bench_quantile(s->v, s->n, 0.5);
 }
 
+/*
+ * Lock-free readers over the tree a run left behind: the first READ_REQS
+ * requests' keys, expanded beforehand, matched with kvs_radix_match_ro()
+ * READ_ROUNDS times by each of 1 and 2 threads at once; prints matches and
+ * matched tokens per second of wall time.
+ */
+#define READ_REQS 500
+#define READ_ROUNDS 4
+
+struct reader {
+	kvs_radix_t *r;
+	const int32_t *keys;
+	const size_t *off;	/* READ_REQS + 1 offsets into keys */
+	size_t nreq;
+	uint64_t tokens;
+	int32_t *locs;
+};
+
+static void *reader_main(void *arg)
+{
+	struct reader *rd = arg;
+	int round;
+	size_t i;
+
+	for (round = 0; round < READ_ROUNDS; round++)
+		for (i = 0; i < rd->nreq; i++) {
+			ssize_t m = kvs_radix_match_ro(rd->r, 0, rd->keys + rd->off[i],
+						       rd->off[i + 1] - rd->off[i], rd->locs);
+
+			rd->tokens += m > 0 ? (uint64_t)m : 0;
+		}
+	return NULL;
+}
+
+static void readers(kvs_radix_t *r, const struct trace *t)
+{
+	size_t nreq = t->n < READ_REQS ? t->n : READ_REQS, i, total = 0;
+	size_t *off = malloc((nreq + 1) * sizeof(size_t));
+	int32_t *keys;
+	int nth;
+
+	for (i = 0; i < nreq; i++)
+		total += t->r[i].len;
+	keys = malloc(total * sizeof(int32_t));
+	if (!off || !keys) {
+		perror("bench_radix");
+		exit(1);
+	}
+	off[0] = 0;
+	for (i = 0; i < nreq; i++) {
+		expand(&t->r[i], keys + off[i]);
+		off[i + 1] = off[i] + t->r[i].len;
+	}
+	printf("    lock-free readers (kvs_radix_match_ro, first %zu requests x %d):", nreq,
+	       READ_ROUNDS);
+	for (nth = 1; nth <= 2; nth++) {
+		struct reader rd[2];
+		pthread_t th[2];
+		uint64_t t0 = bench_ns(), tokens = 0, wall;
+		int k;
+
+		for (k = 0; k < nth; k++) {
+			rd[k] = (struct reader){r, keys, off, nreq, 0, malloc(t->max_len * sizeof(int32_t))};
+			if (!rd[k].locs || pthread_create(&th[k], NULL, reader_main, &rd[k]) != 0) {
+				perror("bench_radix");
+				exit(1);
+			}
+		}
+		for (k = 0; k < nth; k++) {
+			pthread_join(th[k], NULL);
+			tokens += rd[k].tokens;
+			free(rd[k].locs);
+		}
+		wall = bench_ns() - t0;
+		printf("  %d thread%s %.0f matches/s (%.2f G tokens/s)", nth, nth > 1 ? "s" : "",
+		       (double)nth * READ_ROUNDS * nreq / (wall / 1e9), (double)tokens / wall);
+	}
+	printf("\n");
+	free(keys);
+	free(off);
+}
+
 static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ideal_hit,
-	       const char *label)
+	       const char *label, int fraction_full)
 {
 	kvs_drv_attr_t da;
 	kvs_pool_attr_t pa;
@@ -339,6 +423,8 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	free(sec.v);
 	free(sa.v);
 	free(si.v);
+	if (fraction_full)
+		readers(r, t);
 	kvs_radix_destroy(r);
 	kvs_pool_destroy(pool);
 	kvs_drv_close(d);
@@ -374,8 +460,9 @@ static int bench_trace(const char *path)
 			printf("  unique tokens %llu, ideal hit at page 1: %.4f\n",
 			       (unsigned long long)unique, hit);
 		for (i = 0; i < 3; i++)
-			if ((only_cap < 0 || (size_t)only_cap == i) && run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
-				labels[i]))
+			if ((only_cap < 0 || (size_t)only_cap == i) &&
+			    run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
+				labels[i], i == 2))
 				return 1;
 	}
 	for (i = 0; i < t.n; i++)
