@@ -652,11 +652,21 @@ struct run_src {
  * n <= UINT32_MAX): eight entries to a compare while the run lasts. */
 static inline size_t run_len(const uint32_t *v, size_t n)
 {
-	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8};
+	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, sixteen = {16, 16, 16, 16};
 	v4u_t want = {1, 2, 3, 4};
 	size_t j = 1;
 
 	want += v[0];
+	while (j + 16 <= n) {
+		const v4u_t *a = (const v4u_t *)(const void *)(v + j);
+		v2q_t d = (v2q_t)(((a[0] ^ want) | (a[1] ^ (want + four))) |
+				  ((a[2] ^ (want + eight)) | (a[3] ^ (want + eight + four))));
+
+		if (d[0] | d[1])
+			break;
+		want += sixteen;
+		j += 16;
+	}
 	while (j + 8 <= n) {
 		v2q_t d = (v2q_t)((*(const v4u_t *)(const void *)(v + j) ^ want) |
 				  (*(const v4u_t *)(const void *)(v + j + 4) ^ (want + four)));

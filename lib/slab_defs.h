@@ -176,6 +176,12 @@ static inline void ref_run_set(struct kvs_slab *s, uint64_t p, uint64_t len, uin
 
 	for (; p < end && (p & 3); p++)
 		atomic_store_explicit(&s->ref[p], v, memory_order_relaxed);
+	for (; p + 16 <= end; p += 16) {
+		ref4_store(s, p, REF4(v));
+		ref4_store(s, p + 4, REF4(v));
+		ref4_store(s, p + 8, REF4(v));
+		ref4_store(s, p + 12, REF4(v));
+	}
 	for (; p + 4 <= end; p += 4)
 		ref4_store(s, p, REF4(v));
 	for (; p < end; p++)
@@ -194,6 +200,15 @@ static inline bool ref_run_swap(struct kvs_slab *s, uint64_t p, uint64_t len, ui
 		if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != from)
 			goto undo;
 		atomic_store_explicit(&s->ref[q], to, memory_order_relaxed);
+	}
+	for (; q + 16 <= end; q += 16) {
+		if ((ref4_load(s, q) ^ REF4(from)) | (ref4_load(s, q + 4) ^ REF4(from)) |
+		    (ref4_load(s, q + 8) ^ REF4(from)) | (ref4_load(s, q + 12) ^ REF4(from)))
+			goto undo;
+		ref4_store(s, q, REF4(to));
+		ref4_store(s, q + 4, REF4(to));
+		ref4_store(s, q + 8, REF4(to));
+		ref4_store(s, q + 12, REF4(to));
 	}
 	for (; q + 4 <= end; q += 4) {
 		if (ref4_load(s, q) != REF4(from))
