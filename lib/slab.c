@@ -460,6 +460,32 @@ static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct m
 	return p;
 }
 
+static __attribute__((noinline, cold)) int fail_einval(void)
+{
+	return kvs_fail(EINVAL);
+}
+
+/* kvs_slab_alloc() on a thread whose cache for @s is not the one at hand:
+ * find it (or find there is none) and allocate as kvs_slab_alloc() does. */
+static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
+{
+	struct mag *m = slab_mag_get_slow(s);
+	uint32_t n, p;
+
+	if (!m)
+		return alloc_slow(s, NULL);
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (n == 0 || slab_mag_drain_due(s, m))
+		return alloc_slow(s, m);
+	p = m->pages[n - 1];
+	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	atomic_store_explicit(&m->alloc_fast,
+			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return p;
+}
+
 /**
  * kvs_slab_alloc() - allocate one page.
  * @slab: allocator.
@@ -477,23 +503,22 @@ KVS_EXPORT int64_t kvs_slab_alloc(kvs_slab_t *s)
 	struct mag *m;
 	uint32_t n, p;
 
+	/* Every way off the fast path is a tail call: no frame to set up. */
 	if (unlikely(!s))
-		return kvs_fail(EINVAL);
-	m = slab_mag_get(s);
-	if (likely(m != NULL)) {
-		n = atomic_load_explicit(&m->count, memory_order_relaxed);
-		if (likely(n > 0 && !slab_mag_drain_due(s, m))) {
-			p = m->pages[n - 1];
-			atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
-			atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
-			atomic_store_explicit(&m->alloc_fast,
-					      atomic_load_explicit(&m->alloc_fast,
-								   memory_order_relaxed) + 1,
-					      memory_order_relaxed);
-			return p;
-		}
-	}
-	return alloc_slow(s, m);
+		return fail_einval();
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return alloc_nocache(s);
+	m = kvsi_slab_tls.mag;
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
+		return alloc_slow(s, m);
+	p = m->pages[n - 1];
+	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	atomic_store_explicit(&m->alloc_fast,
+			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return p;
 }
 
 /* Drop one reference; 1 when it was the last, 0 when others remain.  The
@@ -521,7 +546,7 @@ static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint3
 	}
 }
 
-static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
+static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
 {
 	pthread_mutex_lock(&s->lock);
 	ST(s, free_slow)++;
@@ -536,12 +561,43 @@ static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *
 			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
 			slab_after_free_locked(s); /* the flush may have emptied slabs */
 			pthread_mutex_unlock(&s->lock);
-			return;
+			return 0;
 		}
 	}
 	slab_put(s, p);
 	slab_after_free_locked(s);
 	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* The last reference to @page is gone: cache the page, or give it back. */
+static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
+{
+	struct mag *m = slab_mag_get(s);
+	uint32_t n;
+
+	if (!m)
+		return free_slow(s, NULL, page);
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (n >= m->cap || slab_mag_drain_due(s, m))
+		return free_slow(s, m, page);
+	m->pages[n] = page;
+	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&m->free_fast,
+			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return 0;
+}
+
+/* kvs_slab_free() of a page not at count 1 when it looked: shared (drop
+ * one with a CAS, which may turn out the last), free or dying (EINVAL). */
+static __attribute__((noinline)) int free_shared(struct kvs_slab *s, uint32_t page)
+{
+	int last = unref(s, page, 0);
+
+	if (last <= 0)
+		return last;
+	return free_last(s, page);
 }
 
 /**
@@ -557,29 +613,29 @@ static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *
  */
 KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
 {
+	_Atomic uint16_t *ref;
 	struct mag *m;
-	int last;
+	uint32_t n;
 
-	if (unlikely(!s))
-		return kvs_fail(EINVAL);
-	last = unref(s, page, 0);
-	if (last <= 0)
-		return last;
-	m = slab_mag_get(s);
-	if (likely(m != NULL)) {
-		uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
-
-		if (likely(n < m->cap && !slab_mag_drain_due(s, m))) {
-			m->pages[n] = page;
-			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
-			atomic_store_explicit(&m->free_fast,
-					      atomic_load_explicit(&m->free_fast,
-								   memory_order_relaxed) + 1,
-					      memory_order_relaxed);
-			return 0;
-		}
-	}
-	free_slow(s, m, page);
+	/* As in kvs_slab_alloc(), every way off the fast path is a tail call. */
+	if (unlikely(!s || page >= s->npages))
+		return fail_einval();
+	ref = &s->ref[page];
+	if (unlikely(atomic_load_explicit(ref, memory_order_relaxed) != 1))
+		return free_shared(s, page);
+	/* The last reference, ours: no one else may touch the count (kref). */
+	atomic_store_explicit(ref, 0, memory_order_relaxed);
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return free_last(s, page);
+	m = kvsi_slab_tls.mag;
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
+		return free_slow(s, m, page);
+	m->pages[n] = page;
+	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&m->free_fast,
+			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 	return 0;
 }
 
