@@ -143,28 +143,35 @@ typedef uint64_t __attribute__((may_alias, aligned(8))) ref4_t;
 #define REF4(v) ((uint64_t)(uint16_t)(v) * 0x0001000100010001ULL)
 _Static_assert(sizeof(_Atomic uint16_t) == sizeof(uint16_t), "counts are bare uint16_t");
 
-static inline uint64_t ref4_load(const struct kvs_slab *s, uint64_t p)
+/* Counts @r[0..3], @r 8-byte aligned. */
+static inline uint64_t ref4_load(_Atomic uint16_t *r)
 {
-	return __atomic_load_n((const ref4_t *)(const void *)(s->ref + p), __ATOMIC_RELAXED);
+	return __atomic_load_n((const ref4_t *)(void *)r, __ATOMIC_RELAXED);
 }
 
-static inline void ref4_store(struct kvs_slab *s, uint64_t p, uint64_t v)
+static inline void ref4_store(_Atomic uint16_t *r, uint64_t v)
 {
-	__atomic_store_n((ref4_t *)(void *)(s->ref + p), v, __ATOMIC_RELAXED);
+	__atomic_store_n((ref4_t *)(void *)r, v, __ATOMIC_RELAXED);
 }
+
+/*
+ * The helpers below take the array's address once: an atomic access is a
+ * compiler barrier, and s->ref would be read again before every one.
+ */
 
 /* Do counts [@p, @p + @len) all equal @v?  No early exit: runs are short
  * or all equal, and the branch-free loop is the faster of the two. */
 static inline bool ref_run_is(const struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t v)
 {
+	_Atomic uint16_t *ref = s->ref;
 	uint64_t end = p + len, diff = 0;
 
 	for (; p < end && (p & 3); p++)
-		diff |= atomic_load_explicit(&s->ref[p], memory_order_relaxed) ^ v;
+		diff |= atomic_load_explicit(&ref[p], memory_order_relaxed) ^ v;
 	for (; p + 4 <= end; p += 4)
-		diff |= ref4_load(s, p) ^ REF4(v);
+		diff |= ref4_load(ref + p) ^ REF4(v);
 	for (; p < end; p++)
-		diff |= atomic_load_explicit(&s->ref[p], memory_order_relaxed) ^ v;
+		diff |= atomic_load_explicit(&ref[p], memory_order_relaxed) ^ v;
 	return diff == 0;
 }
 
@@ -172,20 +179,21 @@ static inline bool ref_run_is(const struct kvs_slab *s, uint64_t p, uint64_t len
  * touch: free ones just taken, or ones whose last reference is ours. */
 static inline void ref_run_set(struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t v)
 {
+	_Atomic uint16_t *ref = s->ref;
 	uint64_t end = p + len;
 
 	for (; p < end && (p & 3); p++)
-		atomic_store_explicit(&s->ref[p], v, memory_order_relaxed);
+		atomic_store_explicit(&ref[p], v, memory_order_relaxed);
 	for (; p + 16 <= end; p += 16) {
-		ref4_store(s, p, REF4(v));
-		ref4_store(s, p + 4, REF4(v));
-		ref4_store(s, p + 8, REF4(v));
-		ref4_store(s, p + 12, REF4(v));
+		ref4_store(ref + p, REF4(v));
+		ref4_store(ref + p + 4, REF4(v));
+		ref4_store(ref + p + 8, REF4(v));
+		ref4_store(ref + p + 12, REF4(v));
 	}
 	for (; p + 4 <= end; p += 4)
-		ref4_store(s, p, REF4(v));
+		ref4_store(ref + p, REF4(v));
 	for (; p < end; p++)
-		atomic_store_explicit(&s->ref[p], v, memory_order_relaxed);
+		atomic_store_explicit(&ref[p], v, memory_order_relaxed);
 }
 
 /* If counts [@p, @p + @len) all equal @from, set them to @to and return
@@ -194,31 +202,32 @@ static inline void ref_run_set(struct kvs_slab *s, uint64_t p, uint64_t len, uin
 static inline bool ref_run_swap(struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t from,
 				uint16_t to)
 {
+	_Atomic uint16_t *ref = s->ref;
 	uint64_t q = p, end = p + len;
 
 	for (; q < end && (q & 3); q++) {
-		if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != from)
+		if (atomic_load_explicit(&ref[q], memory_order_relaxed) != from)
 			goto undo;
-		atomic_store_explicit(&s->ref[q], to, memory_order_relaxed);
+		atomic_store_explicit(&ref[q], to, memory_order_relaxed);
 	}
 	for (; q + 16 <= end; q += 16) {
-		if ((ref4_load(s, q) ^ REF4(from)) | (ref4_load(s, q + 4) ^ REF4(from)) |
-		    (ref4_load(s, q + 8) ^ REF4(from)) | (ref4_load(s, q + 12) ^ REF4(from)))
+		if ((ref4_load(ref + q) ^ REF4(from)) | (ref4_load(ref + q + 4) ^ REF4(from)) |
+		    (ref4_load(ref + q + 8) ^ REF4(from)) | (ref4_load(ref + q + 12) ^ REF4(from)))
 			goto undo;
-		ref4_store(s, q, REF4(to));
-		ref4_store(s, q + 4, REF4(to));
-		ref4_store(s, q + 8, REF4(to));
-		ref4_store(s, q + 12, REF4(to));
+		ref4_store(ref + q, REF4(to));
+		ref4_store(ref + q + 4, REF4(to));
+		ref4_store(ref + q + 8, REF4(to));
+		ref4_store(ref + q + 12, REF4(to));
 	}
 	for (; q + 4 <= end; q += 4) {
-		if (ref4_load(s, q) != REF4(from))
+		if (ref4_load(ref + q) != REF4(from))
 			goto undo;
-		ref4_store(s, q, REF4(to));
+		ref4_store(ref + q, REF4(to));
 	}
 	for (; q < end; q++) {
-		if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != from)
+		if (atomic_load_explicit(&ref[q], memory_order_relaxed) != from)
 			goto undo;
-		atomic_store_explicit(&s->ref[q], to, memory_order_relaxed);
+		atomic_store_explicit(&ref[q], to, memory_order_relaxed);
 	}
 	return true;
 undo:
