@@ -159,22 +159,6 @@ static inline void ref4_store(_Atomic uint16_t *r, uint64_t v)
  * compiler barrier, and s->ref would be read again before every one.
  */
 
-/* Do counts [@p, @p + @len) all equal @v?  No early exit: runs are short
- * or all equal, and the branch-free loop is the faster of the two. */
-static inline bool ref_run_is(const struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t v)
-{
-	_Atomic uint16_t *ref = s->ref;
-	uint64_t end = p + len, diff = 0;
-
-	for (; p < end && (p & 3); p++)
-		diff |= atomic_load_explicit(&ref[p], memory_order_relaxed) ^ v;
-	for (; p + 4 <= end; p += 4)
-		diff |= ref4_load(ref + p) ^ REF4(v);
-	for (; p < end; p++)
-		diff |= atomic_load_explicit(&ref[p], memory_order_relaxed) ^ v;
-	return diff == 0;
-}
-
 /* Set counts [@p, @p + @len) to @v.  Only for pages no one else may
  * touch: free ones just taken, or ones whose last reference is ours. */
 static inline void ref_run_set(struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t v)
@@ -277,7 +261,7 @@ int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse);
 void slab_relist(struct kvs_slab *s, uint64_t i);
 uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
 void slab_put(struct kvs_slab *s, uint32_t p);
-void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only);
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages);
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold);
 void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, uint64_t whole);
 int64_t slab_pick(struct kvs_slab *s);

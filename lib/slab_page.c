@@ -188,38 +188,22 @@ void slab_put(struct kvs_slab *s, uint32_t p)
 	slab_relist(s, i);
 }
 
-/* Give back @pages, a run of pages of one slab at a time, so each slab is
- * relisted once per run.  With @dead_only, only the entries whose count is
- * REF_DYING (kvs_slab_free_bulk() dropped their last reference), which it
- * sets to 0, so a page listed twice goes back once.  Lock held. */
-void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only)
+/* Give back free pages @pages (a magazine's), a stretch of pages of one
+ * slab at a time, so each slab is relisted once per stretch.  Lock held. */
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 {
 	size_t k = 0;
 
-#define SKIP(p) (dead_only && atomic_load_explicit(&s->ref[p], memory_order_relaxed) != REF_DYING)
 	while (k < n) {
-		uint64_t i, first;
-		uint32_t cnt = 0, minw;
-		struct slab_info *x;
+		uint64_t i = pages[k] / s->pps, first = i * s->pps;
+		struct slab_info *x = &s->si[i];
+		uint32_t cnt = 0, minw = x->hint;
 
-		if (SKIP(pages[k])) {
-			k++;
-			continue;
-		}
-		i = pages[k] / s->pps;
-		first = i * s->pps;
-		x = &s->si[i];
-		minw = x->hint;
 		/* Pages of the same slab: one unsigned compare, no division. */
 		for (; k < n && pages[k] - first < s->pps; k++) {
-			uint32_t w;
+			uint32_t w = (uint32_t)((pages[k] - first) >> 6);
 
-			if (SKIP(pages[k]))
-				continue;
-			if (dead_only)
-				atomic_store_explicit(&s->ref[pages[k]], 0, memory_order_relaxed);
 			bit_set(s->freebits, pages[k]);
-			w = (uint32_t)((pages[k] - first) >> 6);
 			if (w < minw)
 				minw = w;
 			cnt++;
@@ -231,7 +215,6 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dea
 		s->free_in_slabs += cnt;
 		slab_relist(s, i);
 	}
-#undef SKIP
 }
 
 /* Set the bits of pages [@p, @p + @len) in the free bitmap, a word at a
