@@ -39,7 +39,10 @@
  * slab->mapped for it, and maps a slab itself only when none is in flight.
  * Reference counts are atomics: the last reference of a page may be
  * dropped with a plain store because, as with kref, a new reference may only
- * be taken by someone who already holds one.
+ * be taken by someone who already holds one.  The bulk paths work in runs of
+ * consecutive pages: they take whole bitmap words, set and clear counts four
+ * at a time (still atomically, see slab_defs.h), and free with slab->lock
+ * held from the first reference dropped to the last page put back.
  */
 #include <stdio.h>
 #include <stdlib.h>
