@@ -39,7 +39,10 @@
  * slab->mapped for it, and maps a slab itself only when none is in flight.
  * Reference counts are atomics: the last reference of a page may be
  * dropped with a plain store because, as with kref, a new reference may only
- * be taken by someone who already holds one.
+ * be taken by someone who already holds one.  The bulk paths work in runs of
+ * consecutive pages: they take whole bitmap words, set and clear counts four
+ * at a time (still atomically, see slab_defs.h), and free with slab->lock
+ * held from the first reference dropped to the last page put back.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,8 +368,10 @@ static uint64_t growable_pages(const struct kvs_slab *s)
 /* Take @n pages from mapped slabs into @out, growing when short: waiting for
  * a slab being mapped, else mapping one here.  Lock held (dropped while
  * waiting or mapping).  All or nothing: on failure the pages taken are put
- * back, and ENOMEM means that growth truly cannot help. */
-static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
+ * back, and ENOMEM means that growth truly cannot help.  With @hold, the
+ * pages come with their first reference, set while the lock is held (they
+ * are ours alone from the moment their bits are cleared). */
+static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out, bool hold)
 {
 	size_t got = 0;
 	bool waited = false;
@@ -381,9 +386,9 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 		int64_t i = slab_pick(s);
 
 		if (i >= 0) {
-			got += slab_take_many(s, (uint64_t)i,
+			got += slab_take_runs(s, (uint64_t)i,
 					      (uint32_t)(n - got < UINT32_MAX ? n - got : UINT32_MAX),
-					      out + got);
+					      out + got, hold);
 			continue;
 		}
 		if (s->n_mapping > 0) {
@@ -401,8 +406,12 @@ static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out)
 			/* The lock was dropped: others may have freed or grown. */
 			if (slab_pick(s) >= 0 || s->n_mapping > 0)
 				continue;
-			while (got > 0)
+			while (got > 0) {
+				if (hold)
+					atomic_store_explicit(&s->ref[out[got - 1]], 0,
+							      memory_order_relaxed);
 				slab_put(s, out[--got]);
+			}
 			slab_after_free_locked(s);
 			errno = e;
 			return -1;
@@ -432,7 +441,7 @@ static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct m
 		slab_mag_flush_locked(s, m, 0);
 		slab_after_free_locked(s);
 	}
-	if (take_locked(s, 1, &p) < 0)
+	if (take_locked(s, 1, &p, false) < 0)
 		return alloc_failed_unlock(s, errno);
 	ST(s, alloc_slow)++;
 	if (m) {
@@ -454,6 +463,32 @@ static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct m
 	return p;
 }
 
+static __attribute__((noinline, cold)) int fail_einval(void)
+{
+	return kvs_fail(EINVAL);
+}
+
+/* kvs_slab_alloc() on a thread whose cache for @s is not the one at hand:
+ * find it (or find there is none) and allocate as kvs_slab_alloc() does. */
+static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
+{
+	struct mag *m = slab_mag_get_slow(s);
+	uint32_t n, p;
+
+	if (!m)
+		return alloc_slow(s, NULL);
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (n == 0 || slab_mag_drain_due(s, m))
+		return alloc_slow(s, m);
+	p = m->pages[n - 1];
+	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	atomic_store_explicit(&m->alloc_fast,
+			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return p;
+}
+
 /**
  * kvs_slab_alloc() - allocate one page.
  * @slab: allocator.
@@ -471,23 +506,22 @@ KVS_EXPORT int64_t kvs_slab_alloc(kvs_slab_t *s)
 	struct mag *m;
 	uint32_t n, p;
 
+	/* Every way off the fast path is a tail call: no frame to set up. */
 	if (unlikely(!s))
-		return kvs_fail(EINVAL);
-	m = slab_mag_get(s);
-	if (likely(m != NULL)) {
-		n = atomic_load_explicit(&m->count, memory_order_relaxed);
-		if (likely(n > 0 && !slab_mag_drain_due(s, m))) {
-			p = m->pages[n - 1];
-			atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
-			atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
-			atomic_store_explicit(&m->alloc_fast,
-					      atomic_load_explicit(&m->alloc_fast,
-								   memory_order_relaxed) + 1,
-					      memory_order_relaxed);
-			return p;
-		}
-	}
-	return alloc_slow(s, m);
+		return fail_einval();
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return alloc_nocache(s);
+	m = kvsi_slab_tls.mag;
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
+		return alloc_slow(s, m);
+	p = m->pages[n - 1];
+	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	atomic_store_explicit(&m->alloc_fast,
+			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return p;
 }
 
 /* Drop one reference; 1 when it was the last, 0 when others remain.  The
@@ -517,7 +551,7 @@ static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint3
 	}
 }
 
-static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
+static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
 {
 	pthread_mutex_lock(&s->lock);
 	ST(s, free_slow)++;
@@ -532,12 +566,43 @@ static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *
 			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
 			slab_after_free_locked(s); /* the flush may have emptied slabs */
 			pthread_mutex_unlock(&s->lock);
-			return;
+			return 0;
 		}
 	}
 	slab_put(s, p);
 	slab_after_free_locked(s);
 	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* The last reference to @page is gone: cache the page, or give it back. */
+static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
+{
+	struct mag *m = slab_mag_get(s);
+	uint32_t n;
+
+	if (!m)
+		return free_slow(s, NULL, page);
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (n >= m->cap || slab_mag_drain_due(s, m))
+		return free_slow(s, m, page);
+	m->pages[n] = page;
+	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&m->free_fast,
+			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return 0;
+}
+
+/* kvs_slab_free() of a page not at count 1 when it looked: shared (drop
+ * one with a CAS, which may turn out the last), free or dying (EINVAL). */
+static __attribute__((noinline)) int free_shared(struct kvs_slab *s, uint32_t page)
+{
+	int last = unref(s, page, 0);
+
+	if (last <= 0)
+		return last;
+	return free_last(s, page);
 }
 
 /**
@@ -553,29 +618,29 @@ static __attribute__((noinline)) void free_slow(struct kvs_slab *s, struct mag *
  */
 KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
 {
+	_Atomic uint16_t *ref;
 	struct mag *m;
-	int last;
+	uint32_t n;
 
-	if (unlikely(!s))
-		return kvs_fail(EINVAL);
-	last = unref(s, page, 0);
-	if (last <= 0)
-		return last;
-	m = slab_mag_get(s);
-	if (likely(m != NULL)) {
-		uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
-
-		if (likely(n < m->cap && !slab_mag_drain_due(s, m))) {
-			m->pages[n] = page;
-			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
-			atomic_store_explicit(&m->free_fast,
-					      atomic_load_explicit(&m->free_fast,
-								   memory_order_relaxed) + 1,
-					      memory_order_relaxed);
-			return 0;
-		}
-	}
-	free_slow(s, m, page);
+	/* As in kvs_slab_alloc(), every way off the fast path is a tail call. */
+	if (unlikely(!s || page >= s->npages))
+		return fail_einval();
+	ref = &s->ref[page];
+	if (unlikely(atomic_load_explicit(ref, memory_order_relaxed) != 1))
+		return free_shared(s, page);
+	/* The last reference, ours: no one else may touch the count (kref). */
+	atomic_store_explicit(ref, 0, memory_order_relaxed);
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return free_last(s, page);
+	m = kvsi_slab_tls.mag;
+	n = atomic_load_explicit(&m->count, memory_order_relaxed);
+	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
+		return free_slow(s, m, page);
+	m->pages[n] = page;
+	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&m->free_fast,
+			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
 	return 0;
 }
 
@@ -586,7 +651,9 @@ KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
  * @pages: receives @n page indices, each with one reference.
  *
  * Pages come from the fullest slabs first, growing as needed (waiting for
- * a slab being mapped rather than failing).
+ * a slab being mapped rather than failing); within a slab, its lowest free
+ * pages, taken a bitmap word or a run of one at a time, their counts set
+ * four at a time under the lock.
  *
  * Context: MT-Safe.
  * Return: @n (as an int), or -1 with errno ENOMEM (nothing is allocated
@@ -595,7 +662,6 @@ KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
 KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
 {
 	struct mag *m;
-	size_t k;
 
 	if (!s || (!pages && n) || n > INT32_MAX)
 		return kvs_fail(EINVAL);
@@ -607,31 +673,229 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
 		slab_mag_flush_locked(s, m, 0);
 	/* The slabs first (fullest first keeps memory dense), then this
 	 * thread's cache for what they cannot give without growing. */
-	if (take_locked(s, n, pages) < 0) {
+	if (take_locked(s, n, pages, true) < 0) {
 		if (!m || atomic_load_explicit(&m->count, memory_order_relaxed) == 0)
 			return alloc_failed_unlock(s, errno);
 		slab_mag_flush_locked(s, m, 0);
-		if (take_locked(s, n, pages) < 0)
+		if (take_locked(s, n, pages, true) < 0)
 			return alloc_failed_unlock(s, errno);
 	}
 	ST(s, alloc_slow) += n;
 	pthread_mutex_unlock(&s->lock);
-	for (k = 0; k < n; k++)
-		atomic_store_explicit(&s->ref[pages[k]], 1, memory_order_relaxed);
 	return (int)n;
 }
 
-/* Undo the reference drops of @pages[0, k), newest first: an entry that
- * finds its page dying is the one that dropped the last reference. */
-static void unref_undo(struct kvs_slab *s, size_t k, const uint32_t *pages)
+/* ----------------------------------------------------------- bulk free */
+
+/*
+ * The bulk free paths work in runs of consecutive pages, not page by page:
+ * the common caller hands back what kvs_slab_alloc_bulk() gave, runs of
+ * up to a slab, and the radix cache frees thousands of consecutive pages
+ * at page size 1.  A run whose pages are all at count 1 is dropped four
+ * counts at a time; the others page by page as before.  Both phases of a
+ * free (drop without the lock, give back under it) read the runs from a
+ * run_src, once, or again when there were too many to keep.
+ */
+#define RUNBUF 64
+
+/* Where a bulk free reads its pages: an array of pages
+ * (kvs_slab_free_bulk()), or of token locations in pages of @ps tokens
+ * (kvsi_slab_free_locs()). */
+struct run_src {
+	const uint32_t *pages;		/* or NULL, and then @locs */
+	const int32_t *locs;
+	size_t n, i;			/* entries, the next one */
+	uint64_t ps;
+	int shift;			/* log2(ps) for a power of two, else -1 */
+};
+
+/* How many of @v[0, @n) continue the run v[0], v[0] + 1, ... (n >= 1,
+ * n <= UINT32_MAX): eight entries to a compare while the run lasts. */
+static inline size_t run_len(const uint32_t *v, size_t n)
 {
-	while (k-- > 0) {
-		if (atomic_load_explicit(&s->ref[pages[k]], memory_order_relaxed) == REF_DYING)
-			atomic_store_explicit(&s->ref[pages[k]], 1, memory_order_relaxed);
+	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, sixteen = {16, 16, 16, 16};
+	v4u_t want = {1, 2, 3, 4};
+	size_t j = 1;
+
+	want += v[0];
+	while (j + 16 <= n) {
+		const v4u_t *a = (const v4u_t *)(const void *)(v + j);
+		v2q_t d = (v2q_t)(((a[0] ^ want) | (a[1] ^ (want + four))) |
+				  ((a[2] ^ (want + eight)) | (a[3] ^ (want + eight + four))));
+
+		if (d[0] | d[1])
+			break;
+		want += sixteen;
+		j += 16;
+	}
+	while (j + 8 <= n) {
+		v2q_t d = (v2q_t)((*(const v4u_t *)(const void *)(v + j) ^ want) |
+				  (*(const v4u_t *)(const void *)(v + j + 4) ^ (want + four)));
+
+		if (d[0] | d[1])
+			break;
+		want += eight;
+		j += 8;
+	}
+	while (j < n && v[j] == v[0] + (uint32_t)j)
+		j++;
+	return j;
+}
+
+/*
+ * The next run of @r into @run: 1, 0 at the end, -1 for a negative
+ * location.  For locations, adjacent tokens of one page count once
+ * (kvs_pool_free(3)) and a run goes on while the next token is in the next
+ * page: one shift (or one division, for a page size not a power of two)
+ * per run, compares for the rest.  Page size 1 is the page case.
+ */
+static inline int src_next(struct run_src *r, struct page_run *run)
+{
+	size_t i = r->i, left = r->n - i;
+	uint64_t lo, pg;
+	int64_t loc;
+
+	if (left == 0)
+		return 0;
+	if (left > UINT32_MAX)
+		left = UINT32_MAX;
+	if (r->pages || r->ps == 1) {
+		const uint32_t *v = r->pages ? r->pages + i : (const uint32_t *)(r->locs + i);
+
+		run->first = v[0];
+		run->len = (uint32_t)run_len(v, left);
+		r->i = i + run->len;
+		/* As locations, values from 2^31 up are negative. */
+		if (!r->pages && (uint64_t)v[0] + run->len > (uint64_t)INT32_MAX + 1)
+			return -1;
+		return 1;
+	}
+	loc = r->locs[i];
+	if (loc < 0)
+		return -1;
+	pg = r->shift >= 0 ? (uint64_t)loc >> r->shift : (uint64_t)loc / r->ps;
+	lo = pg * r->ps;	/* first token of the run's last page */
+	run->first = (uint32_t)pg;
+	run->len = 1;
+	for (i++; i < r->n; i++) {
+		uint64_t d;
+
+		loc = r->locs[i];
+		if (loc < 0)
+			break;
+		d = (uint64_t)loc - lo;	/* huge below lo */
+		if (d < r->ps)
+			continue;	/* the same page */
+		if (d >= 2 * r->ps || run->len == UINT32_MAX)
+			break;
+		lo += r->ps;		/* the next page */
+		run->len++;
+	}
+	r->i = i;
+	return 1;
+}
+
+/* Give back the references dropped on pages [@p, @end): a page found dying
+ * was dropped to it by this call (nobody else may touch it then), the
+ * others had more.  The order of the undo does not matter: of the entries
+ * of one page, whichever comes first finds it dying. */
+static void undo_pages(struct kvs_slab *s, uint64_t p, uint64_t end)
+{
+	for (; p < end; p++) {
+		if (atomic_load_explicit(&s->ref[p], memory_order_relaxed) == REF_DYING)
+			atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
 		else
-			atomic_fetch_add_explicit(&s->ref[pages[k]], 1, memory_order_relaxed);
+			atomic_fetch_add_explicit(&s->ref[p], 1, memory_order_relaxed);
 	}
 	slab_share_changed(s);
+}
+
+/* Drop one reference to each page of @run, leaving REF_DYING on the last;
+ * *nlast counts those.  0, or -1 with none of the run's references dropped
+ * (a page free or dying). */
+static int drop_run(struct kvs_slab *s, const struct page_run *run, size_t *nlast)
+{
+	uint64_t p = run->first, end = p + run->len, q;
+
+	for (q = p; q < end; q++) {
+		int r = unref(s, (uint32_t)q, REF_DYING);
+
+		if (r < 0) {
+			undo_pages(s, p, q);
+			return -1;
+		}
+		*nlast += (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * The body of both bulk frees, under slab->lock from start to end (the
+ * counts are atomics all the same: kvs_slab_free() and kvs_slab_ref() work
+ * on them without it).
+ *
+ * First every reference is dropped, all or nothing: on a bad entry the runs
+ * dropped so far are read again and undone.  A run whose counts are all 1
+ * is the common case (what kvs_slab_alloc_bulk() gave, freed by its only
+ * holder): by the kref rule no one else may change those counts, so they
+ * are checked and cleared to 0 four at a time, and the run is marked whole.
+ * A page listed again later finds 0 and fails the call.  The other runs go
+ * page by page, the last reference leaving REF_DYING.  Then the pages go
+ * back: the whole runs without looking at a count again, the others by
+ * their REF_DYING marks.  Only the first RUNBUF runs may be whole (a bit
+ * is kept for each of them alone); the runs after those are read again
+ * from @src, a chunk at a time.
+ */
+static int free_runs(struct kvs_slab *s, struct run_src *src)
+{
+	struct page_run buf[RUNBUF], run;
+	uint64_t whole = 0;
+	size_t nb, nruns = 0, nlast = 0;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	while ((rc = src_next(src, &run)) > 0) {
+		if ((uint64_t)run.first + run.len > s->npages) {
+			rc = -1;
+			break;
+		}
+		if (nruns < RUNBUF && ref_run_swap(s, run.first, run.len, 1, 0)) {
+			whole |= 1ULL << nruns;
+			nlast += run.len;
+		} else if (drop_run(s, &run, &nlast) < 0) {
+			rc = -1;
+			break;
+		}
+		if (nruns < RUNBUF)
+			buf[nruns] = run;
+		nruns++;
+	}
+	if (rc < 0) {
+		/* A page dropped whole is at 0 now, like a dying one: the
+		 * undo of either gives it its one reference back. */
+		src->i = 0;
+		while (nruns-- > 0 && src_next(src, &run) > 0)
+			undo_pages(s, run.first, (uint64_t)run.first + run.len);
+		pthread_mutex_unlock(&s->lock);
+		return kvs_fail(EINVAL);
+	}
+	if (nlast) {
+		slab_put_runs(s, nruns < RUNBUF ? nruns : RUNBUF, buf, whole);
+		if (nruns > RUNBUF) {
+			src->i = 0;
+			for (nb = 0; nb < RUNBUF; nb++)
+				src_next(src, &run);
+			do {
+				for (nb = 0; nb < RUNBUF && src_next(src, &buf[nb]) > 0; nb++)
+					;
+				slab_put_runs(s, nb, buf, 0);
+			} while (nb == RUNBUF);
+		}
+		ST(s, free_slow) += nlast;
+		slab_after_free_locked(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
 /**
@@ -649,54 +913,11 @@ static void unref_undo(struct kvs_slab *s, size_t k, const uint32_t *pages)
  */
 KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages)
 {
-	size_t k, nlast = 0;
+	struct run_src src = {.pages = pages, .n = n, .ps = 1};
 
 	if (!s || (!pages && n))
 		return kvs_fail(EINVAL);
-	for (k = 0; k < n; k++) {
-		int r = unref(s, pages[k], REF_DYING);
-
-		if (r < 0) {
-			unref_undo(s, k, pages);
-			return kvs_fail(EINVAL);
-		}
-		nlast += (size_t)r;
-	}
-	if (nlast) {
-		/* Dying pages are ours alone: no reference can be taken and
-		 * no allocation can find them until they are put back. */
-		pthread_mutex_lock(&s->lock);
-		slab_put_many(s, n, pages, true);
-		ST(s, free_slow) += nlast;
-		slab_after_free_locked(s);
-		pthread_mutex_unlock(&s->lock);
-	}
-	return 0;
-}
-
-/* Is entry @i of @locs the first token of its page's run?  Adjacent
- * tokens of one page count once (kvs_pool_free(3)). */
-static inline bool run_start(const int32_t *locs, size_t i, uint32_t ps)
-{
-	return i == 0 || ps == 1 || locs[i - 1] < 0 || (uint32_t)locs[i - 1] / ps != (uint32_t)locs[i] / ps;
-}
-
-/* Undo the drops of the runs of @locs[0, k), newest first (unref_undo()'s
- * rule: a dying page's entry dropped its last reference). */
-static void locs_undo(struct kvs_slab *s, size_t k, const int32_t *locs, uint32_t ps)
-{
-	while (k-- > 0) {
-		uint32_t pg;
-
-		if (!run_start(locs, k, ps))
-			continue;
-		pg = (uint32_t)locs[k] / ps;
-		if (atomic_load_explicit(&s->ref[pg], memory_order_relaxed) == REF_DYING)
-			atomic_store_explicit(&s->ref[pg], 1, memory_order_relaxed);
-		else
-			atomic_fetch_add_explicit(&s->ref[pg], 1, memory_order_relaxed);
-	}
-	slab_share_changed(s);
+	return free_runs(s, &src);
 }
 
 /*
@@ -711,45 +932,13 @@ static void locs_undo(struct kvs_slab *s, size_t k, const int32_t *locs, uint32_
  */
 int kvsi_slab_free_locs(kvs_slab_t *s, size_t n, const int32_t *locs, uint32_t ps)
 {
-	uint32_t batch[256];
-	size_t i, nlast = 0, k = 0;
+	struct run_src src = {.locs = locs, .n = n, .ps = ps, .shift = -1};
 
 	if (!s || (!locs && n) || ps == 0)
 		return kvs_fail(EINVAL);
-	for (i = 0; i < n; i++) {
-		int r;
-
-		if (locs[i] < 0) {
-			locs_undo(s, i, locs, ps);
-			return kvs_fail(EINVAL);
-		}
-		if (!run_start(locs, i, ps))
-			continue;
-		r = unref(s, (uint32_t)locs[i] / ps, REF_DYING);
-		if (r < 0) {
-			locs_undo(s, i, locs, ps);
-			return kvs_fail(EINVAL);
-		}
-		nlast += (size_t)r;
-	}
-	if (!nlast)
-		return 0;
-	pthread_mutex_lock(&s->lock);
-	for (i = 0; i < n; i++) {
-		if (!run_start(locs, i, ps))
-			continue;
-		batch[k++] = (uint32_t)locs[i] / ps;
-		if (k == sizeof(batch) / sizeof(batch[0]) || i + 1 == n) {
-			slab_put_many(s, k, batch, true);
-			k = 0;
-		}
-	}
-	if (k)
-		slab_put_many(s, k, batch, true);
-	ST(s, free_slow) += nlast;
-	slab_after_free_locked(s);
-	pthread_mutex_unlock(&s->lock);
-	return 0;
+	if ((ps & (ps - 1)) == 0)
+		src.shift = __builtin_ctz(ps);
+	return free_runs(s, &src);
 }
 
 /* First run of @n available pages, or UINT64_MAX.  Lock held. */

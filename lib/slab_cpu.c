@@ -29,7 +29,7 @@ void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep)
 	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
 
 	if (n > keep) {
-		slab_put_many(s, n - keep, m->pages + keep, false);
+		slab_put_many(s, n - keep, m->pages + keep);
 		n = keep;
 	}
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);

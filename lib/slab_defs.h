@@ -140,6 +140,123 @@ static inline void slab_share_changed(struct kvs_slab *s)
 	atomic_fetch_add_explicit(&s->share_gen, 1, memory_order_release);
 }
 
+/*
+ * Counts four at a time.  The bulk paths read and write runs of counts as
+ * 64-bit words: still atomic accesses (the __atomic builtins, relaxed, on a
+ * may_alias type), so a reader of one count (kvs_slab_refcount(), another
+ * thread's CAS on a page it shares) races with nothing, and ThreadSanitizer
+ * sees atomics on both sides.  An _Atomic uint16_t is a plain uint16_t in
+ * memory on every ABI we build for; the assertion below keeps it so.
+ */
+typedef uint64_t __attribute__((may_alias, aligned(8))) ref4_t;
+#define REF4(v) ((uint64_t)(uint16_t)(v) * 0x0001000100010001ULL)
+_Static_assert(sizeof(_Atomic uint16_t) == sizeof(uint16_t), "counts are bare uint16_t");
+
+/* Counts @r[0..3], @r 8-byte aligned. */
+static inline uint64_t ref4_load(_Atomic uint16_t *r)
+{
+	return __atomic_load_n((const ref4_t *)(void *)r, __ATOMIC_RELAXED);
+}
+
+static inline void ref4_store(_Atomic uint16_t *r, uint64_t v)
+{
+	__atomic_store_n((ref4_t *)(void *)r, v, __ATOMIC_RELAXED);
+}
+
+/*
+ * The helpers below take the array's address once: an atomic access is a
+ * compiler barrier, and s->ref would be read again before every one.
+ */
+
+/* Set counts [@p, @p + @len) to @v.  Only for pages no one else may
+ * touch: free ones just taken, or ones whose last reference is ours. */
+static inline void ref_run_set(struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t v)
+{
+	_Atomic uint16_t *ref = s->ref;
+	uint64_t end = p + len;
+
+	for (; p < end && (p & 3); p++)
+		atomic_store_explicit(&ref[p], v, memory_order_relaxed);
+	for (; p + 16 <= end; p += 16) {
+		ref4_store(ref + p, REF4(v));
+		ref4_store(ref + p + 4, REF4(v));
+		ref4_store(ref + p + 8, REF4(v));
+		ref4_store(ref + p + 12, REF4(v));
+	}
+	for (; p + 4 <= end; p += 4)
+		ref4_store(ref + p, REF4(v));
+	for (; p < end; p++)
+		atomic_store_explicit(&ref[p], v, memory_order_relaxed);
+}
+
+/* If counts [@p, @p + @len) all equal @from, set them to @to and return
+ * true; else change nothing and return false.  One pass, four at a time.
+ * Only for pages no one else may change while they are at @from. */
+static inline bool ref_run_swap(struct kvs_slab *s, uint64_t p, uint64_t len, uint16_t from,
+				uint16_t to)
+{
+	_Atomic uint16_t *ref = s->ref;
+	uint64_t q = p, end = p + len;
+
+	for (; q < end && (q & 3); q++) {
+		if (atomic_load_explicit(&ref[q], memory_order_relaxed) != from)
+			goto undo;
+		atomic_store_explicit(&ref[q], to, memory_order_relaxed);
+	}
+	for (; q + 16 <= end; q += 16) {
+		if ((ref4_load(ref + q) ^ REF4(from)) | (ref4_load(ref + q + 4) ^ REF4(from)) |
+		    (ref4_load(ref + q + 8) ^ REF4(from)) | (ref4_load(ref + q + 12) ^ REF4(from)))
+			goto undo;
+		ref4_store(ref + q, REF4(to));
+		ref4_store(ref + q + 4, REF4(to));
+		ref4_store(ref + q + 8, REF4(to));
+		ref4_store(ref + q + 12, REF4(to));
+	}
+	for (; q + 4 <= end; q += 4) {
+		if (ref4_load(ref + q) != REF4(from))
+			goto undo;
+		ref4_store(ref + q, REF4(to));
+	}
+	for (; q < end; q++) {
+		if (atomic_load_explicit(&ref[q], memory_order_relaxed) != from)
+			goto undo;
+		atomic_store_explicit(&ref[q], to, memory_order_relaxed);
+	}
+	return true;
+undo:
+	ref_run_set(s, p, q - p, from);
+	return false;
+}
+
+/* Four uint32_t at any 4-byte boundary: a vector of the machine (SSE2,
+ * NEON), read and written in place without a copy through the stack. */
+typedef uint32_t v4u_t __attribute__((vector_size(16), aligned(4), may_alias));
+typedef uint64_t v2q_t __attribute__((vector_size(16)));
+
+/* @out[0, @len) = @base, @base + 1, ...: eight at a time (the compiler does
+ * not vectorize the scalar loop at -O2). */
+static inline void iota_u32(uint32_t *out, uint32_t base, size_t len)
+{
+	v4u_t v = {0, 1, 2, 3}, w = {4, 5, 6, 7};
+	const v4u_t eight = {8, 8, 8, 8};
+	size_t j = 0;
+
+	v += base;
+	w += base;
+	for (; j + 8 <= len; j += 8, v += eight, w += eight) {
+		*(v4u_t *)(void *)(out + j) = v;
+		*(v4u_t *)(void *)(out + j + 4) = w;
+	}
+	for (; j < len; j++)
+		out[j] = base + (uint32_t)j;
+}
+
+/* A run of consecutive pages. */
+struct page_run {
+	uint32_t first;
+	uint32_t len;
+};
+
 extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 extern __thread struct kvsi_tls_mag {
 	uint64_t id;
@@ -153,7 +270,9 @@ int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse);
 void slab_relist(struct kvs_slab *s, uint64_t i);
 uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
 void slab_put(struct kvs_slab *s, uint32_t p);
-void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only);
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages);
+uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold);
+void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, uint64_t whole);
 int64_t slab_pick(struct kvs_slab *s);
 
 /* slab_grow.c: growth and release. */

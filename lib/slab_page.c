@@ -107,8 +107,20 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 
 /* ------------------------------------------------------------ page moves */
 
-/* Take up to @n free pages of mapped slab @i, lowest first.  Lock held. */
-uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
+/* The bits of [@lo, @lo + @len) in one word, 0 < len <= 64 - lo. */
+static inline uint64_t word_mask(uint32_t lo, uint32_t len)
+{
+	return (len == 64 ? ~0ULL : (1ULL << len) - 1) << lo;
+}
+
+/*
+ * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
+ * each its first reference (count 1) on the way.  The free bitmap is read
+ * in runs of set bits: a word all free gives 64 pages in one go, a partial
+ * word one run of free pages per iteration, never one bit at a time.  Lock
+ * held.
+ */
+uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold)
 {
 	struct slab_info *x = &s->si[i];
 	uint64_t first = i * s->pps, end = first + s->pps;
@@ -116,25 +128,30 @@ uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 	uint32_t got = 0;
 
 	for (; w < wend && got < n; w++) {
-		uint64_t bits = s->freebits[w];
+		uint64_t bits = s->freebits[w], taken = 0;
 
 		/* A word may be shared with the neighbour slabs: mask them off. */
 		if (w * 64 < first)
 			bits &= ~0ULL << (first - w * 64);
 		if (w * 64 + 64 > end)
 			bits &= ~0ULL >> (w * 64 + 64 - end);
-		if (bits) {
-			uint64_t taken = 0;
+		while (bits && got < n) {
+			uint32_t lo = (uint32_t)__builtin_ctzll(bits);
+			uint64_t zeros = ~(bits >> lo);	/* 0 only for a full word */
+			uint32_t len = zeros ? (uint32_t)__builtin_ctzll(zeros) : 64;
+			uint64_t m;
 
-			while (bits && got < n) {
-				uint64_t b = bits & -bits;
-
-				bits ^= b;
-				taken |= b;
-				out[got++] = (uint32_t)(w * 64 + (uint64_t)__builtin_ctzll(b));
-			}
-			s->freebits[w] &= ~taken;
+			if (len > n - got)
+				len = n - got;
+			iota_u32(out + got, (uint32_t)(w * 64 + lo), len);
+			if (hold)
+				ref_run_set(s, w * 64 + lo, len, 1);
+			got += len;
+			m = word_mask(lo, len);
+			bits &= ~m;
+			taken |= m;
 		}
+		s->freebits[w] &= ~taken;
 		if (got == n)
 			break;
 	}
@@ -146,6 +163,12 @@ uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 	s->free_in_slabs -= got;
 	slab_relist(s, i);
 	return got;
+}
+
+/* slab_take_runs() leaving the counts at 0: for the magazines. */
+uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
+{
+	return slab_take_runs(s, i, n, out, false);
 }
 
 /* Give free page @p back to its slab.  Lock held. */
@@ -165,38 +188,22 @@ void slab_put(struct kvs_slab *s, uint32_t p)
 	slab_relist(s, i);
 }
 
-/* Give back @pages, a run of pages of one slab at a time, so each slab is
- * relisted once per run.  With @dead_only, only the entries whose count is
- * REF_DYING (kvs_slab_free_bulk() dropped their last reference), which it
- * sets to 0, so a page listed twice goes back once.  Lock held. */
-void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dead_only)
+/* Give back free pages @pages (a magazine's), a stretch of pages of one
+ * slab at a time, so each slab is relisted once per stretch.  Lock held. */
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 {
 	size_t k = 0;
 
-#define SKIP(p) (dead_only && atomic_load_explicit(&s->ref[p], memory_order_relaxed) != REF_DYING)
 	while (k < n) {
-		uint64_t i, first;
-		uint32_t cnt = 0, minw;
-		struct slab_info *x;
+		uint64_t i = pages[k] / s->pps, first = i * s->pps;
+		struct slab_info *x = &s->si[i];
+		uint32_t cnt = 0, minw = x->hint;
 
-		if (SKIP(pages[k])) {
-			k++;
-			continue;
-		}
-		i = pages[k] / s->pps;
-		first = i * s->pps;
-		x = &s->si[i];
-		minw = x->hint;
 		/* Pages of the same slab: one unsigned compare, no division. */
 		for (; k < n && pages[k] - first < s->pps; k++) {
-			uint32_t w;
+			uint32_t w = (uint32_t)((pages[k] - first) >> 6);
 
-			if (SKIP(pages[k]))
-				continue;
-			if (dead_only)
-				atomic_store_explicit(&s->ref[pages[k]], 0, memory_order_relaxed);
 			bit_set(s->freebits, pages[k]);
-			w = (uint32_t)((pages[k] - first) >> 6);
 			if (w < minw)
 				minw = w;
 			cnt++;
@@ -208,7 +215,91 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages, bool dea
 		s->free_in_slabs += cnt;
 		slab_relist(s, i);
 	}
-#undef SKIP
+}
+
+/* Set the bits of pages [@p, @p + @len) in the free bitmap, a word at a
+ * time. */
+static void bits_set_run(uint64_t *map, uint64_t p, uint64_t len)
+{
+	uint64_t end = p + len;
+
+	while (p < end) {
+		uint32_t lo = (uint32_t)(p & 63);
+		uint64_t k = end - p < 64 - lo ? end - p : 64 - lo;
+
+		map[p >> 6] |= word_mask(lo, (uint32_t)k);
+		p += k;
+	}
+}
+
+/* Give back what one slab's share of the runs freed: @cnt pages, the lowest
+ * in bitmap word @minw of the slab. */
+static void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
+{
+	struct slab_info *x = &s->si[i];
+
+	if (!cnt)
+		return;
+	if (minw < x->hint)
+		x->hint = minw;
+	s->freed_since_grow += cnt;
+	x->inuse -= cnt;
+	s->inuse_total -= cnt;
+	s->free_in_slabs += cnt;
+	slab_relist(s, i);
+}
+
+/*
+ * Give back pages of @runs (at most 64; in range, the callers checked; they
+ * may cross slabs).  Run k with bit k of @whole set was dropped whole by the
+ * caller, its counts already 0: all of it goes back, bits set a word at a
+ * time.  Of the others, the pages whose count is REF_DYING
+ * (kvs_slab_free_bulk() or kvsi_slab_free_locs() dropped their last
+ * reference), setting it to 0, so a page listed twice goes back once.  A
+ * slab is relisted once per stretch of runs that stays in it.  Lock held.
+ */
+void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, uint64_t whole)
+{
+	uint64_t i = UINT64_MAX, first = 0;
+	uint32_t cnt = 0, minw = UINT32_MAX;
+	size_t k;
+
+	for (k = 0; k < n; k++) {
+		uint64_t p = runs[k].first, end = p + runs[k].len;
+
+		while (p < end) {
+			uint64_t len, q;
+
+			if (i == UINT64_MAX || p - first >= s->pps) {	/* another slab */
+				if (i != UINT64_MAX)
+					slab_put_done(s, i, cnt, minw);
+				i = p / s->pps;
+				first = i * s->pps;
+				cnt = 0;
+				minw = UINT32_MAX;
+			}
+			len = end - p < first + s->pps - p ? end - p : first + s->pps - p;
+			if (whole >> k & 1) {
+				bits_set_run(s->freebits, p, len);
+				cnt += (uint32_t)len;
+				if ((uint32_t)((p - first) >> 6) < minw)
+					minw = (uint32_t)((p - first) >> 6);
+			} else {
+				for (q = p; q < p + len; q++) {
+					if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != REF_DYING)
+						continue;
+					atomic_store_explicit(&s->ref[q], 0, memory_order_relaxed);
+					bit_set(s->freebits, q);
+					cnt++;
+					if ((uint32_t)((q - first) >> 6) < minw)
+						minw = (uint32_t)((q - first) >> 6);
+				}
+			}
+			p += len;
+		}
+	}
+	if (i != UINT64_MAX)
+		slab_put_done(s, i, cnt, minw);
 }
 
 /* The mapped slab to allocate from: fullest partial, else the newest empty

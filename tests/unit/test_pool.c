@@ -177,6 +177,159 @@ START_TEST(test_alloc_free_pages)
 }
 END_TEST
 
+/* The refcount of each page of @p against @want, and validation. */
+static void pool_counts(kvs_pool_t *p, const uint16_t *want, uint32_t npages)
+{
+	kvs_slab_t *s = kvs_pool_slab(p);
+	uint64_t held = 0;
+	uint32_t pg;
+
+	for (pg = 0; pg < npages; pg++) {
+		ck_assert_msg(kvs_slab_refcount(s, pg) == want[pg], "page %u: count %d, want %u", pg,
+			      kvs_slab_refcount(s, pg), want[pg]);
+		held += want[pg] != 0;
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), held);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+}
+
+/*
+ * kvs_pool_free() over runs of pages at page size @ps: whole allocations
+ * (runs of consecutive pages, each page's tokens in order), some tokens of
+ * a page (counted once while adjacent), a page's tokens listed apart
+ * (counted twice), and a bad location after a long run (nothing dropped).
+ */
+static void pool_free_runs(int i, uint32_t ps)
+{
+	enum { NP = 1000 };
+	kvs_drv_t *d = tu_open_gran(i, GRAN, 0, 0);
+	kvs_pool_t *p = mk(d, "tiny", ps, 4096 * (uint64_t)ps);
+	uint32_t npages = (uint32_t)(kvs_pool_capacity(p) / ps), k, j;
+	int32_t *locs = malloc(sizeof(int32_t) * NP * ps);
+	int32_t *list = malloc(sizeof(int32_t) * 3 * NP * ps);
+	uint16_t *want = calloc(npages, sizeof(uint16_t));
+	size_t n;
+
+	ck_assert_ptr_nonnull(locs);
+	ck_assert_ptr_nonnull(list);
+	ck_assert_ptr_nonnull(want);
+	/* Three allocations: one page, a few, the rest. */
+	ck_assert_int_eq(kvs_pool_alloc(p, ps, locs), 0);
+	ck_assert_int_eq(kvs_pool_alloc(p, 7 * (size_t)ps, locs + ps), 0);
+	ck_assert_int_eq(kvs_pool_alloc(p, (NP - 8) * (size_t)ps, locs + 8 * ps), 0);
+	for (k = 0; k < NP; k++) {
+		int32_t base = locs[k * ps];
+
+		ck_assert_int_ge(base, 0);
+		ck_assert_int_eq(base % (int32_t)ps, 0);
+		for (j = 0; j < ps; j++)
+			ck_assert_int_eq(locs[k * ps + j], base + (int32_t)j);
+		ck_assert_uint_lt((uint32_t)base / ps, npages);
+		ck_assert_uint_eq(want[base / ps], 0);	/* distinct pages */
+		want[base / ps] = 1;
+	}
+	pool_counts(p, want, npages);
+
+	/* A bad location after a long run: negative, past the capacity. */
+	memcpy(list, locs, sizeof(int32_t) * 900 * ps);
+	n = 900 * (size_t)ps;
+	list[n++] = -1;
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_free(p, n, list), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	list[n - 1] = INT32_MIN;
+	ck_assert_int_eq(kvs_pool_free(p, n, list), -1);
+	list[n - 1] = (int32_t)kvs_pool_capacity(p);
+	ck_assert_int_eq(kvs_pool_free(p, n, list), -1);
+	list[n - 1] = locs[0];	/* page 0 twice, held once */
+	ck_assert_int_eq(kvs_pool_free(p, n, list), -1);
+	pool_counts(p, want, npages);
+
+	/* Pages 0..99: all tokens but the first (or the page, at ps 1);
+	 * pages 100..199: their tokens backwards.  Each page once. */
+	n = 0;
+	for (k = 0; k < 100; k++)
+		for (j = ps > 1 ? 1 : 0; j < ps; j++)
+			list[n++] = locs[k * ps + j];
+	for (k = 100; k < 200; k++)
+		for (j = ps; j-- > 0;)
+			list[n++] = locs[k * ps + j];
+	ck_assert_int_eq(kvs_pool_free(p, n, list), 0);
+	for (k = 0; k < 200; k++)
+		want[locs[k * ps] / ps] = 0;
+	pool_counts(p, want, npages);
+
+	/* Pages 200..299 shared, then freed by a list naming each twice:
+	 * the run, then the run again. */
+	ck_assert_int_eq(kvs_pool_ref(p, 100 * (size_t)ps, locs + 200 * ps), 0);
+	for (k = 200; k < 300; k++)
+		want[locs[k * ps] / ps] = 2;
+	pool_counts(p, want, npages);
+	memcpy(list, locs + 200 * ps, sizeof(int32_t) * 100 * ps);
+	memcpy(list + 100 * ps, locs + 200 * ps, sizeof(int32_t) * 100 * ps);
+	ck_assert_int_eq(kvs_pool_free(p, 200 * (size_t)ps, list), 0);
+	for (k = 200; k < 300; k++)
+		want[locs[k * ps] / ps] = 0;
+	pool_counts(p, want, npages);
+
+	/* Pages 300..399: one token from the middle of each, separated by
+	 * a page's other tokens when shared: a page listed apart counts twice. */
+	if (ps > 2) {
+		ck_assert_int_eq(kvs_pool_ref(p, ps, locs + 300 * ps), 0);
+		n = 0;
+		list[n++] = locs[300 * ps];	/* page 300's first token */
+		list[n++] = locs[301 * ps];	/* page 301 */
+		list[n++] = locs[300 * ps + 2];	/* page 300 again: apart, twice */
+		ck_assert_int_eq(kvs_pool_free(p, n, list), 0);
+		want[locs[300 * ps] / ps] = 0;
+		want[locs[301 * ps] / ps] = 0;
+		pool_counts(p, want, npages);
+		ck_assert_int_eq(kvs_pool_free(p, n, list), -1);	/* all free now */
+		pool_counts(p, want, npages);
+	}
+
+	/* The rest in one call, in reverse page order (runs of one page). */
+	n = 0;
+	for (k = NP; k-- > (ps > 2 ? 302u : 300u);)
+		for (j = 0; j < ps; j++)
+			list[n++] = locs[k * ps + j];
+	ck_assert_int_eq(kvs_pool_free(p, n, list), 0);
+	memset(want, 0, npages * sizeof(uint16_t));
+	pool_counts(p, want, npages);
+	ck_assert_uint_eq(kvs_pool_available(p), kvs_pool_capacity(p));
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	free(locs);
+	free(list);
+	free(want);
+}
+
+START_TEST(test_free_runs_ps1)
+{
+	pool_free_runs(_i, 1);
+}
+END_TEST
+
+START_TEST(test_free_runs_ps16)
+{
+	pool_free_runs(_i, 16);
+}
+END_TEST
+
+START_TEST(test_free_runs_ps3)
+{
+	pool_free_runs(_i, 3);
+}
+END_TEST
+
+START_TEST(test_free_runs_ps12)
+{
+	pool_free_runs(_i, 12);
+}
+END_TEST
+
+
 START_TEST(test_token_slots)
 {
 	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
@@ -688,6 +841,10 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_planner_from_driver, 0, nb);
 	tcase_add_loop_test(tc, test_alloc_free_pages, 0, nb);
 	tcase_add_loop_test(tc, test_token_slots, 0, nb);
+	tcase_add_loop_test(tc, test_free_runs_ps1, 0, nb);
+	tcase_add_loop_test(tc, test_free_runs_ps16, 0, nb);
+	tcase_add_loop_test(tc, test_free_runs_ps3, 0, nb);
+	tcase_add_loop_test(tc, test_free_runs_ps12, 0, nb);
 	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
 	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
 	tcase_add_test(tc, test_pool_overflow);

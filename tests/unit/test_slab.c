@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1013,6 +1014,395 @@ START_TEST(test_free_bulk_all_or_nothing)
 END_TEST
 
 
+/* ------------------------------------------------- bulk paths in runs */
+
+/* Page size 1, four granules a slab (256 pages: four bitmap words), @cap
+ * pages, magazine @mag. */
+static kvs_slab_t *mk_runs(kvs_drv_t *d, uint64_t cap, uint32_t mag)
+{
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+
+	base_attr(&a, cap);
+	a.slab_granules = 4;
+	a.magazine = mag;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_uint_eq(kvs_slab_pages_per_slab(s), 256);
+	return s;
+}
+
+/* Every count is what @want says, objects agrees, and validate passes. */
+static void check_counts(kvs_slab_t *s, const uint16_t *want, uint32_t n)
+{
+	uint64_t held = 0;
+	uint32_t p;
+
+	for (p = 0; p < n; p++) {
+		ck_assert_msg(kvs_slab_refcount(s, p) == want[p], "page %u: count %d, want %u", p,
+			      kvs_slab_refcount(s, p), want[p]);
+		held += want[p] != 0;
+	}
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), held);
+	ck_assert_int_eq(kvs_slab_validate(s), 0);
+}
+
+/* Pages [@first, @first + @n) into @list; returns the next slot. */
+static size_t put_run(uint32_t *list, size_t k, uint32_t first, uint32_t n)
+{
+	while (n--)
+		list[k++] = first++;
+	return k;
+}
+
+/* Bulk allocation takes whole bitmap words and runs of partial ones, lowest
+ * first within the fullest slab: the pages are distinct, held once, and the
+ * counts agree with validation. */
+START_TEST(test_bulk_alloc_words)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk_runs(d, 1024, 0);
+	static uint32_t pages[1024], more[8];
+	static uint16_t want[1024];
+	uint32_t k;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 5, pages), 5);	/* part of word 0 */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 200, pages + 5), 200); /* words 0..3 */
+	for (k = 0; k < 205; k++) {
+		ck_assert_uint_eq(pages[k], k);
+		want[k] = 1;
+	}
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_alloc_slow), 205);
+	/* Holes in words 1 and 2: the next allocation fills them, lowest
+	 * first, before the rest of the slab. */
+	more[0] = 70;
+	more[1] = 71;
+	more[2] = 90;
+	more[3] = 130;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 4, more), 0);
+	want[70] = want[71] = want[90] = want[130] = 0;
+	check_counts(s, want, 1024);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 6, more), 6);
+	ck_assert_uint_eq(more[0], 70);
+	ck_assert_uint_eq(more[1], 71);
+	ck_assert_uint_eq(more[2], 90);
+	ck_assert_uint_eq(more[3], 130);
+	ck_assert_uint_eq(more[4], 205);
+	ck_assert_uint_eq(more[5], 206);
+	want[70] = want[71] = want[90] = want[130] = want[205] = want[206] = 1;
+	check_counts(s, want, 1024);
+	/* The rest of the allocator: 51 pages of slab 0 and three slabs of
+	 * whole words, all distinct. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1024 - 207, pages), 1024 - 207);
+	for (k = 0; k < 1024 - 207; k++) {
+		ck_assert_uint_lt(pages[k], 1024);
+		ck_assert_uint_eq(want[pages[k]], 0);
+		want[pages[k]] = 1;
+	}
+	check_counts(s, want, 1024);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1, more), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	check_counts(s, want, 1024);
+	for (k = 0; k < 1024; k++)
+		pages[k] = k;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 1024, pages), 0);
+	memset(want, 0, sizeof(want));
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* Bulk free of runs that cross bitmap words and slabs and end mid-word,
+ * mixed with scattered pages and shared ones. */
+START_TEST(test_bulk_free_runs)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk_runs(d, 1024, 0);
+	static uint32_t pages[1024], list[2048];
+	static uint16_t want[1024];
+	uint64_t free_slow;
+	size_t n = 0;
+	uint32_t k;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1024, pages), 1024);
+	for (k = 0; k < 1024; k++)
+		want[k] = 1;
+	for (k = 600; k < 610; k++) {	/* shared: a run of them drops to 1 */
+		ck_assert_int_eq(kvs_slab_ref(s, k), 0);
+		want[k] = 2;
+	}
+	free_slow = kvs_slab_stat(s, KVS_SLAB_STAT_free_slow);
+	n = put_run(list, n, 30, 170);		/* words 0..3 of slab 0, ends mid-word */
+	n = put_run(list, n, 250, 350);		/* slab 0 -> 1 -> 2, ends mid-word */
+	n = put_run(list, n, 700, 1);		/* scattered */
+	n = put_run(list, n, 702, 1);
+	n = put_run(list, n, 705, 2);
+	n = put_run(list, n, 1023, 1);		/* the last page */
+	n = put_run(list, n, 605, 10);		/* half shared */
+	n = put_run(list, n, 3, 1);
+	for (k = 0; k < n; k++)
+		want[list[k]]--;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_free_slow) - free_slow, n - 5);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects_free), n - 5);
+	/* Slab 1 is empty, the others partial. */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial), 3);
+	/* Allocating them again gives the freed pages back, no others. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, n - 5, list), (int)(n - 5));
+	for (k = 0; k < n - 5; k++) {
+		ck_assert_uint_eq(want[list[k]], 0);
+		want[list[k]] = 1;
+	}
+	check_counts(s, want, 1024);
+	for (k = 0; k < 1024; k++)
+		list[k] = k;
+	for (k = 600; k < 605; k++)
+		list[1024 + k - 600] = k;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 1029, list), 0);
+	memset(want, 0, sizeof(want));
+	check_counts(s, want, 1024);
+	finish(_i, d, s);
+}
+END_TEST
+
+/* A page listed twice: freed at count 2, refused at count 1 with nothing
+ * dropped; a bad entry at the end of a long run drops nothing. */
+START_TEST(test_bulk_free_twice_and_bad_tail)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk_runs(d, 1024, 0);
+	static uint32_t pages[1024], list[1100];
+	static uint16_t want[1024];
+	uint64_t free_slow;
+	size_t n;
+	uint32_t k;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1000, pages), 1000);
+	for (k = 0; k < 1000; k++)
+		want[k] = 1;
+	free_slow = kvs_slab_stat(s, KVS_SLAB_STAT_free_slow);
+	/* Count 1 listed twice: inside a long run and after it. */
+	n = put_run(list, 0, 10, 500);
+	list[n++] = 300;
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	check_counts(s, want, 1024);
+	/* Twice in a row, and twice apart in two runs. */
+	list[0] = 7;
+	list[1] = 7;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 2, list), -1);
+	n = put_run(list, 0, 100, 50);
+	n = put_run(list, n, 140, 50);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	check_counts(s, want, 1024);
+	/* The same lists with the pages shared: freed. */
+	ck_assert_int_eq(kvs_slab_ref(s, 300), 0);
+	ck_assert_int_eq(kvs_slab_ref(s, 7), 0);
+	for (k = 140; k < 150; k++)
+		ck_assert_int_eq(kvs_slab_ref(s, k), 0);
+	list[0] = 7;
+	list[1] = 7;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 2, list), 0);
+	want[7] = 0;
+	n = put_run(list, 0, 100, 50);
+	n = put_run(list, n, 140, 50);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	for (k = 100; k < 190; k++)
+		want[k] = 0;
+	n = put_run(list, 0, 200, 200);
+	list[n++] = 300;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	for (k = 200; k < 400; k++)
+		want[k] = 0;
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_free_slow) - free_slow, 1 + 90 + 200);
+	/* A bad entry at the end of a long run: out of range, a free page,
+	 * a page past the allocator (a run running off its end). */
+	free_slow = kvs_slab_stat(s, KVS_SLAB_STAT_free_slow);
+	n = put_run(list, 0, 400, 600);
+	list[n++] = 1024;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	list[n - 1] = 1010;	/* never allocated */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	list[n - 1] = 100;	/* freed above */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	list[n - 1] = UINT32_MAX;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	n = put_run(list, 0, 1000, 30);	/* 1000..1029: past the allocated, and the end */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	n = put_run(list, 0, 990, 10);
+	n = put_run(list, n, UINT32_MAX - 1, 3);	/* wraps to 0 */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_free_slow), free_slow);
+	n = put_run(list, 0, 400, 600);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	n = put_run(list, 0, 0, 7);
+	n = put_run(list, n, 8, 92);
+	n = put_run(list, n, 190, 10);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	memset(want, 0, sizeof(want));
+	check_counts(s, want, 1024);
+	(void)pages;
+	finish(_i, d, s);
+}
+END_TEST
+
+static uint64_t xs(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/*
+ * Many random operations against a model (an array of counts): bulk and
+ * single allocation, references, bulk frees of runs, scattered pages and
+ * repeats, some with a bad entry somewhere (refused, nothing changes).
+ * With @mag, the per-thread cache takes part.
+ */
+static void random_model(int i, uint32_t mag, uint64_t seed)
+{
+	enum { CAP = 1024, OPS = 3000 };
+	kvs_drv_t *d = drv_open(i, 0);
+	kvs_slab_t *s = mk_runs(d, CAP, mag);
+	static uint16_t want[CAP];
+	static uint32_t list[4 * CAP], held[CAP];
+	uint64_t x = seed;
+	int op;
+
+	memset(want, 0, sizeof(want));
+	for (op = 0; op < OPS; op++) {
+		uint32_t nheld = 0, p, k, r = (uint32_t)(xs(&x) % 100);
+		size_t n = 0;
+
+		for (p = 0; p < CAP; p++)
+			if (want[p])
+				held[nheld++] = p;
+		if (r < 30) {			/* bulk allocation */
+			uint32_t want_n = 1 + (uint32_t)(xs(&x) % 300);
+			int rc = kvs_slab_alloc_bulk(s, want_n, list);
+
+			if (rc < 0) {
+				ck_assert_int_eq(errno, ENOMEM);
+				ck_assert_uint_gt(want_n, CAP - nheld);
+				continue;
+			}
+			for (k = 0; k < want_n; k++) {
+				ck_assert_uint_lt(list[k], CAP);
+				ck_assert_uint_eq(want[list[k]], 0);
+				want[list[k]] = 1;
+			}
+		} else if (r < 38) {		/* single pages */
+			int64_t pg = kvs_slab_alloc(s);
+
+			if (pg >= 0) {
+				ck_assert_uint_eq(want[pg], 0);
+				want[pg] = 1;
+			}
+		} else if (r < 48 && nheld) {	/* references */
+			for (k = 0; k < 20; k++) {
+				p = held[xs(&x) % nheld];
+				ck_assert_int_eq(kvs_slab_ref(s, p), 0);
+				want[p]++;
+			}
+		} else if (r < 52 && nheld) {	/* single free */
+			p = held[xs(&x) % nheld];
+			ck_assert_int_eq(kvs_slab_free(s, p), 0);
+			want[p]--;
+		} else if (nheld) {		/* bulk free */
+			static uint16_t drop[CAP];
+			bool bad = xs(&x) % 4 == 0;
+
+			memset(drop, 0, sizeof(drop));
+			while (n < 2 * CAP && xs(&x) % 8) {
+				uint32_t at = (uint32_t)(xs(&x) % nheld), len;
+
+				len = 1 + (uint32_t)(xs(&x) % (xs(&x) % 4 ? 8 : 200));
+				/* A run of held pages, consecutive while they are. */
+				for (k = 0; k < len && at + k < nheld; k++) {
+					p = held[at + k];
+					if (k && p != held[at + k - 1] + 1)
+						break;
+					if (drop[p] >= want[p])
+						break;
+					drop[p]++;
+					list[n++] = p;
+				}
+			}
+			if (bad) {
+				/* One entry too many, anywhere. */
+				uint32_t where = n ? (uint32_t)(xs(&x) % (n + 1)) : 0;
+				uint32_t what = (uint32_t)(xs(&x) % (CAP + 10));
+
+				if (what < CAP && drop[what] < want[what]) {
+					bad = false;
+				} else {
+					memmove(list + where + 1, list + where,
+						(n - where) * sizeof(*list));
+					list[where] = what;
+					n++;
+				}
+			}
+			errno = 0;
+			if (bad) {
+				ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), -1);
+				ck_assert_int_eq(errno, EINVAL);
+			} else {
+				ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+				for (k = 0; k < n; k++)
+					want[list[k]]--;
+			}
+		}
+		if (op % 50 == 0 || op == OPS - 1)
+			check_counts(s, want, CAP);
+		else
+			for (k = 0; k < 16; k++) {
+				p = (uint32_t)(xs(&x) % CAP);
+				ck_assert_int_eq(kvs_slab_refcount(s, p), want[p]);
+			}
+	}
+	for (;;) {			/* everything back */
+		size_t n = 0;
+		uint32_t p;
+
+		for (p = 0; p < CAP; p++)
+			if (want[p])
+				list[n++] = p;
+		if (!n)
+			break;
+		ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+		for (p = 0; p < n; p++)
+			want[list[p]]--;
+	}
+	check_counts(s, want, CAP);
+	ck_assert_int_eq(kvs_slab_flush(s), 0);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects_free),
+			  kvs_slab_stat(s, KVS_SLAB_STAT_total_objects));
+	finish(i, d, s);
+}
+
+START_TEST(test_bulk_random_model)
+{
+	random_model(_i, 0, 0x9e3779b97f4a7c15ULL);
+}
+END_TEST
+
+START_TEST(test_bulk_random_model_mag)
+{
+	random_model(_i, 32, 0x2545f4914f6cdd1dULL);
+}
+END_TEST
+
+
 /* ------------------------------------------------------ the fence rule */
 
 /* Kernels reading each run of consecutive pages of @pages in both
@@ -1212,6 +1602,15 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_map_undo_failure, 0, nb);
 	tcase_add_loop_test(tc, test_unmap_failure_parks, 0, nb);
 	tcase_add_loop_test(tc, test_free_bulk_all_or_nothing, 0, nb);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("runs");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, test_bulk_alloc_words, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_free_runs, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_free_twice_and_bad_tail, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_random_model, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_random_model_mag, 0, nb);
 	suite_add_tcase(s, tc);
 
 	if (nb > 1) {
