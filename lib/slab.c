@@ -174,6 +174,7 @@ static void slab_free_mem(struct kvs_slab *s)
 	free(s->base);
 	free(s->si);
 	free(s->freebits);
+	free(s->freewords);
 	free(s->unmapped);
 	free((void *)s->ref);
 	free(s->streams);
@@ -240,11 +241,12 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->si = calloc(s->nslabs, sizeof(*s->si));
 	words = (s->npages + 63) / 64;
 	s->freebits = calloc(words, sizeof(uint64_t));
+	s->freewords = calloc((words + 63) / 64, sizeof(uint64_t));
 	s->unmapped = calloc((s->nslabs + 63) / 64, sizeof(uint64_t));
 	s->ref = calloc(s->npages, sizeof(*s->ref));
 	s->streams = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->streams));
 	s->fence_ev = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->fence_ev));
-	if (!s->token_bytes || !s->slab_bytes || !s->base || !s->si || !s->freebits ||
+	if (!s->token_bytes || !s->slab_bytes || !s->base || !s->si || !s->freebits || !s->freewords ||
 	    !s->unmapped || !s->ref || !s->streams || !s->fence_ev)
 		goto err_free;
 	for (b = 0; b < a->nstreams && !a->fence.record; b++)
@@ -1026,6 +1028,7 @@ KVS_EXPORT int kvs_slab_alloc_contig(kvs_slab_t *s, size_t n, uint32_t *first)
 		uint64_t i = p / s->pps;
 
 		bit_clear(s->freebits, p);
+		slab_words_sync(s, p / 64, p / 64 + 1);
 		s->si[i].inuse++;
 		s->inuse_total++;
 		s->free_in_slabs--;

@@ -89,6 +89,7 @@ struct kvs_slab {
 	pthread_mutex_t lock;
 	struct slab_info *si;
 	uint64_t *freebits;
+	uint64_t *freewords;		/* bit per freebits word: set when it is not 0 */
 	uint64_t *unmapped;		/* bit per slab */
 	_Atomic uint16_t *ref;
 	_Atomic uint64_t share_gen;	/* moves whenever a held page's count goes past 1 or back */
@@ -131,6 +132,23 @@ struct kvs_slab {
 };
 
 #define ST(s, item) ((s)->stats[KVS_SLAB_STAT_##item])
+
+/* Bring the summary bits of freebits words [@w, @wend) up to date. */
+static inline void slab_words_sync(struct kvs_slab *s, uint64_t w, uint64_t wend)
+{
+	for (; w < wend; w++) {
+		if (s->freebits[w])
+			bit_set(s->freewords, w);
+		else
+			bit_clear(s->freewords, w);
+	}
+}
+
+/* ... of the words of pages [@p, @end), @p < @end. */
+static inline void slab_pages_sync(struct kvs_slab *s, uint64_t p, uint64_t end)
+{
+	slab_words_sync(s, p / 64, (end - 1) / 64 + 1);
+}
 
 /* A held page gained or lost a second reference: what the radix cache
  * has learned of which pages are held once is stale (after the count's

@@ -319,6 +319,7 @@ out:
 	s->si[i].hint = 0;
 	s->n_busy--;
 	bits_fill(s->freebits, i * s->pps, (i + 1) * s->pps, true);
+	slab_pages_sync(s, i * s->pps, (i + 1) * s->pps);
 	s->free_in_slabs += s->pps;
 	s->bytes_mapped += s->slab_total;
 	if (s->bytes_mapped > s->bytes_peak)
@@ -394,6 +395,7 @@ static int slab_unmap_locked(struct kvs_slab *s, uint64_t i)
 	x->state = S_BUSY;
 	s->n_busy++;
 	bits_fill(s->freebits, i * s->pps, (i + 1) * s->pps, false);
+	slab_pages_sync(s, i * s->pps, (i + 1) * s->pps);
 	s->free_in_slabs -= s->pps;
 	pthread_mutex_unlock(&s->lock);
 	left = unmap_buffers(s, i, 0, s->nbuf);

@@ -127,7 +127,9 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
 	uint32_t got = 0;
 
-	for (; w < wend && got < n; w++) {
+	/* Only words with a free bit, found through the summary: a nearly
+	 * full slab of millions of pages is not read word by word. */
+	for (; (w = bits_next_set(s->freewords, w, wend)) < wend && got < n; w++) {
 		uint64_t bits = s->freebits[w], taken = 0;
 
 		/* A word may be shared with the neighbour slabs: mask them off. */
@@ -152,6 +154,8 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			taken |= m;
 		}
 		s->freebits[w] &= ~taken;
+		if (!s->freebits[w])
+			bit_clear(s->freewords, w);
 		if (got == n)
 			break;
 	}
@@ -179,6 +183,7 @@ void slab_put(struct kvs_slab *s, uint32_t p)
 	uint32_t w = (uint32_t)((p - i * s->pps) / 64);
 
 	bit_set(s->freebits, p);
+	bit_set(s->freewords, p / 64);
 	if (w < x->hint)
 		x->hint = w;
 	s->freed_since_grow++;
@@ -204,6 +209,7 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 			uint32_t w = (uint32_t)((pages[k] - first) >> 6);
 
 			bit_set(s->freebits, pages[k]);
+			bit_set(s->freewords, pages[k] / 64);
 			if (w < minw)
 				minw = w;
 			cnt++;
@@ -281,6 +287,7 @@ void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, ui
 			len = end - p < first + s->pps - p ? end - p : first + s->pps - p;
 			if (whole >> k & 1) {
 				bits_set_run(s->freebits, p, len);
+				bits_fill(s->freewords, p / 64, (p + len - 1) / 64 + 1, true);
 				cnt += (uint32_t)len;
 				if ((uint32_t)((p - first) >> 6) < minw)
 					minw = (uint32_t)((p - first) >> 6);
@@ -290,6 +297,7 @@ void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, ui
 						continue;
 					atomic_store_explicit(&s->ref[q], 0, memory_order_relaxed);
 					bit_set(s->freebits, q);
+					bit_set(s->freewords, q / 64);
 					cnt++;
 					if ((uint32_t)((q - first) >> 6) < minw)
 						minw = (uint32_t)((q - first) >> 6);

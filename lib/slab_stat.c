@@ -60,6 +60,10 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 				bit_set(seen, p);
 		}
 	}
+	/* The summary of the free bitmap: a bit for each word not 0. */
+	for (p = 0; p < (s->npages + 63) / 64 && !bad; p++)
+		if (bit_test(s->freewords, p) != (s->freebits[p] != 0))
+			bad = 1;
 	for (i = 0; i < s->nslabs && !bad; i++) {
 		struct slab_info *x = &s->si[i];
 		uint64_t nfree = 0;
