@@ -17,7 +17,8 @@
  *  - freebits: one bit per page, set when the page is free *in its slab*
  *    (meaningful for mapped slabs only).  A slab allocates its lowest free
  *    page, starting from a per-slab word hint, which keeps the low pages of
- *    a slab busy and the high ones free.
+ *    a slab busy and the high ones free.  freewords summarises it, a bit
+ *    per word that is not 0, so a take skips 64 full words a load.
  *  - ref: one 16-bit reference count per page.  0 means free (in a slab, in
  *    a per-thread cache, or parked in a broken slab); n > 0 means n holders.
  *  - lists of mapped slabs: an empty list and NBUCKET partial lists bucketed
