@@ -238,6 +238,58 @@ START_TEST(test_slab_aware_follows_sharing)
 }
 END_TEST
 
+/*
+ * A leaf of a whole slab (pages 0-3 of A, one run, counted four at a
+ * time) whose middle pages 1 and 2 a request shares: its eviction frees 2
+ * pages and leaves 2 live in A.  Against it, one-page leaves of slab B.
+ * With B half full (pages 4 and 5 cached, 6 and 7 free) leaf 4 leaves 1
+ * live page and goes first; with B full (4-7 cached) it leaves 3, and the
+ * big leaf goes first.  Counting the shared pages as freeable would take
+ * the big leaf in both; not counting any, in neither.
+ */
+static void whole_slab_leaf(int be, int b_full)
+{
+	static const int32_t key[4] = {200, 201, 202, 203};
+	struct env e;
+	int32_t locs[8];
+	int i;
+
+	env_open(&e, be, 32, 1);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(locs[i], i);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, key, 4, locs, 0, NULL), 0);
+	ck_assert_int_eq(kvs_pool_ref(e.pool, 2, &locs[1]), 0);
+	for (i = 4; i < 8; i++) {
+		if (i < 6 || b_full)
+			cache_page(&e, 300 + i, locs[i]);
+		else
+			ck_assert_int_eq(kvs_pool_free(e.pool, 1, &locs[i]), 0);
+	}
+	/* LRU order: the big leaf, 304, 305, ... */
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1), b_full ? 4 : 1);
+	if (b_full) {
+		static const int want[8] = {0, 1, 1, 0, 1, 1, 1, 1};
+
+		for (i = 0; i < 8; i++)
+			ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)i), want[i]);
+	} else {
+		static const int want[6] = {1, 2, 2, 1, 0, 1};
+
+		for (i = 0; i < 6; i++)
+			ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)i), want[i]);
+	}
+	ck_assert_int_eq(kvs_pool_free(e.pool, 2, &locs[1]), 0);
+	env_close(&e);
+}
+
+START_TEST(test_slab_aware_whole_slab_leaf)
+{
+	whole_slab_leaf(_i, 0);
+	whole_slab_leaf(_i, 1);
+}
+END_TEST
+
 /* Slab-aware allocation: pages go to the fullest partial slab first. */
 START_TEST(test_alloc_fullest_first)
 {
@@ -607,6 +659,7 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_slab_aware_empties_a_slab, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_skips_shared, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_follows_sharing, 0, nb);
+	tcase_add_loop_test(tc, test_slab_aware_whole_slab_leaf, 0, nb);
 	tcase_add_loop_test(tc, test_slab_aware_random, 0, nb);
 	tcase_add_loop_test(tc, test_alloc_fullest_first, 0, nb);
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);

@@ -688,7 +688,7 @@ START_TEST(test_insert_checks_runs)
 	for (size_t t = 0; t < 2; t++) {
 		uint32_t ps = pss[t];
 		struct env e;
-		int32_t k[96], a[96], bad[96], b[48], c[48];
+		int32_t k[96], a[96], bad[96], b[48], c[48], c2[96];
 		uint64_t cap;
 
 		env_open(&e, ps, KVS_EVICT_LRU, 3072);
@@ -722,6 +722,14 @@ START_TEST(test_insert_checks_runs)
 				bad[i] = a[0] + 1 + i;
 			insert_refused(&e, k, 96, bad);
 		}
+		/* A page the caller does not hold, in the middle of a long
+		 * run (its counts are read four at a time). */
+		memcpy(bad, a, sizeof(a));
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 96, c2), 0);
+		ck_assert_int_eq(kvs_pool_free(e.pool, ps, &c2[51 / ps * ps]), 0);
+		insert_refused(&e, k, 96, c2);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 51 / ps * ps, c2), 0);
+		ck_assert_int_eq(kvs_pool_free(e.pool, 96 - 51 / ps * ps - ps, c2 + 51 / ps * ps + ps), 0);
 		/* The first half goes in; then the whole key over fresh pages
 		 * (the cached half's are the caller's duplicates), whose new
 		 * half holds one of the tree's pages in the middle of a run. */
