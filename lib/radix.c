@@ -201,6 +201,8 @@ struct kvs_radix {
 	uint64_t *held;			/* pool pages the tree holds (pool only) */
 	struct prun *runs;		/* insert's scratch: the runs of pages it is handed */
 	size_t nruns, runs_cap;
+	struct rnode **path;		/* insert's scratch: the nodes its walk passed */
+	size_t path_cap;
 	uint64_t *seen;			/* insert's scratch, all clear between calls */
 	struct {
 #define W_FIELD(n) uint64_t n;
@@ -937,6 +939,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	free(r->held);
 	free(r->seen);
 	free(r->runs);
+	free(r->path);
 	free(r->slab_cnt);
 	free(r->slab_gone);
 	free(r->hist_tmp);
@@ -1283,14 +1286,13 @@ static int check_pages(struct kvs_radix *r)
  * changes anything: every location in the pool's range (>= 0 without a
  * pool), each page's locations one page of the pool in order, no page
  * twice, every page held by the caller (reference count > 0), and none of
- * the pages the tree would take over already the tree's.  Leaves the runs
- * of pages in r->runs for the insert.  With wlock.  Returns 0, or -1 with
- * errno EINVAL or ENOMEM.
+ * the pages the tree would take over already the tree's (that one by
+ * insert_locked(), once its walk knows where the new part starts).  Leaves
+ * the runs of pages in r->runs for the insert.  With wlock.  Returns 0, or
+ * -1 with errno EINVAL or ENOMEM.
  */
-static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
-			const int32_t *locs, size_t n)
+static int check_insert(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
-	size_t k, pos;
 	int dup;
 
 	if (cut_runs(r, locs, n) < 0)
@@ -1303,16 +1305,6 @@ static int check_insert(struct kvs_radix *r, uint64_t extra, const int32_t *key,
 		if (dup)
 			return dup < 0 ? -1 : kvs_fail(EINVAL);
 	}
-	if (r->held && !r->disabled) {
-		pos = ro_walk(r, extra, key, n, NULL); /* where the new part starts */
-		for (k = 0; k < r->nruns; k++) {
-			uint64_t p;
-			uint32_t np = run_from(r, k, pos, &p);
-
-			if (np && bits_any(r->held, p, p + np))
-				return kvs_fail(EINVAL);
-		}
-	}
 	return 0;
 }
 
@@ -1324,7 +1316,8 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 {
 	struct rnode *node = r->root, *stored = NULL;
 	uint64_t stored_from = 0;
-	size_t pos = 0, i;
+	size_t pos = 0, i, npath = 0;
+	uint32_t cut = 0;
 
 	*last = node;
 	if (r->disabled) {
@@ -1334,25 +1327,51 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 			free_locs(r, locs, n);
 		return 0;
 	}
-	r->clock++;
+	/* The walk compares and changes nothing: the new part's pages are
+	 * checked against the tree's first.  Only its last node may be
+	 * split: the key leaves the tree inside it. */
 	while (pos < n) {
 		struct rnode *c = find_child(r, node, extra, key + pos);
-		struct rseg *s;
-		uint32_t m;
 
 		if (!c)
 			break;
-		s = seg_of(c);
-		m = edge_match(r, s, key + pos, n - pos);
-		if (m < s->len) {
+		if (npath == r->path_cap) {
+			size_t cap = r->path_cap ? 2 * r->path_cap : 64;
+			struct rnode **np = realloc(r->path, cap * sizeof(*np));
+
+			if (!np)
+				return kvs_fail(ENOMEM);
+			r->path = np;
+			r->path_cap = cap;
+		}
+		r->path[npath++] = c;
+		cut = edge_match(r, seg_of(c), key + pos, n - pos);
+		pos += cut;
+		if (cut < seg_of(c)->len)
+			break;
+		cut = 0;
+		node = c;
+	}
+	if (r->held) /* check_insert() left the runs */
+		for (i = 0; i < r->nruns; i++) {
+			uint64_t p;
+			uint32_t np = run_from(r, i, pos, &p);
+
+			if (np && bits_any(r->held, p, p + np))
+				return kvs_fail(EINVAL);
+		}
+	r->clock++;
+	for (i = 0; i < npath; i++) {
+		struct rnode *c = r->path[i];
+
+		if (i + 1 == npath && cut) {
 			write_begin(r);
-			c = split(r, c, m);
+			c = split(r, c, cut);
 			write_end(r);
 			if (!c)
 				return kvs_fail(ENOMEM);
 		}
 		touch(r, c, priority);
-		pos += m;
 		node = c;
 	}
 	if (pos < n) {
@@ -1411,7 +1430,7 @@ static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t 
 		return kvs_fail(EINVAL);
 	n = n / r->ps * r->ps;
 	pthread_mutex_lock(&r->wlock);
-	got = check_insert(r, extra, key, locs, n);
+	got = check_insert(r, locs, n);
 	if (got == 0)
 		got = insert_locked(r, extra, key, n, locs, priority, &node);
 	if (got >= 0 && lock)
