@@ -23,7 +23,10 @@
  * the bound (measure_bandwidth()) for the same run's token counts.  After
  * each 100% run, lock-free readers match over the full tree (readers()).
  *
- * Usage: bench_radix [--page 1|16] [--capacity 10|30|100] [TRACE.jsonl ...]
+ * Each configuration runs --repeat times (3); the summary at the end gives
+ * the median requests/s and fraction of the bound, and the range.
+ *
+ * Usage: bench_radix [--page 1|16] [--capacity 10|30|100] [--repeat N] [TRACE.jsonl ...]
  *   (default: both pages, every capacity, the conversation and
  * synthetic traces in $KVSLAB_SHARED/traces, else in the "shared" folder
  * beside any folder above $KVSLAB_TOP_SRCDIR, $KVSLAB_TOP_BUILDDIR or the
@@ -320,8 +323,9 @@ static void readers(kvs_radix_t *r, const struct trace *t)
 }
 
 static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ideal_hit,
-	       const char *label, int fraction_full)
+	       const char *label, int fraction_full, double *rps, double *frac)
 {
+	double cmp0, cpy0;
 	kvs_drv_attr_t da;
 	kvs_pool_attr_t pa;
 	kvs_drv_t *d;
@@ -337,8 +341,8 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	size_t i;
 
 	measure_bandwidth();
-	printf("  bound: memcmp %.2f GB/s, memcpy %.2f GB/s (one core, %u MiB buffers)\n",
-	       bw_cmp / 1e9, bw_cpy / 1e9, BW_BYTES >> 20);
+	cmp0 = bw_cmp;
+	cpy0 = bw_cpy;
 	kvs_drv_attr_init(&da);
 	da.flags = KVS_DRV_F_NO_POPULATE; /* pages arrive when used */
 	d = kvs_drv_open("host", &da);
@@ -401,8 +405,17 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		kvs_radix_unlock(r, last);
 		busy += bench_ns() - start;
 	}
+	/* The bandwidth before and after the run, averaged: the machine's
+	 * other tenants change it over seconds. */
+	measure_bandwidth();
+	bw_cmp = (bw_cmp + cmp0) / 2;
+	bw_cpy = (bw_cpy + cpy0) / 2;
+	printf("  bound: memcmp %.2f GB/s, memcpy %.2f GB/s (one core, %u MiB buffers, "
+	       "before and after)\n", bw_cmp / 1e9, bw_cpy / 1e9, BW_BYTES >> 20);
 	inserted = kvs_radix_stat(r, KVS_RADIX_STAT_inserted_tokens);
 	bound_s = bound_seconds(hit_tokens, alloc_tokens, inserted, evicted_tokens);
+	*rps = (double)t->n / ((double)busy / 1e9);
+	*frac = bound_s / ((double)busy / 1e9);
 	printf("  page %2u cap %9llu (%s asked, %llu): hit %.4f (ideal %.4f) %8.0f req/s"
 	       " = %5.1f%% of bound %.0f\n",
 	       ps, (unsigned long long)kvs_pool_capacity(pool), label,
@@ -434,6 +447,15 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 }
 
 static uint32_t only_page;	/* --page: 0 for both */
+static int repeat = 3;		/* --repeat: runs of each configuration */
+static char summary[4096];	/* one line a configuration, printed at the end */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
 static int only_cap = -1;	/* --capacity: index into fractions[], -1 for all */
 
 static int bench_trace(const char *path)
@@ -459,11 +481,24 @@ static int bench_trace(const char *path)
 		if (k == 0)
 			printf("  unique tokens %llu, ideal hit at page 1: %.4f\n",
 			       (unsigned long long)unique, hit);
-		for (i = 0; i < 3; i++)
-			if ((only_cap < 0 || (size_t)only_cap == i) &&
-			    run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k], hit,
-				labels[i], i == 2))
-				return 1;
+		for (i = 0; i < 3; i++) {
+			double rps[16], frac[16];
+			int j;
+
+			if (only_cap >= 0 && (size_t)only_cap != i)
+				continue;
+			for (j = 0; j < repeat; j++)
+				if (run(&t, pss[k], (uint64_t)(fractions[i] * (double)unique) + pss[k],
+					hit, labels[i], i == 2 && j == 0, &rps[j], &frac[j]))
+					return 1;
+			qsort(rps, (size_t)repeat, sizeof(double), cmp_double);
+			qsort(frac, (size_t)repeat, sizeof(double), cmp_double);
+			snprintf(summary + strlen(summary), sizeof(summary) - strlen(summary),
+				 "  %-12.12s page %2u %4s: %8.0f req/s, %5.1f%% of bound (runs %.1f%% to "
+				 "%.1f%%)\n", strrchr(path, '/') ? strrchr(path, '/') + 1 : path,
+				 pss[k], labels[i], rps[repeat / 2], 100 * frac[repeat / 2],
+				 100 * frac[0], 100 * frac[repeat - 1]);
+		}
 	}
 	for (i = 0; i < t.n; i++)
 		free(t.r[i].blocks);
@@ -508,6 +543,10 @@ int main(int argc, char **argv)
 	while (argc > 2 && argv[1][0] == '-') {
 		if (strcmp(argv[1], "--page") == 0) {
 			only_page = (uint32_t)atoi(argv[2]);
+		} else if (strcmp(argv[1], "--repeat") == 0) {
+			repeat = atoi(argv[2]);
+			if (repeat < 1 || repeat > 16)
+				only_cap = -2;
 		} else if (strcmp(argv[1], "--capacity") == 0) {
 			int pct = atoi(argv[2]);
 
@@ -521,13 +560,14 @@ int main(int argc, char **argv)
 	if ((only_page != 0 && only_page != 1 && only_page != 16) || only_cap == -2 ||
 	    (argc > 1 && argv[1][0] == '-')) {
 		fprintf(stderr, "usage: bench_radix [--page 1|16] [--capacity 10|30|100] "
-				"[TRACE.jsonl ...]\n");
+				"[--repeat 1..16] [TRACE.jsonl ...]\n");
 		return 2;
 	}
 	if (argc > 1) {
 		for (i = 1; i < argc; i++)
-			if (bench_trace(argv[i]) < 0)
+			if (bench_trace(argv[i]) != 0)
 				return 1;
+		printf("summary (medians of %d runs):\n%s", repeat, summary);
 		return 0;
 	}
 	if (shared && *shared) {
@@ -558,5 +598,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_radix: no trace under %s: skipped\n", dir);
 		return 77;
 	}
+	printf("summary (medians of %d runs):\n%s", repeat, summary);
 	return 0;
 }
