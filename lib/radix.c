@@ -134,7 +134,7 @@ struct kid {
 };
 
 struct rkids {
-	uint32_t n;
+	uint32_t n, cap;		/* entries, room */
 	struct rcu_head rcu;
 	struct kid e[];
 };
@@ -406,15 +406,17 @@ static inline struct rkids *kids_of(const struct rnode *n)
 }
 
 /*
- * A children array is changed in place only by eviction, which removes an
- * entry by moving the later ones down inside a write section: a reader may
- * see it half moved, and the sequence count sends it back.  Readers load
- * the count and the entries with relaxed atomics, the writer stores them
- * so, and every other change publishes a new array.
+ * A children array is changed in place, inside a write section, when it
+ * has room (kids_update()): a reader may see it half moved, and the
+ * sequence count sends it back.  Readers load the entries with relaxed
+ * atomics and the count with acquire; the writer stores the entries first
+ * and the count last (release), so every entry below the count a reader
+ * sees is a node.  A full array is replaced by a copy with room.
  */
 static inline uint32_t kid_count(const struct rkids *k)
 {
-	return __atomic_load_n(&k->n, __ATOMIC_RELAXED);
+	/* Acquire: an entry added in place is written before the count. */
+	return __atomic_load_n(&k->n, __ATOMIC_ACQUIRE);
 }
 
 static inline uint64_t kid_h(const struct rkids *k, uint32_t i)
@@ -466,8 +468,22 @@ static struct rnode *find_child(const struct kvs_radix *r, const struct rnode *n
 	return NULL;
 }
 
-/* Replace the children array of @n with a copy changed by adding @add (if
- * not NULL), removing @del (if not NULL), or swapping @del for @add. */
+/* Entry @i of @k set to (@h, @node), as readers may be looking. */
+static inline void kid_set(struct rkids *k, uint32_t i, uint64_t h, struct rnode *node)
+{
+	__atomic_store_n(&k->e[i].h, h, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->e[i].node, node, __ATOMIC_RELAXED);
+}
+
+/*
+ * Change the children array of @n by adding @add (if not NULL), removing
+ * @del (if not NULL), or swapping @del for @add.  In place when the array
+ * has room, which the caller's write section makes safe: a reader may see
+ * entries half moved (each a valid node, the count written last) and is
+ * sent back by the sequence count.  Otherwise a copy with twice the room,
+ * published with one store, the old one retired through RCU.  A removal
+ * never allocates (eviction).  Returns 0 or -1 (ENOMEM, nothing changed).
+ */
 static int kids_update(struct rnode *n, struct rnode *add, struct rnode *del)
 {
 	struct rkids *old = kids_of(n), *nw;
@@ -478,21 +494,30 @@ static int kids_update(struct rnode *n, struct rnode *add, struct rnode *del)
 		atomic_store_explicit(&n->kids, NULL, memory_order_release);
 		goto retire;
 	}
-	if (!add && old) {
-		/* A removal, in place: eviction never allocates.  The caller is
-		 * inside a write section (see kid_count()). */
+	if (old && del) {
 		for (i = 0; i < on && old->e[i].node != del; i++)
 			;
-		for (; i + 1 < on; i++) {
-			__atomic_store_n(&old->e[i].h, old->e[i + 1].h, __ATOMIC_RELAXED);
-			__atomic_store_n(&old->e[i].node, old->e[i + 1].node, __ATOMIC_RELAXED);
+		if (!add) {
+			for (; i + 1 < on; i++)
+				kid_set(old, i, old->e[i + 1].h, old->e[i + 1].node);
+			__atomic_store_n(&old->n, on - 1, __ATOMIC_RELEASE);
+			return 0;
 		}
-		__atomic_store_n(&old->n, on - 1, __ATOMIC_RELAXED);
+		if (i < on && old->e[i].h == add->h) { /* a split: same first page */
+			__atomic_store_n(&old->e[i].node, add, __ATOMIC_RELAXED);
+			return 0;
+		}
+	} else if (old && add && on < old->cap) {
+		for (i = on; i > 0 && old->e[i - 1].h > add->h; i--)
+			kid_set(old, i, old->e[i - 1].h, old->e[i - 1].node);
+		kid_set(old, i, add->h, add);
+		__atomic_store_n(&old->n, on + 1, __ATOMIC_RELEASE);
 		return 0;
 	}
-	nw = malloc(sizeof(*nw) + nn * sizeof(nw->e[0]));
+	nw = malloc(sizeof(*nw) + 2 * (size_t)nn * sizeof(nw->e[0]));
 	if (!nw)
 		return -1;
+	nw->cap = 2 * nn;
 	for (i = 0; i < on; i++) {
 		if (old->e[i].node == del)
 			continue;
