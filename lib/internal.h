@@ -104,6 +104,12 @@ int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint3
 bool kvsi_slab_run_held(struct kvs_slab *s, uint32_t first, uint32_t n);
 uint32_t kvsi_slab_run_sole(struct kvs_slab *s, uint32_t first, uint32_t n);
 uint64_t kvsi_slab_share_gen(struct kvs_slab *s);
+/* lib/slab.c, for the radix cache's eviction: kvs_slab_free_bulk() of the
+ * pages of @n runs of consecutive pages, found once by the caller. */
+struct kvsi_page_run {
+	uint32_t first, len;
+};
+int kvsi_slab_free_page_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs);
 
 /* lib/slab_limit.c, for elastic memory (lib/elastic.c) and slab-aware
  * eviction (lib/radix.c): the run-time limit, a census of the slabs, giving

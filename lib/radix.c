@@ -203,6 +203,8 @@ struct kvs_radix {
 	size_t nruns, runs_cap;
 	struct rnode **path;		/* insert's scratch: the nodes its walk passed */
 	size_t path_cap;
+	struct kvsi_page_run *fruns;	/* free_locs()'s scratch: the runs it frees */
+	size_t fruns_cap;
 	uint64_t *seen;			/* insert's scratch, all clear between calls */
 	struct {
 #define W_FIELD(n) uint64_t n;
@@ -909,19 +911,62 @@ static inline uint32_t page_run(const struct kvs_radix *r, const int32_t *locs, 
  * wlock, outside any write section. */
 static void free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
-	size_t i;
+	size_t i = 0, nr = 0;
 
-	if (r->held)
-		for (i = 0; i < n;) {
+	if (r->free_cb) {
+		if (r->held)
+			while (i < n) {
+				uint64_t p;
+				uint32_t np = page_run(r, locs, n, &i, &p);
+
+				bits_fill(r->held, p, p + np, false);
+			}
+		r->free_cb(r->free_arg, locs, n);
+		return;
+	}
+	/* One read of the locations: the runs leave the held map (and any
+	 * slab-aware count of them, all 0 outside an eviction's picks) and go
+	 * back to the slab as runs.  Without room for the runs, through the
+	 * pool. */
+	while (i < n) {
+		uint64_t p;
+		uint32_t np = page_run(r, locs, n, &i, &p);
+
+		bits_fill(r->held, p, p + np, false);
+		if (r->window)
+			for (uint64_t q = p; q < p + np; q = (q / r->pps + 1) * r->pps)
+				r->slab_gone[q / r->pps] = 0;
+		if (nr == r->fruns_cap) {
+			size_t cap = r->fruns_cap ? 2 * r->fruns_cap : 64;
+			struct kvsi_page_run *nf = realloc(r->fruns, cap * sizeof(*nf));
+
+			if (nf) {
+				r->fruns = nf;
+				r->fruns_cap = cap;
+			}
+		}
+		if (nr < r->fruns_cap) {
+			r->fruns[nr].first = (uint32_t)p;
+			r->fruns[nr++].len = np;
+		} else {
+			nr = SIZE_MAX; /* no memory: the pool reads them again */
+			break;
+		}
+	}
+	if (nr == SIZE_MAX) {
+		for (; i < n;) {
 			uint64_t p;
 			uint32_t np = page_run(r, locs, n, &i, &p);
 
 			bits_fill(r->held, p, p + np, false);
+			if (r->window)
+				for (uint64_t q = p; q < p + np; q = (q / r->pps + 1) * r->pps)
+					r->slab_gone[q / r->pps] = 0;
 		}
-	if (r->free_cb)
-		r->free_cb(r->free_arg, locs, n);
-	else
 		kvs_pool_free(r->pool, n, locs);
+	} else {
+		kvsi_slab_free_page_runs(r->slab, nr, r->fruns);
+	}
 }
 
 static void free_subtree(struct kvs_radix *r, struct rnode *n)
@@ -965,6 +1010,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	free(r->seen);
 	free(r->runs);
 	free(r->path);
+	free(r->fruns);
 	free(r->slab_cnt);
 	free(r->slab_gone);
 	free(r->hist_tmp);
@@ -1728,14 +1774,6 @@ static void slab_pending_add(struct kvs_radix *r, const struct slab_hist *h)
 		r->slab_gone[h->e[j].slab] += h->e[j].cnt;
 }
 
-/* Evicted leaf @n's pages are freed: clear r->slab_gone for every slab its
- * pages lie in.  With wlock held. */
-static void slab_pending_clear(struct kvs_radix *r, const struct rnode *n)
-{
-	const struct rseg *s = seg_of(n);
-
-	SEG_SLAB_PIECES(r, s, r->slab_gone[sl] = 0);
-}
 
 /*
  * The leaf slab-aware eviction takes: of the first r->window leaves in the
@@ -1826,10 +1864,7 @@ KVS_EXPORT ssize_t kvs_radix_evict(kvs_radix_t *r, size_t tokens)
 		done += len;
 	}
 	write_end(r);
-	if (r->window)
-		for (struct rnode *g = gone; g; g = g->gone_next)
-			slab_pending_clear(r, g);
-	evict_finish(r, gone);
+	evict_finish(r, gone); /* clears r->slab_gone of the pages it frees */
 	pthread_mutex_unlock(&r->wlock);
 	return (ssize_t)done;
 }

@@ -705,6 +705,7 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
  * (kvs_slab_free_bulk()), or of token locations in pages of @ps tokens
  * (kvsi_slab_free_locs()). */
 struct run_src {
+	const struct kvsi_page_run *runs;	/* the runs themselves, or NULL */
 	const uint32_t *pages;		/* or NULL, and then @locs */
 	const int32_t *locs;
 	size_t n, i;			/* entries, the next one */
@@ -760,6 +761,12 @@ static inline int src_next(struct run_src *r, struct page_run *run)
 
 	if (left == 0)
 		return 0;
+	if (r->runs) {
+		run->first = r->runs[i].first;
+		run->len = r->runs[i].len;
+		r->i = i + 1;
+		return run->len ? 1 : -1;
+	}
 	if (left > UINT32_MAX)
 		left = UINT32_MAX;
 	if (r->pages || r->ps == 1) {
@@ -941,6 +948,24 @@ int kvsi_slab_free_locs(kvs_slab_t *s, size_t n, const int32_t *locs, uint32_t p
 		return kvs_fail(EINVAL);
 	if ((ps & (ps - 1)) == 0)
 		src.shift = __builtin_ctz(ps);
+	return free_runs(s, &src);
+}
+
+/*
+ * kvsi_slab_free_page_runs() - kvs_slab_free_bulk() of the pages of @n runs
+ * [first, first + len) the caller found already (the radix cache's
+ * eviction reads a node's locations once for the held map and this).  All
+ * or nothing, as kvs_slab_free_bulk(); a run of length 0 is invalid.
+ *
+ * Context: MT-Safe; takes slab->lock.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+int kvsi_slab_free_page_runs(kvs_slab_t *s, size_t n, const struct kvsi_page_run *runs)
+{
+	struct run_src src = {.runs = runs, .n = n, .shift = -1};
+
+	if (!s || (!runs && n))
+		return kvs_fail(EINVAL);
 	return free_runs(s, &src);
 }
 
