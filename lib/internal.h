@@ -83,6 +83,44 @@ static inline uint64_t bits_next_set(const uint64_t *map, uint64_t from, uint64_
 	return to;
 }
 
+/* Four uint32_t at any 4-byte boundary: a vector of the machine (SSE2,
+ * NEON), read and written in place without a copy through the stack. */
+typedef uint32_t v4u_t __attribute__((vector_size(16), aligned(4), may_alias));
+typedef uint64_t v2q_t __attribute__((vector_size(16)));
+
+/* How many of @v[0, @n) continue the run v[0], v[0] + 1, ... (n >= 1,
+ * n <= UINT32_MAX): eight entries to a compare while the run lasts. */
+static inline size_t kvsi_run_len(const uint32_t *v, size_t n)
+{
+	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, sixteen = {16, 16, 16, 16};
+	v4u_t want = {1, 2, 3, 4};
+	size_t j = 1;
+
+	want += v[0];
+	while (j + 16 <= n) {
+		const v4u_t *a = (const v4u_t *)(const void *)(v + j);
+		v2q_t d = (v2q_t)(((a[0] ^ want) | (a[1] ^ (want + four))) |
+				  ((a[2] ^ (want + eight)) | (a[3] ^ (want + eight + four))));
+
+		if (d[0] | d[1])
+			break;
+		want += sixteen;
+		j += 16;
+	}
+	while (j + 8 <= n) {
+		v2q_t d = (v2q_t)((*(const v4u_t *)(const void *)(v + j) ^ want) |
+				  (*(const v4u_t *)(const void *)(v + j + 4) ^ (want + four)));
+
+		if (d[0] | d[1])
+			break;
+		want += eight;
+		j += 8;
+	}
+	while (j < n && v[j] == v[0] + (uint32_t)j)
+		j++;
+	return j;
+}
+
 static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
 {
 	while (b) {

@@ -855,27 +855,12 @@ static inline bool loc_aligned(const struct kvs_radix *r, int32_t v)
 /*
  * The end of the run of consecutive locations that starts at token @k of
  * @locs (@n tokens): the first index after @k whose location is not one
- * more than the one before it.  Eight tokens a step; unsigned, so a wrap
- * is a run too, which the caller's range check refuses.
+ * more than the one before it (kvsi_run_len(): sixteen a step).  Unsigned,
+ * so a wrap is a run too, which the caller's range check refuses.
  */
 static inline size_t consec_end(const int32_t *locs, size_t k, size_t n)
 {
-	typedef uint32_t v8 __attribute__((vector_size(32)));
-
-	for (k++; k + 8 <= n; k += 8) {
-		v8 a, b;
-		uint64_t w[4];
-
-		memcpy(&a, locs + k, sizeof(a));
-		memcpy(&b, locs + k - 1, sizeof(b));
-		a = a - b - 1;
-		memcpy(w, &a, sizeof(w));
-		if (w[0] | w[1] | w[2] | w[3])
-			break;
-	}
-	while (k < n && (uint32_t)locs[k] == (uint32_t)locs[k - 1] + 1)
-		k++;
-	return k;
+	return k + kvsi_run_len((const uint32_t *)locs + k, n - k);
 }
 
 /*

@@ -713,38 +713,6 @@ struct run_src {
 	int shift;			/* log2(ps) for a power of two, else -1 */
 };
 
-/* How many of @v[0, @n) continue the run v[0], v[0] + 1, ... (n >= 1,
- * n <= UINT32_MAX): eight entries to a compare while the run lasts. */
-static inline size_t run_len(const uint32_t *v, size_t n)
-{
-	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, sixteen = {16, 16, 16, 16};
-	v4u_t want = {1, 2, 3, 4};
-	size_t j = 1;
-
-	want += v[0];
-	while (j + 16 <= n) {
-		const v4u_t *a = (const v4u_t *)(const void *)(v + j);
-		v2q_t d = (v2q_t)(((a[0] ^ want) | (a[1] ^ (want + four))) |
-				  ((a[2] ^ (want + eight)) | (a[3] ^ (want + eight + four))));
-
-		if (d[0] | d[1])
-			break;
-		want += sixteen;
-		j += 16;
-	}
-	while (j + 8 <= n) {
-		v2q_t d = (v2q_t)((*(const v4u_t *)(const void *)(v + j) ^ want) |
-				  (*(const v4u_t *)(const void *)(v + j + 4) ^ (want + four)));
-
-		if (d[0] | d[1])
-			break;
-		want += eight;
-		j += 8;
-	}
-	while (j < n && v[j] == v[0] + (uint32_t)j)
-		j++;
-	return j;
-}
 
 /*
  * The next run of @r into @run: 1, 0 at the end, -1 for a negative
@@ -773,7 +741,7 @@ static inline int src_next(struct run_src *r, struct page_run *run)
 		const uint32_t *v = r->pages ? r->pages + i : (const uint32_t *)(r->locs + i);
 
 		run->first = v[0];
-		run->len = (uint32_t)run_len(v, left);
+		run->len = (uint32_t)kvsi_run_len(v, left);
 		r->i = i + run->len;
 		/* As locations, values from 2^31 up are negative. */
 		if (!r->pages && (uint64_t)v[0] + run->len > (uint64_t)INT32_MAX + 1)

@@ -246,11 +246,6 @@ undo:
 	return false;
 }
 
-/* Four uint32_t at any 4-byte boundary: a vector of the machine (SSE2,
- * NEON), read and written in place without a copy through the stack. */
-typedef uint32_t v4u_t __attribute__((vector_size(16), aligned(4), may_alias));
-typedef uint64_t v2q_t __attribute__((vector_size(16)));
-
 /* @out[0, @len) = @base, @base + 1, ...: eight at a time (the compiler does
  * not vectorize the scalar loop at -O2). */
 static inline void iota_u32(uint32_t *out, uint32_t base, size_t len)
