@@ -892,66 +892,62 @@ static inline uint32_t page_run(const struct kvs_radix *r, const int32_t *locs, 
 	return np;
 }
 
-/* Give the tree's pages of @locs back; they leave the held map.  With
- * wlock, outside any write section. */
+/* Pages [@p, @p + @np) leave the tree: out of the held map and of any
+ * slab-aware count (all 0 but during an eviction's picks). */
+static inline void run_gone(struct kvs_radix *r, uint64_t p, uint32_t np)
+{
+	bits_fill(r->held, p, p + np, false);
+	if (r->window)
+		for (uint64_t q = p; q < p + np; q = (q / r->pps + 1) * r->pps)
+			r->slab_gone[q / r->pps] = 0;
+}
+
+/* Room for one more run in r->fruns; false when there is no memory. */
+static bool fruns_room(struct kvs_radix *r, size_t nr)
+{
+	size_t cap = r->fruns_cap ? 2 * r->fruns_cap : 64;
+	struct kvsi_page_run *nf;
+
+	if (nr < r->fruns_cap)
+		return true;
+	nf = realloc(r->fruns, cap * sizeof(*nf));
+	if (!nf)
+		return false;
+	r->fruns = nf;
+	r->fruns_cap = cap;
+	return true;
+}
+
+/*
+ * Give the tree's pages of @locs back.  One read of the locations: their
+ * runs of pages leave the held map (run_gone()) and, over a pool, go back
+ * to the slab as runs; with no memory for the runs, through the pool,
+ * which reads the locations again.  With wlock, outside any write
+ * section.
+ */
 static void free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
 	size_t i = 0, nr = 0;
+	bool runs = !r->free_cb;
 
-	if (r->free_cb) {
-		if (r->held)
-			while (i < n) {
-				uint64_t p;
-				uint32_t np = page_run(r, locs, n, &i, &p);
-
-				bits_fill(r->held, p, p + np, false);
-			}
-		r->free_cb(r->free_arg, locs, n);
-		return;
-	}
-	/* One read of the locations: the runs leave the held map (and any
-	 * slab-aware count of them, all 0 outside an eviction's picks) and go
-	 * back to the slab as runs.  Without room for the runs, through the
-	 * pool. */
-	while (i < n) {
+	while (r->held && i < n) {
 		uint64_t p;
 		uint32_t np = page_run(r, locs, n, &i, &p);
 
-		bits_fill(r->held, p, p + np, false);
-		if (r->window)
-			for (uint64_t q = p; q < p + np; q = (q / r->pps + 1) * r->pps)
-				r->slab_gone[q / r->pps] = 0;
-		if (nr == r->fruns_cap) {
-			size_t cap = r->fruns_cap ? 2 * r->fruns_cap : 64;
-			struct kvsi_page_run *nf = realloc(r->fruns, cap * sizeof(*nf));
-
-			if (nf) {
-				r->fruns = nf;
-				r->fruns_cap = cap;
-			}
-		}
-		if (nr < r->fruns_cap) {
+		run_gone(r, p, np);
+		if (runs && !fruns_room(r, nr))
+			runs = false;
+		if (runs) {
 			r->fruns[nr].first = (uint32_t)p;
 			r->fruns[nr++].len = np;
-		} else {
-			nr = SIZE_MAX; /* no memory: the pool reads them again */
-			break;
 		}
 	}
-	if (nr == SIZE_MAX) {
-		for (; i < n;) {
-			uint64_t p;
-			uint32_t np = page_run(r, locs, n, &i, &p);
-
-			bits_fill(r->held, p, p + np, false);
-			if (r->window)
-				for (uint64_t q = p; q < p + np; q = (q / r->pps + 1) * r->pps)
-					r->slab_gone[q / r->pps] = 0;
-		}
-		kvs_pool_free(r->pool, n, locs);
-	} else {
+	if (r->free_cb)
+		r->free_cb(r->free_arg, locs, n);
+	else if (runs)
 		kvsi_slab_free_page_runs(r->slab, nr, r->fruns);
-	}
+	else
+		kvs_pool_free(r->pool, n, locs);
 }
 
 static void free_subtree(struct kvs_radix *r, struct rnode *n)

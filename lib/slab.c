@@ -471,17 +471,12 @@ static __attribute__((noinline, cold)) int fail_einval(void)
 	return kvs_fail(EINVAL);
 }
 
-/* kvs_slab_alloc() on a thread whose cache for @s is not the one at hand:
- * find it (or find there is none) and allocate as kvs_slab_alloc() does. */
-static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
+/* The fast path: a page from this thread's cache @m, else alloc_slow(). */
+static inline __attribute__((always_inline)) int64_t mag_take(struct kvs_slab *s, struct mag *m)
 {
-	struct mag *m = slab_mag_get_slow(s);
-	uint32_t n, p;
+	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed), p;
 
-	if (!m)
-		return alloc_slow(s, NULL);
-	n = atomic_load_explicit(&m->count, memory_order_relaxed);
-	if (n == 0 || slab_mag_drain_due(s, m))
+	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
 		return alloc_slow(s, m);
 	p = m->pages[n - 1];
 	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
@@ -490,6 +485,17 @@ static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
 			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 	return p;
+}
+
+/* kvs_slab_alloc() on a thread whose cache for @s is not the one at hand:
+ * find it (or find there is none) and allocate as kvs_slab_alloc() does. */
+static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
+{
+	struct mag *m = slab_mag_get_slow(s);
+
+	if (!m)
+		return alloc_slow(s, NULL);
+	return mag_take(s, m);
 }
 
 /**
@@ -506,25 +512,12 @@ static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
  */
 KVS_EXPORT int64_t kvs_slab_alloc(kvs_slab_t *s)
 {
-	struct mag *m;
-	uint32_t n, p;
-
 	/* Every way off the fast path is a tail call: no frame to set up. */
 	if (unlikely(!s))
 		return fail_einval();
 	if (unlikely(kvsi_slab_tls.id != s->id))
 		return alloc_nocache(s);
-	m = kvsi_slab_tls.mag;
-	n = atomic_load_explicit(&m->count, memory_order_relaxed);
-	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
-		return alloc_slow(s, m);
-	p = m->pages[n - 1];
-	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
-	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
-	atomic_store_explicit(&m->alloc_fast,
-			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-	return p;
+	return mag_take(s, kvsi_slab_tls.mag);
 }
 
 /* Drop one reference; 1 when it was the last, 0 when others remain.  The
