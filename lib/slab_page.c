@@ -193,6 +193,23 @@ void slab_put(struct kvs_slab *s, uint32_t p)
 	slab_relist(s, i);
 }
 
+/* Give back what one slab's share of the runs freed: @cnt pages, the lowest
+ * in bitmap word @minw of the slab. */
+static void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
+{
+	struct slab_info *x = &s->si[i];
+
+	if (!cnt)
+		return;
+	if (minw < x->hint)
+		x->hint = minw;
+	s->freed_since_grow += cnt;
+	x->inuse -= cnt;
+	s->inuse_total -= cnt;
+	s->free_in_slabs += cnt;
+	slab_relist(s, i);
+}
+
 /* Give back free pages @pages (a magazine's), a stretch of pages of one
  * slab at a time, so each slab is relisted once per stretch.  Lock held. */
 void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
@@ -214,46 +231,11 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 				minw = w;
 			cnt++;
 		}
-		x->hint = minw;
-		s->freed_since_grow += cnt;
-		x->inuse -= cnt;
-		s->inuse_total -= cnt;
-		s->free_in_slabs += cnt;
-		slab_relist(s, i);
+		slab_put_done(s, i, cnt, minw);
 	}
 }
 
-/* Set the bits of pages [@p, @p + @len) in the free bitmap, a word at a
- * time. */
-static void bits_set_run(uint64_t *map, uint64_t p, uint64_t len)
-{
-	uint64_t end = p + len;
 
-	while (p < end) {
-		uint32_t lo = (uint32_t)(p & 63);
-		uint64_t k = end - p < 64 - lo ? end - p : 64 - lo;
-
-		map[p >> 6] |= word_mask(lo, (uint32_t)k);
-		p += k;
-	}
-}
-
-/* Give back what one slab's share of the runs freed: @cnt pages, the lowest
- * in bitmap word @minw of the slab. */
-static void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
-{
-	struct slab_info *x = &s->si[i];
-
-	if (!cnt)
-		return;
-	if (minw < x->hint)
-		x->hint = minw;
-	s->freed_since_grow += cnt;
-	x->inuse -= cnt;
-	s->inuse_total -= cnt;
-	s->free_in_slabs += cnt;
-	slab_relist(s, i);
-}
 
 /*
  * Give back pages of @runs (at most 64; in range, the callers checked; they
@@ -286,7 +268,7 @@ void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, ui
 			}
 			len = end - p < first + s->pps - p ? end - p : first + s->pps - p;
 			if (whole >> k & 1) {
-				bits_set_run(s->freebits, p, len);
+				bits_fill(s->freebits, p, p + len, true);
 				bits_fill(s->freewords, p / 64, (p + len - 1) / 64 + 1, true);
 				cnt += (uint32_t)len;
 				if ((uint32_t)((p - first) >> 6) < minw)
