@@ -572,15 +572,13 @@ static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m
 }
 
 /* The last reference to @page is gone: cache the page, or give it back. */
-static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
+/* The fast path: @page goes into this thread's cache @m, else free_slow(). */
+static inline __attribute__((always_inline)) int mag_put(struct kvs_slab *s, struct mag *m,
+							 uint32_t page)
 {
-	struct mag *m = slab_mag_get(s);
-	uint32_t n;
+	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
 
-	if (!m)
-		return free_slow(s, NULL, page);
-	n = atomic_load_explicit(&m->count, memory_order_relaxed);
-	if (n >= m->cap || slab_mag_drain_due(s, m))
+	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
 		return free_slow(s, m, page);
 	m->pages[n] = page;
 	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
@@ -588,6 +586,15 @@ static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page
 			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
 			      memory_order_relaxed);
 	return 0;
+}
+
+static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
+{
+	struct mag *m = slab_mag_get(s);
+
+	if (!m)
+		return free_slow(s, NULL, page);
+	return mag_put(s, m, page);
 }
 
 /* kvs_slab_free() of a page not at count 1 when it looked: shared (drop
@@ -615,8 +622,6 @@ static __attribute__((noinline)) int free_shared(struct kvs_slab *s, uint32_t pa
 KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
 {
 	_Atomic uint16_t *ref;
-	struct mag *m;
-	uint32_t n;
 
 	/* As in kvs_slab_alloc(), every way off the fast path is a tail call. */
 	if (unlikely(!s || page >= s->npages))
@@ -628,16 +633,7 @@ KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
 	atomic_store_explicit(ref, 0, memory_order_relaxed);
 	if (unlikely(kvsi_slab_tls.id != s->id))
 		return free_last(s, page);
-	m = kvsi_slab_tls.mag;
-	n = atomic_load_explicit(&m->count, memory_order_relaxed);
-	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
-		return free_slow(s, m, page);
-	m->pages[n] = page;
-	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
-	atomic_store_explicit(&m->free_fast,
-			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
-			      memory_order_relaxed);
-	return 0;
+	return mag_put(s, kvsi_slab_tls.mag, page);
 }
 
 /**
