@@ -89,7 +89,7 @@ typedef uint32_t v4u_t __attribute__((vector_size(16), aligned(4), may_alias));
 typedef uint64_t v2q_t __attribute__((vector_size(16)));
 
 /* How many of @v[0, @n) continue the run v[0], v[0] + 1, ... (n >= 1,
- * n <= UINT32_MAX): eight entries to a compare while the run lasts. */
+ * n <= UINT32_MAX): sixteen entries a step while the run lasts. */
 static inline size_t kvsi_run_len(const uint32_t *v, size_t n)
 {
 	const v4u_t four = {4, 4, 4, 4}, eight = {8, 8, 8, 8}, sixteen = {16, 16, 16, 16};
@@ -119,6 +119,24 @@ static inline size_t kvsi_run_len(const uint32_t *v, size_t n)
 	while (j < n && v[j] == v[0] + (uint32_t)j)
 		j++;
 	return j;
+}
+
+/* @out[0, @len) = @base, @base + 1, ...: eight at a time (the compiler does
+ * not vectorize the scalar loop at -O2). */
+static inline void kvsi_iota_u32(uint32_t *out, uint32_t base, size_t len)
+{
+	v4u_t v = {0, 1, 2, 3}, w = {4, 5, 6, 7};
+	const v4u_t eight = {8, 8, 8, 8};
+	size_t j = 0;
+
+	v += base;
+	w += base;
+	for (; j + 8 <= len; j += 8, v += eight, w += eight) {
+		*(v4u_t *)(void *)(out + j) = v;
+		*(v4u_t *)(void *)(out + j + 4) = w;
+	}
+	for (; j < len; j++)
+		out[j] = base + (uint32_t)j;
 }
 
 static inline uint64_t gcd_u64(uint64_t a, uint64_t b)

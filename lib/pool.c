@@ -228,26 +228,6 @@ KVS_EXPORT int kvs_pool_destroy(kvs_pool_t *p)
 	return rc;
 }
 
-/* @out[0, @len) = @base, @base + 1, ...: eight at a time (the compiler does
- * not vectorize the scalar loop at -O2).  The values fit: the pool's
- * locations are below INT32_MAX. */
-static void iota_i32(int32_t *out, int32_t base, size_t len)
-{
-	/* Unsigned lanes: the increments past the end must not overflow. */
-	typedef uint32_t v4u __attribute__((vector_size(16), aligned(4), may_alias));
-	v4u v = {0, 1, 2, 3}, w = {4, 5, 6, 7};
-	const v4u eight = {8, 8, 8, 8};
-	size_t j = 0;
-
-	v += (uint32_t)base;
-	w += (uint32_t)base;
-	for (; j + 8 <= len; j += 8, v += eight, w += eight) {
-		*(v4u *)(void *)(out + j) = v;
-		*(v4u *)(void *)(out + j + 4) = w;
-	}
-	for (; j < len; j++)
-		out[j] = base + (int32_t)j;
-}
 
 /**
  * kvs_pool_alloc() - allocate @n token locations.
@@ -293,11 +273,10 @@ KVS_EXPORT int kvs_pool_alloc(kvs_pool_t *p, size_t n, int32_t *locs)
 	 * up to slot (i + len) * ps - 1, below the slot of page i + len, and
 	 * its pages were read before. */
 	for (i = 0; i < npages; i += len) {
-		uint32_t first = pages[i];
-
-		for (len = 1; i + len < npages && pages[i + len] == first + len; len++)
-			;
-		iota_i32(locs + i * ps, (int32_t)((uint64_t)first * ps), len * ps);
+		len = kvsi_run_len(pages + i, npages - i);
+		/* Locations are below INT32_MAX: as unsigned, the same bits. */
+		kvsi_iota_u32((uint32_t *)locs + i * ps, (uint32_t)((uint64_t)pages[i] * ps),
+			      len * ps);
 	}
 	return 0;
 }

@@ -710,7 +710,7 @@ struct run_src {
  * page: one shift (or one division, for a page size not a power of two)
  * per run, compares for the rest.  Page size 1 is the page case.
  */
-static inline int src_next(struct run_src *r, struct page_run *run)
+static inline int src_next(struct run_src *r, struct kvsi_page_run *run)
 {
 	size_t i = r->i, left = r->n - i;
 	uint64_t lo, pg;
@@ -780,7 +780,7 @@ static void undo_pages(struct kvs_slab *s, uint64_t p, uint64_t end)
 /* Drop one reference to each page of @run, leaving REF_DYING on the last;
  * *nlast counts those.  0, or -1 with none of the run's references dropped
  * (a page free or dying). */
-static int drop_run(struct kvs_slab *s, const struct page_run *run, size_t *nlast)
+static int drop_run(struct kvs_slab *s, const struct kvsi_page_run *run, size_t *nlast)
 {
 	uint64_t p = run->first, end = p + run->len, q;
 
@@ -815,7 +815,7 @@ static int drop_run(struct kvs_slab *s, const struct page_run *run, size_t *nlas
  */
 static int free_runs(struct kvs_slab *s, struct run_src *src)
 {
-	struct page_run buf[RUNBUF], run;
+	struct kvsi_page_run buf[RUNBUF], run;
 	uint64_t whole = 0;
 	size_t nb, nruns = 0, nlast = 0;
 	int rc;

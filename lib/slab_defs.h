@@ -246,29 +246,7 @@ undo:
 	return false;
 }
 
-/* @out[0, @len) = @base, @base + 1, ...: eight at a time (the compiler does
- * not vectorize the scalar loop at -O2). */
-static inline void iota_u32(uint32_t *out, uint32_t base, size_t len)
-{
-	v4u_t v = {0, 1, 2, 3}, w = {4, 5, 6, 7};
-	const v4u_t eight = {8, 8, 8, 8};
-	size_t j = 0;
 
-	v += base;
-	w += base;
-	for (; j + 8 <= len; j += 8, v += eight, w += eight) {
-		*(v4u_t *)(void *)(out + j) = v;
-		*(v4u_t *)(void *)(out + j + 4) = w;
-	}
-	for (; j < len; j++)
-		out[j] = base + (uint32_t)j;
-}
-
-/* A run of consecutive pages. */
-struct page_run {
-	uint32_t first;
-	uint32_t len;
-};
 
 extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 extern __thread struct kvsi_tls_mag {
@@ -285,7 +263,7 @@ uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 void slab_put(struct kvs_slab *s, uint32_t p);
 void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages);
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold);
-void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, uint64_t whole);
+void slab_put_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs, uint64_t whole);
 int64_t slab_pick(struct kvs_slab *s);
 
 /* slab_grow.c: growth and release. */

@@ -145,7 +145,7 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 
 			if (len > n - got)
 				len = n - got;
-			iota_u32(out + got, (uint32_t)(w * 64 + lo), len);
+			kvsi_iota_u32(out + got, (uint32_t)(w * 64 + lo), len);
 			if (hold)
 				ref_run_set(s, w * 64 + lo, len, 1);
 			got += len;
@@ -246,7 +246,7 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
  * reference), setting it to 0, so a page listed twice goes back once.  A
  * slab is relisted once per stretch of runs that stays in it.  Lock held.
  */
-void slab_put_runs(struct kvs_slab *s, size_t n, const struct page_run *runs, uint64_t whole)
+void slab_put_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs, uint64_t whole)
 {
 	uint64_t i = UINT64_MAX, first = 0;
 	uint32_t cnt = 0, minw = UINT32_MAX;
