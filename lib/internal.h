@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common.h"
 
@@ -137,6 +138,24 @@ static inline void kvsi_iota_u32(uint32_t *out, uint32_t base, size_t len)
 	}
 	for (; j < len; j++)
 		out[j] = base + (uint32_t)j;
+}
+
+/* @arr (of *@cap elements of @size bytes, @n used) with room for one more:
+ * @arr itself, or a copy with twice the room (64 at first); NULL, @arr
+ * and *@cap unchanged, when there is no memory. */
+static inline void *kvsi_grow(void *arr, size_t *cap, size_t n, size_t size)
+{
+	size_t want = *cap ? 2 * *cap : 64;
+	void *nw;
+
+	if (n < *cap)
+		return arr;
+	if (want > SIZE_MAX / size)
+		return NULL;
+	nw = realloc(arr, want * size);
+	if (nw)
+		*cap = want;
+	return nw;
 }
 
 static inline uint64_t gcd_u64(uint64_t a, uint64_t b)

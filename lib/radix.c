@@ -15,10 +15,10 @@
  * segment's memory (its owner, freed with the last segment over it), so a
  * split copies nothing; owners' memory comes from and goes back to a
  * per-tree cache of blocks (struct seg_cache).  A node's children live in
- * one immutable array sorted by a 64-bit hash of (extra key, first page)
- * (struct rkids).  Changing either
- * means building a new one, publishing it with one pointer store, and
- * retiring the old one through call_rcu.  Every node records its tree, so
+ * one array sorted by a 64-bit hash of (extra key, first page) (struct
+ * rkids), changed in place while it has room (see kid_count()).  Changing
+ * a segment, or a full array, means building a new one, publishing it with
+ * one pointer store, and retiring the old one through call_rcu.  Every node records its tree, so
  * a handle from another tree is refused.  Leaves that may be evicted
  * (lock_ref 0, no children) sit in the eviction-policy heap
  * (lib/evict_heap.c), kept up to date on every change, so eviction never
@@ -879,7 +879,7 @@ static inline uint32_t page_run(const struct kvs_radix *r, const int32_t *locs, 
 	*first = loc_page(r, locs[*i]);
 	if (r->ps < 8) {
 		/* Whole pages of consecutive tokens: consecutive pages are
-		 * consecutive tokens, found eight at a time. */
+		 * consecutive tokens, found sixteen at a time. */
 		k = consec_end(locs, *i, n);
 		np = (uint32_t)loc_page(r, (int32_t)(k - *i));
 	} else {
@@ -902,21 +902,6 @@ static inline void run_gone(struct kvs_radix *r, uint64_t p, uint32_t np)
 			r->slab_gone[q / r->pps] = 0;
 }
 
-/* Room for one more run in r->fruns; false when there is no memory. */
-static bool fruns_room(struct kvs_radix *r, size_t nr)
-{
-	size_t cap = r->fruns_cap ? 2 * r->fruns_cap : 64;
-	struct kvsi_page_run *nf;
-
-	if (nr < r->fruns_cap)
-		return true;
-	nf = realloc(r->fruns, cap * sizeof(*nf));
-	if (!nf)
-		return false;
-	r->fruns = nf;
-	r->fruns_cap = cap;
-	return true;
-}
 
 /*
  * Give the tree's pages of @locs back.  One read of the locations: their
@@ -935,11 +920,16 @@ static void free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 		uint32_t np = page_run(r, locs, n, &i, &p);
 
 		run_gone(r, p, np);
-		if (runs && !fruns_room(r, nr))
-			runs = false;
 		if (runs) {
-			r->fruns[nr].first = (uint32_t)p;
-			r->fruns[nr++].len = np;
+			struct kvsi_page_run *f = kvsi_grow(r->fruns, &r->fruns_cap, nr,
+							    sizeof(*r->fruns));
+
+			runs = f != NULL;
+			if (f) {
+				r->fruns = f;
+				r->fruns[nr].first = (uint32_t)p;
+				r->fruns[nr++].len = np;
+			}
 		}
 	}
 	if (r->free_cb)
@@ -1264,6 +1254,7 @@ static int has_dup_page(struct kvs_radix *r, const int32_t *locs, size_t n)
 static int cut_runs(struct kvs_radix *r, const int32_t *locs, size_t n)
 {
 	uint64_t limit = r->cap ? r->cap : (uint64_t)INT32_MAX + 1;
+	struct prun *nr;
 	size_t at = 0;
 
 	r->nruns = 0;
@@ -1274,15 +1265,10 @@ static int cut_runs(struct kvs_radix *r, const int32_t *locs, size_t n)
 		if (v < 0 || (uint64_t)v + len > limit || !loc_aligned(r, (int32_t)at) ||
 		    !loc_aligned(r, (int32_t)len) || !loc_aligned(r, (int32_t)v))
 			return kvs_fail(EINVAL);
-		if (r->nruns == r->runs_cap) {
-			size_t cap = r->runs_cap ? 2 * r->runs_cap : 64;
-			struct prun *nr = realloc(r->runs, cap * sizeof(*nr));
-
-			if (!nr)
-				return kvs_fail(ENOMEM);
-			r->runs = nr;
-			r->runs_cap = cap;
-		}
+		nr = kvsi_grow(r->runs, &r->runs_cap, r->nruns, sizeof(*r->runs));
+		if (!nr)
+			return kvs_fail(ENOMEM);
+		r->runs = nr;
 		r->runs[r->nruns].at = at;
 		r->runs[r->nruns].first = loc_page(r, (int32_t)v);
 		r->runs[r->nruns++].np = (uint32_t)loc_page(r, (int32_t)len);
@@ -1369,6 +1355,7 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 	struct rnode *node = r->root, *stored = NULL;
 	uint64_t stored_from = 0;
 	size_t pos = 0, i, npath = 0;
+	struct rnode **path;
 	uint32_t cut = 0;
 
 	*last = node;
@@ -1387,15 +1374,10 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 
 		if (!c)
 			break;
-		if (npath == r->path_cap) {
-			size_t cap = r->path_cap ? 2 * r->path_cap : 64;
-			struct rnode **np = realloc(r->path, cap * sizeof(*np));
-
-			if (!np)
-				return kvs_fail(ENOMEM);
-			r->path = np;
-			r->path_cap = cap;
-		}
+		path = kvsi_grow(r->path, &r->path_cap, npath, sizeof(*r->path));
+		if (!path)
+			return kvs_fail(ENOMEM);
+		r->path = path;
 		r->path[npath++] = c;
 		cut = edge_match(r, seg_of(c), key + pos, n - pos);
 		pos += cut;
@@ -1913,6 +1895,7 @@ struct doom {
  * page of a slab in d->slabs or descend from one that does. */
 static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct doom *d)
 {
+	struct rnode **v;
 	struct rkids *k = kids_of(n);
 	struct rseg *s = seg_of(n);
 	uint32_t i;
@@ -1929,17 +1912,12 @@ static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct 
 			doom_walk(r, k->e[i].node, doomed, d);
 	if (!doomed || n == r->root || n->lock_ref > 0)
 		return;
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? 2 * d->cap : 64;
-		struct rnode **v = realloc(d->v, cap * sizeof(*v));
-
-		if (!v) {
-			d->nomem = true;
-			return;
-		}
-		d->v = v;
-		d->cap = cap;
+	v = kvsi_grow(d->v, &d->cap, d->n, sizeof(*d->v));
+	if (!v) {
+		d->nomem = true;
+		return;
 	}
+	d->v = v;
 	d->v[d->n++] = n;
 }
 
