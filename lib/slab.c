@@ -571,7 +571,6 @@ static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m
 	return 0;
 }
 
-/* The last reference to @page is gone: cache the page, or give it back. */
 /* The fast path: @page goes into this thread's cache @m, else free_slow(). */
 static inline __attribute__((always_inline)) int mag_put(struct kvs_slab *s, struct mag *m,
 							 uint32_t page)
@@ -588,6 +587,7 @@ static inline __attribute__((always_inline)) int mag_put(struct kvs_slab *s, str
 	return 0;
 }
 
+/* The last reference to @page is gone: cache the page, or give it back. */
 static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
 {
 	struct mag *m = slab_mag_get(s);
@@ -685,7 +685,7 @@ KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
  * up to a slab, and the radix cache frees thousands of consecutive pages
  * at page size 1.  A run whose pages are all at count 1 is dropped four
  * counts at a time; the others page by page as before.  Both phases of a
- * free (drop without the lock, give back under it) read the runs from a
+ * free (drop, then give back, both under the lock) read the runs from a
  * run_src, once, or again when there were too many to keep.
  */
 #define RUNBUF 64
@@ -701,7 +701,6 @@ struct run_src {
 	uint64_t ps;
 	int shift;			/* log2(ps) for a power of two, else -1 */
 };
-
 
 /*
  * The next run of @r into @run: 1, 0 at the end, -1 for a negative
@@ -1073,12 +1072,6 @@ KVS_EXPORT int kvs_slab_refcount(kvs_slab_t *s, uint32_t page)
 	return r == REF_DYING ? 0 : r;
 }
 
-/*
- * kvsi_slab_run_held() - are pages [@first, @first + @n) all held (count
- * > 0, not dying)?  False when the run leaves the allocator.
- *
- * Context: MT-Safe (the answer may be stale at once).
- */
 /* Lanes of four 16-bit counts that are 0: a mask of their top bits
  * (exact, no borrow from lane to lane). */
 static inline uint64_t lanes_zero(uint64_t x)
@@ -1088,6 +1081,12 @@ static inline uint64_t lanes_zero(uint64_t x)
 	return ~(((x & low) + low) | x) & ~low;
 }
 
+/*
+ * kvsi_slab_run_held() - are pages [@first, @first + @n) all held (count
+ * > 0, not dying)?  False when the run leaves the allocator.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ */
 bool kvsi_slab_run_held(kvs_slab_t *s, uint32_t first, uint32_t n)
 {
 	_Atomic uint16_t *ref = s->ref;

@@ -246,8 +246,6 @@ undo:
 	return false;
 }
 
-
-
 extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 extern __thread struct kvsi_tls_mag {
 	uint64_t id;
@@ -279,6 +277,5 @@ size_t slab_cap(const struct kvs_slab *s);
 int slab_worker_start(struct kvs_slab *s);
 void slab_worker_stop(struct kvs_slab *s);
 int slab_teardown(struct kvs_slab *s);
-
 
 #endif /* KVSLAB_SLAB_DEFS_H */

@@ -107,12 +107,6 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 
 /* ------------------------------------------------------------ page moves */
 
-/* The bits of [@lo, @lo + @len) in one word, 0 < len <= 64 - lo. */
-static inline uint64_t word_mask(uint32_t lo, uint32_t len)
-{
-	return (len == 64 ? ~0ULL : (1ULL << len) - 1) << lo;
-}
-
 /*
  * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
  * each its first reference (count 1) on the way.  The free bitmap is read
@@ -149,7 +143,7 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			if (hold)
 				ref_run_set(s, w * 64 + lo, len, 1);
 			got += len;
-			m = word_mask(lo, len);
+			m = bits_mask(lo, (uint64_t)lo + len);
 			bits &= ~m;
 			taken |= m;
 		}
@@ -234,8 +228,6 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 		slab_put_done(s, i, cnt, minw);
 	}
 }
-
-
 
 /*
  * Give back pages of @runs (at most 64; in range, the callers checked; they
