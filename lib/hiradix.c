@@ -1336,9 +1336,7 @@ KVS_EXPORT int kvs_hiradix_set_store(kvs_hiradix_t *h, kvs_store_t *store,
 	kvs_hiradix_l3_attr_t def;
 	kvs_page_key_t k;
 	int32_t t = 0;
-	void *p;
 	size_t pb;
-	int32_t page;
 	int rc;
 
 	if (!attr) {
@@ -1351,22 +1349,7 @@ KVS_EXPORT int kvs_hiradix_set_store(kvs_hiradix_t *h, kvs_store_t *store,
 	}
 	if (kvs_page_hash(NULL, &t, 1, &k) < 0)
 		return -1;
-	/* The host pool's page bytes: from a page of it, given back. */
-	if (kvs_hpool_alloc(h->hp, 1, &page) < 0)
-		return -1;
-	rc = kvs_hpool_page_bytes(h->hp, page, &p, &pb);
-	if (rc < 0) {
-		void *q;
-		size_t b;
-		uint32_t l;
-
-		for (pb = 0, l = 0; kvs_hpool_page_ptr(h->hp, page, l, KVS_KV_K, &q, &b) == 0; l++) {
-			pb += b;
-			if (kvs_hpool_page_ptr(h->hp, page, l, KVS_KV_V, &q, &b) == 0)
-				pb += b;
-		}
-	}
-	kvs_hpool_free(h->hp, 1, &page);
+	pb = kvsi_hpool_page_bytes(h->hp);
 	if (pb != kvs_store_page_bytes(store)) {
 		errno = EINVAL;
 		return -1;

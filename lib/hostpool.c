@@ -597,6 +597,28 @@ KVS_EXPORT int kvs_hpool_page_bytes(kvs_hpool_t *hp, int32_t page, void **ptr, s
 	return 0;
 }
 
+size_t kvsi_hpool_page_bytes(const struct kvs_hpool *hp)
+{
+	return hp->page_bytes;
+}
+
+int kvsi_hpool_page_copy(struct kvs_hpool *hp, int32_t page, void *buf, bool to_buf)
+{
+	unsigned char *q = buf;
+	uint32_t b;
+
+	if (!page_held(hp, page))
+		return kvs_fail(EINVAL);
+	/* Buffer b = layer x (K, V): the page-first order of the pieces. */
+	for (b = 0; buf && b < hp->nbuf; q += hp->buf[b].piece, b++) {
+		if (to_buf)
+			memcpy(q, host_piece(hp, (uint32_t)page, b), hp->buf[b].piece);
+		else
+			memcpy(host_piece(hp, (uint32_t)page, b), q, hp->buf[b].piece);
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------ transfers */
 
 /* A handle with its events and room for @n host pages: from the cache, or

@@ -212,6 +212,15 @@ long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs);
 int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
 			void *arg);
 
+/* lib/hostpool.c, for the store (lib/storage.c) and lib/hiradix.c: the
+ * bytes of a host page (every buffer's piece, whatever the layout), and
+ * copying held page @page to (@to_buf) or from one page-first buffer of
+ * that many bytes; @buf NULL only checks that the page is held.  0, or -1
+ * with errno EINVAL. */
+struct kvs_hpool;
+size_t kvsi_hpool_page_bytes(const struct kvs_hpool *hp);
+int kvsi_hpool_page_copy(struct kvs_hpool *hp, int32_t page, void *buf, bool to_buf);
+
 /* lib/pool.c, for the host pool (lib/hostpool.c): the driver a pool was
  * built on and its model's shape. */
 struct kvs_pool;

@@ -51,26 +51,34 @@ static int sha_chain(const kvs_page_key_t *prev, const int32_t *tokens, size_t n
 		     kvs_page_key_t *key)
 {
 #ifdef KVS_HAVE_LIBCRYPTO
-	uint8_t buf[4 * 64];
 	SHA256_CTX c;
-	size_t i, k = 0;
 
 	SHA256_Init(&c);
 	if (prev)
 		SHA256_Update(&c, prev->b, KVS_PAGE_KEY_BYTES);
-	for (i = 0; i < n; i++) {
-		uint32_t t = (uint32_t)tokens[i];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* The tokens already are 4 bytes little-endian each. */
+	SHA256_Update(&c, tokens, 4 * n);
+#else
+	{
+		uint8_t buf[4 * 64];
+		size_t i, k = 0;
 
-		buf[k++] = (uint8_t)t;
-		buf[k++] = (uint8_t)(t >> 8);
-		buf[k++] = (uint8_t)(t >> 16);
-		buf[k++] = (uint8_t)(t >> 24);
-		if (k == sizeof(buf)) {
-			SHA256_Update(&c, buf, k);
-			k = 0;
+		for (i = 0; i < n; i++) {
+			uint32_t t = (uint32_t)tokens[i];
+
+			buf[k++] = (uint8_t)t;
+			buf[k++] = (uint8_t)(t >> 8);
+			buf[k++] = (uint8_t)(t >> 16);
+			buf[k++] = (uint8_t)(t >> 24);
+			if (k == sizeof(buf)) {
+				SHA256_Update(&c, buf, k);
+				k = 0;
+			}
 		}
+		SHA256_Update(&c, buf, k);
 	}
-	SHA256_Update(&c, buf, k);
+#endif
 	SHA256_Final(key->b, &c);
 	return 0;
 #else
@@ -643,33 +651,12 @@ KVS_EXPORT ssize_t kvs_store_set(kvs_store_t *s, const kvs_page_key_t *keys, siz
 	return n ? set_impl(s, keys, n, bufs) : 0;
 }
 
-/* The pieces of a LAYER_FIRST host page, in PAGE_FIRST order: fills
- * ptr[] and len[] (room for @max), returns the count, -1 if not one. */
-static int pieces(kvs_hpool_t *hp, int32_t page, void **ptr, size_t *len, int max)
-{
-	int n = 0;
-	uint32_t l;
-
-	for (l = 0;; l++) {
-		if (n + 2 > max || kvs_hpool_page_ptr(hp, page, l, KVS_KV_K, &ptr[n], &len[n]) < 0)
-			break;
-		n++;
-		if (kvs_hpool_page_ptr(hp, page, l, KVS_KV_V, &ptr[n], &len[n]) == 0)
-			n++;
-	}
-	return n ? n : -1;
-}
-
-#define MAX_PIECES 1024
-
 /* Page-first views of @n host pages: the pages themselves (PAGE_FIRST) or
  * bounce buffers (LAYER_FIRST, *bounce set, filled when @fill). */
 static int views(kvs_store_t *s, kvs_hpool_t *hp, const int32_t *pages, size_t n, void **v,
 		 uint8_t **bounce, bool fill)
 {
-	void *ptr[MAX_PIECES];
-	size_t len[MAX_PIECES], i, sz;
-	int k, j;
+	size_t i, sz;
 
 	*bounce = NULL;
 	for (i = 0; i < n; i++) {
@@ -681,39 +668,26 @@ static int views(kvs_store_t *s, kvs_hpool_t *hp, const int32_t *pages, size_t n
 		if (errno != ENOTSUP)
 			return -1;
 		if (!*bounce) {
+			if (kvsi_hpool_page_bytes(hp) != s->attr.page_bytes)
+				return kvs_fail(EINVAL);
 			*bounce = malloc(n * s->attr.page_bytes);
 			if (!*bounce)
 				return kvs_fail(ENOMEM);
 		}
 		v[i] = *bounce + i * s->attr.page_bytes;
-		k = pieces(hp, pages[i], ptr, len, MAX_PIECES);
-		if (k < 0)
+		if (kvsi_hpool_page_copy(hp, pages[i], fill ? v[i] : NULL, true) < 0)
 			return -1;
-		for (sz = 0, j = 0; j < k; j++)
-			sz += len[j];
-		if (sz != s->attr.page_bytes)
-			return kvs_fail(EINVAL);
-		if (fill)
-			for (sz = 0, j = 0; j < k; sz += len[j], j++)
-				memcpy((uint8_t *)v[i] + sz, ptr[j], len[j]);
 	}
 	return 0;
 }
 
 /* Scatter bounce buffer views back into LAYER_FIRST pages [0, n). */
-static void scatter(kvs_store_t *s, kvs_hpool_t *hp, const int32_t *pages, size_t n,
-		    void *const *v)
+static void scatter(kvs_hpool_t *hp, const int32_t *pages, size_t n, void *const *v)
 {
-	void *ptr[MAX_PIECES];
-	size_t len[MAX_PIECES], i, off;
-	int k, j;
+	size_t i;
 
-	(void)s;
-	for (i = 0; i < n; i++) {
-		k = pieces(hp, pages[i], ptr, len, MAX_PIECES);
-		for (off = 0, j = 0; j < k; off += len[j], j++)
-			memcpy(ptr[j], (const uint8_t *)v[i] + off, len[j]);
-	}
+	for (i = 0; i < n; i++)
+		kvsi_hpool_page_copy(hp, pages[i], v[i], false);
 }
 
 /* get_pages (@set false) or set_pages (true): page-first views of the
@@ -745,7 +719,7 @@ static ssize_t pages_io(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, kv
 	} else {
 		r = get_impl(s, keys, n, v);
 		if (r > 0 && bounce)
-			scatter(s, hp, host_pages, (size_t)r, v);
+			scatter(hp, host_pages, (size_t)r, v);
 	}
 	e = errno;
 	free(bounce);
