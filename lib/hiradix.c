@@ -152,8 +152,8 @@ struct kvs_hiradix {
 	/* The storage tier (kvs_hiradix_set_store()). */
 	kvs_store_t *store;
 	kvs_hiradix_l3_attr_t l3;
-	struct l3job *l3q;		/* backups to the store, oldest first */
-	struct pf *pfs, *pfq;		/* prefetches: all, and not started */
+	struct l3job *l3q, **l3q_tail;	/* backups to the store, oldest first */
+	struct pf *pfs, *pfq, **pfq_tail;	/* prefetches: all, and not started */
 	uint64_t l3_pending;		/* backups queued or being written */
 	uint64_t pf_live;		/* prefetches the thread has not finished */
 	pthread_t l3_thread, pf_thread;
@@ -1107,7 +1107,7 @@ static void hlock(kvs_hiradix_t *h, node_t *x, int d)
 /* Queue @x's valid host copy for the store (best effort). */
 static void l3_backup(kvs_hiradix_t *h, node_t *x)
 {
-	struct l3job *j, **q;
+	struct l3job *j;
 
 	if (!h->store || !h->l3.backup)
 		return;
@@ -1123,9 +1123,8 @@ static void l3_backup(kvs_hiradix_t *h, node_t *x)
 	memcpy(j->host, x->host, j->np * sizeof(*j->host));
 	j->x = x;
 	hlock(h, x, 1);
-	for (q = &h->l3q; *q; q = &(*q)->next)
-		;
-	*q = j;
+	*h->l3q_tail = j;
+	h->l3q_tail = &j->next;
 	h->l3_pending++;
 	pthread_cond_signal(&h->l3_wake);
 	return;
@@ -1152,6 +1151,8 @@ static void *l3_backup_main(void *arg)
 			break;
 		j = h->l3q;
 		h->l3q = j->next;
+		if (!h->l3q)
+			h->l3q_tail = &h->l3q;
 		pthread_mutex_unlock(&h->lock);
 		r = kvs_store_set_pages(h->store, j->keys, j->np, h->hp, j->host);
 		pthread_mutex_lock(&h->lock);
@@ -1198,6 +1199,8 @@ static void *l3_prefetch_main(void *arg)
 			break;
 		pf = h->pfq;
 		h->pfq = pf->qnext;
+		if (!h->pfq)
+			h->pfq_tail = &h->pfq;
 		pthread_mutex_unlock(&h->lock);
 		/* Hash, ask, read chunk by chunk while not stopped. */
 		hit = 0;
@@ -1259,6 +1262,8 @@ static void l3_stop(kvs_hiradix_t *h)
 		bool given_up;
 
 		h->pfq = pf->qnext;
+		if (!h->pfq)
+			h->pfq_tail = &h->pfq;
 		h->pf_live--;
 		pthread_mutex_lock(&pf->m);
 		pf->complete = true;
@@ -1275,6 +1280,8 @@ static void l3_stop(kvs_hiradix_t *h)
 	/* Backups the thread did not take; prefetches the caller left. */
 	while ((j = h->l3q)) {
 		h->l3q = j->next;
+		if (!h->l3q)
+			h->l3q_tail = &h->l3q;
 		hlock(h, j->x, -1);
 		free(j->keys);
 		free(j->host);
@@ -1520,13 +1527,8 @@ KVS_EXPORT ssize_t kvs_hiradix_prefetch(kvs_hiradix_t *h, uint64_t id, const int
 	hlock(h, z, 1);
 	pf->next = h->pfs;
 	h->pfs = pf;
-	{
-		struct pf **q;
-
-		for (q = &h->pfq; *q; q = &(*q)->qnext)
-			;
-		*q = pf;
-	}
+	*h->pfq_tail = pf;
+	h->pfq_tail = &pf->qnext;
 	h->pf_live++;
 	pthread_cond_signal(&h->pf_wake);
 	ST(h, prefetches, 1);
@@ -1854,6 +1856,8 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 		errno = ENOMEM;
 		return NULL;
 	}
+	h->l3q_tail = &h->l3q;
+	h->pfq_tail = &h->pfq;
 	if (pthread_mutex_init(&h->lock, NULL) != 0) {
 		free(h);
 		errno = ENOMEM;
