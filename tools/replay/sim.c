@@ -424,8 +424,11 @@ static int limit_by_tool(struct sim *s, uint64_t bytes)
 /* After a step: the cache down to --cache-max and to the limit. */
 static void trim(struct sim *s)
 {
-	uint64_t ev = c_evictable(s), want = 0;
+	uint64_t ev, want = 0;
 
+	if (s->o->cache_max < 0 && !s->limit)
+		return; /* nothing to trim to: no count needed */
+	ev = c_evictable(s);
 	if (s->o->cache_max >= 0) {
 		uint64_t cap = (uint64_t)(s->o->cache_max * (double)s->res->capacity_tokens);
 
@@ -526,7 +529,7 @@ static int admit(struct sim *s)
 	while (s->nrun < s->o->max_running) {
 		size_t idx = peek_waiting(s);
 		struct sreq *r;
-		uint64_t avail, need, t0;
+		uint64_t avail, need, ev, t0;
 		ssize_t m;
 
 		if (idx == SIZE_MAX)
@@ -568,9 +571,10 @@ static int admit(struct sim *s)
 			return -1;
 		}
 		need = round_up(r->input - (uint32_t)m, ps) + decode_reserve(s, r->out, 0);
-		avail = kvs_pool_available(s->pool) + c_evictable(s);
+		ev = c_evictable(s);
+		avail = kvs_pool_available(s->pool) + ev;
 		if (s->limit) {
-			uint64_t lim = s->limit / s->res->cell, pinned = held_tokens(s) - c_evictable(s);
+			uint64_t lim = s->limit / s->res->cell, pinned = held_tokens(s) - ev;
 
 			if (avail > (lim > pinned ? lim - pinned : 0))
 				avail = lim > pinned ? lim - pinned : 0;
