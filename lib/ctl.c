@@ -149,40 +149,6 @@ static bool send_all(int fd, const char *buf, size_t len)
 
 /* ------------------------------------------------------------- requests */
 
-/*
- * Parse SIZE: decimal digits, then an optional K, M, G or T (powers of
- * 1024, either case) and an optional "B" or "iB".  0 or -1 with errno
- * EINVAL or ERANGE.
- */
-static int parse_size(const char *s, uint64_t *out)
-{
-	uint64_t v = 0, mul = 1;
-
-	if (*s < '0' || *s > '9')
-		return kvs_fail(EINVAL);
-	for (; *s >= '0' && *s <= '9'; s++) {
-		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *s - '0', &v))
-			return kvs_fail(ERANGE);
-	}
-	switch (*s) {
-	case 'k': case 'K': mul = 1ull << 10; s++; break;
-	case 'm': case 'M': mul = 1ull << 20; s++; break;
-	case 'g': case 'G': mul = 1ull << 30; s++; break;
-	case 't': case 'T': mul = 1ull << 40; s++; break;
-	default: break;
-	}
-	if (mul > 1 && *s == 'i')
-		s++;
-	if (*s == 'B' || *s == 'b')
-		s++;
-	if (*s)
-		return kvs_fail(EINVAL);
-	if (__builtin_mul_overflow(v, mul, &v))
-		return kvs_fail(ERANGE);
-	*out = v;
-	return 0;
-}
-
 static const char help_text[] =
 	"ping                 answer ok\n"
 	"help                 this list\n"
@@ -212,7 +178,7 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
 		resp_fmt(r, "limit %" PRIu64 "\nok\n", bytes);
 		return;
 	}
-	if (parse_size(arg, &bytes) < 0) {
+	if (kvs_parse_size(arg, &bytes) < 0) {
 		resp_error(r, errno, errno == ERANGE ? "SIZE too large"
 						     : "SIZE is bytes, or a number with K, M, G or T");
 		return;

@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "ctl_client.h"
 
 int cc_connect(const char *path)
@@ -112,26 +113,9 @@ int cc_request(int fd, const char *request, char **data)
 
 int cc_parse_size(const char *s, unsigned long long *out)
 {
-	unsigned long long v = 0, mul = 1;
+	uint64_t v;
 
-	if (*s < '0' || *s > '9')
-		return -1;
-	for (; *s >= '0' && *s <= '9'; s++)
-		if (__builtin_mul_overflow(v, 10, &v) ||
-		    __builtin_add_overflow(v, (unsigned long long)(*s - '0'), &v))
-			return -1;
-	switch (*s) {
-	case 'k': case 'K': mul = 1ull << 10; s++; break;
-	case 'm': case 'M': mul = 1ull << 20; s++; break;
-	case 'g': case 'G': mul = 1ull << 30; s++; break;
-	case 't': case 'T': mul = 1ull << 40; s++; break;
-	default: break;
-	}
-	if (mul > 1 && *s == 'i')
-		s++;
-	if (*s == 'B' || *s == 'b')
-		s++;
-	if (*s || __builtin_mul_overflow(v, mul, &v))
+	if (kvs_parse_size(s, &v) < 0)
 		return -1;
 	*out = v;
 	return 0;
