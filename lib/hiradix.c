@@ -2730,7 +2730,7 @@ static const char *const stat_descs[] = {KVS_HIRADIX_STATS(KVS_X_DESC)};
 #undef KVS_X_KIND
 #undef KVS_X_DESC
 
-static void stats_fill(kvs_hiradix_t *h, uint64_t *v)
+void kvsi_hiradix_stats_fill(kvs_hiradix_t *h, uint64_t *v)
 {
 	kvs_hiradix_usage_t u;
 
@@ -2760,7 +2760,7 @@ KVS_EXPORT uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat ite
 
 	if (!h || (unsigned)item >= KVS_HIRADIX_STAT__COUNT)
 		return 0;
-	stats_fill(h, v);
+	kvsi_hiradix_stats_fill(h, v);
 	return v[item];
 }
 
@@ -2825,7 +2825,7 @@ KVS_EXPORT int kvs_hiradix_stats_print(kvs_hiradix_t *h,
 		errno = EINVAL;
 		return -1;
 	}
-	stats_fill(h, v);
+	kvsi_hiradix_stats_fill(h, v);
 	snprintf(line, sizeof(line), "hiradix page_size %u write_policy %s hit_threshold %u\n",
 		 h->ps, policies[h->policy], h->threshold);
 	write_cb(arg, line);

@@ -1082,7 +1082,7 @@ KVS_EXPORT int kvs_hpool_xfer_free(kvs_hpool_xfer_t *x)
 
 /* ------------------------------------------------------------ statistics */
 
-static void stats_fill(struct kvs_hpool *hp, uint64_t *v)
+void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v)
 {
 	pthread_mutex_lock(&hp->lock);
 	memcpy(v, hp->st, sizeof(hp->st));
@@ -1108,7 +1108,7 @@ KVS_EXPORT uint64_t kvs_hpool_stat(kvs_hpool_t *hp, enum kvs_hpool_stat item)
 
 	if (!hp || (unsigned)item >= KVS_HPOOL_STAT__COUNT)
 		return 0;
-	stats_fill(hp, v);
+	kvsi_hpool_stats_fill(hp, v);
 	return v[item];
 }
 
@@ -1166,7 +1166,7 @@ KVS_EXPORT int kvs_hpool_stats_print(kvs_hpool_t *hp,
 
 	if (!hp || !write_cb)
 		return kvs_fail(EINVAL);
-	stats_fill(hp, v);
+	kvsi_hpool_stats_fill(hp, v);
 	snprintf(line, sizeof(line),
 		 "hpool layout %s page_size %u layers %u pages %llu page_bytes %zu bytes %zu\n",
 		 hp->layout == KVS_HPOOL_PAGE_FIRST ? "page_first" : "layer_first",

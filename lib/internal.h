@@ -212,6 +212,16 @@ long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs);
 int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
 			void *arg);
 
+/* Every statistic of an object in one snapshot (v[] has the family's
+ * __COUNT entries), for lib/metrics.c's scrapes: lib/slab_stat.c,
+ * lib/radix.c, lib/hostpool.c, lib/hiradix.c. */
+struct kvs_hiradix;
+struct kvs_hpool;
+void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v);
+void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v);
+void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v);
+void kvsi_hiradix_stats_fill(struct kvs_hiradix *h, uint64_t *v);
+
 /* lib/hostpool.c, for the store (lib/storage.c) and lib/hiradix.c: the
  * bytes of a host page (every buffer's piece, whatever the layout), and
  * copying held page @page to (@to_buf) or from one page-first buffer of

@@ -118,6 +118,14 @@ _Static_assert(sizeof(hcache_defs) / sizeof(hcache_defs[0]) ==
 
 #define NDEFS(a) (sizeof(a) / sizeof((a)[0]))
 
+/* snap() fills a family's whole list from the object's own. */
+_Static_assert(NDEFS(drv_defs) == KVS_DRV_STAT__COUNT, "drv statistics");
+_Static_assert(NDEFS(slab_defs) == KVS_SLAB_STAT__COUNT, "slab statistics");
+_Static_assert(NDEFS(radix_defs) == KVS_RADIX_STAT__COUNT, "radix statistics");
+_Static_assert(NDEFS(hpool_defs) == KVS_HPOOL_STAT__COUNT, "hpool statistics");
+_Static_assert(NDEFS(hiradix_defs) == KVS_HIRADIX_STAT__COUNT, "hiradix statistics");
+_Static_assert(NDEFS(store_defs) == KVS_STORE_STAT__COUNT, "store statistics");
+
 static const struct family {
 	const char *prefix;
 	const struct stat_def *defs;
@@ -407,53 +415,59 @@ static bool name_ok(const char *s)
 	return true;
 }
 
-/* The value of statistic @i of entry @e, as the family's text.  Called with
- * m->lock held. */
-static void out_value(struct out *o, const struct entry *e, enum fam fam, size_t i)
+/* Every statistic of entry @e of family @fam, in one snapshot where the
+ * object takes one: @v (the family's count), and @hc for the hashed
+ * cache.  Called with m->lock held. */
+static void snap(const struct entry *e, enum fam fam, uint64_t *v, kvs_hcache_stats_t *hc)
 {
-	uint64_t v = 0;
+	size_t i;
 
 	switch (fam) {
 	case F_DRV:
-		v = kvs_drv_stat(e->obj, (enum kvs_drv_stat)i);
+		for (i = 0; i < KVS_DRV_STAT__COUNT; i++)
+			v[i] = kvs_drv_stat(e->obj, (enum kvs_drv_stat)i);
 		break;
 	case F_SLAB:
-		v = kvs_slab_stat(e->fam == F_POOL ? kvs_pool_slab(e->obj) : e->obj,
-				  (enum kvs_slab_stat)i);
+		kvsi_slab_stats_fill(e->fam == F_POOL ? kvs_pool_slab(e->obj) : e->obj, v);
 		break;
 	case F_POOL:
-		v = i == 0 ? kvs_pool_capacity(e->obj)
-		    : i == 1 ? kvs_pool_available(e->obj)
-			     : kvs_pool_page_size(e->obj);
+		v[0] = kvs_pool_capacity(e->obj);
+		v[1] = kvs_pool_available(e->obj);
+		v[2] = kvs_pool_page_size(e->obj);
 		break;
 	case F_RADIX:
-		v = kvs_radix_stat(e->obj, (enum kvs_radix_stat)i);
+		kvsi_radix_stats_fill(e->obj, v);
 		break;
-	case F_HCACHE: {
-		kvs_hcache_stats_t st;
-
-		memset(&st, 0, sizeof(st));
-		kvs_hcache_stats(e->obj, &st);
-		if (hcache_off[i] == offsetof(kvs_hcache_stats_t, window_hit_ratio)) {
-			out_fmt(o, "%.17g", st.window_hit_ratio);
-			return;
-		}
-		memcpy(&v, (const char *)&st + hcache_off[i], sizeof(v));
+	case F_HCACHE:
+		memset(hc, 0, sizeof(*hc));
+		kvs_hcache_stats(e->obj, hc);
+		for (i = 0; i < NDEFS(hcache_off); i++)
+			if (hcache_off[i] != offsetof(kvs_hcache_stats_t, window_hit_ratio))
+				memcpy(&v[i], (const char *)hc + hcache_off[i], sizeof(v[i]));
 		break;
-	}
 	case F_HPOOL:
-		v = kvs_hpool_stat(e->obj, (enum kvs_hpool_stat)i);
+		kvsi_hpool_stats_fill(e->obj, v);
 		break;
 	case F_HIRADIX:
-		v = kvs_hiradix_stat(e->obj, (enum kvs_hiradix_stat)i);
+		kvsi_hiradix_stats_fill(e->obj, v);
 		break;
 	case F_STORE:
-		v = kvs_store_stat(e->obj, (enum kvs_store_stat)i);
+		for (i = 0; i < KVS_STORE_STAT__COUNT; i++)
+			v[i] = kvs_store_stat(e->obj, (enum kvs_store_stat)i);
 		break;
 	default:
 		break;
 	}
-	out_fmt(o, "%" PRIu64, v);
+}
+
+/* Statistic @i of a snapshot, as the family's text. */
+static void out_value(struct out *o, enum fam fam, const uint64_t *v,
+		      const kvs_hcache_stats_t *hc, size_t i)
+{
+	if (fam == F_HCACHE && hcache_off[i] == offsetof(kvs_hcache_stats_t, window_hit_ratio))
+		out_fmt(o, "%.17g", hc->window_hit_ratio);
+	else
+		out_fmt(o, "%" PRIu64, v[i]);
 }
 
 static bool member(const struct entry *e, enum fam fam)
@@ -484,14 +498,31 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 	if (!m || !write_cb)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&m->lock);
-	for (int f = 0; f < F__COUNT; f++) {
+	for (int f = 0; f < F__COUNT && !o.nomem; f++) {
 		const struct family *fa = &families[f];
-		bool any = false;
+		kvs_hcache_stats_t *hc;
+		uint64_t *v;
+		size_t nm = 0, k;
 
-		for (const struct entry *e = m->head; e && !any; e = e->next)
-			any = member(e, f);
-		if (!any)
+		for (const struct entry *e = m->head; e; e = e->next)
+			nm += member(e, f);
+		if (!nm)
 			continue;
+		/* One snapshot a member, taken before its lines are written. */
+		v = calloc(nm * fa->n, sizeof(*v));
+		hc = calloc(nm, sizeof(*hc));
+		if (!v || !hc) {
+			free(v);
+			free(hc);
+			o.nomem = true;
+			break;
+		}
+		k = 0;
+		for (const struct entry *e = m->head; e; e = e->next)
+			if (member(e, f)) {
+				snap(e, f, v + k * fa->n, &hc[k]);
+				k++;
+			}
 		for (size_t i = 0; i < fa->n; i++) {
 			const struct stat_def *d = &fa->defs[i];
 			int n = snprintf(name, sizeof(name), "kvslab_%s_%s%s", fa->prefix, d->name,
@@ -506,6 +537,7 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 			out_str(&o, "\n# TYPE ");
 			out_str(&o, name);
 			out_str(&o, d->counter ? " counter\n" : " gauge\n");
+			k = 0;
 			for (const struct entry *e = m->head; e; e = e->next) {
 				if (!member(e, f))
 					continue;
@@ -516,12 +548,15 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 					out_str(&o, "\"}");
 				}
 				out_str(&o, " ");
-				out_value(&o, e, f, i);
+				out_value(&o, f, v + k * fa->n, &hc[k], i);
 				out_str(&o, "\n");
+				k++;
 			}
 			if (o.len >= OUT_FLUSH)
 				out_flush(&o);
 		}
+		free(v);
+		free(hc);
 	}
 	out_flush(&o);
 	pthread_mutex_unlock(&m->lock);

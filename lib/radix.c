@@ -2347,7 +2347,7 @@ static const char *const radix_stat_descs[] = {
 };
 
 /* Every counter: the writer's under wlock, the readers' relaxed. */
-static void stats_fill(struct kvs_radix *r, uint64_t *v)
+void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v)
 {
 	pthread_mutex_lock(&r->wlock);
 #define W_GET(n) v[KVS_RADIX_STAT_##n] = r->st.n;
@@ -2375,7 +2375,7 @@ KVS_EXPORT uint64_t kvs_radix_stat(kvs_radix_t *r, enum kvs_radix_stat item)
 
 	if (!r || (unsigned)item >= KVS_RADIX_STAT__COUNT)
 		return 0;
-	stats_fill(r, v);
+	kvsi_radix_stats_fill(r, v);
 	return v[item];
 }
 
@@ -2433,7 +2433,7 @@ KVS_EXPORT int kvs_radix_stats_print(kvs_radix_t *r, void (*write_cb)(void *arg,
 
 	if (!r || !write_cb)
 		return kvs_fail(EINVAL);
-	stats_fill(r, v);
+	kvsi_radix_stats_fill(r, v);
 	tokens = kvs_radix_tokens(r);
 	nodes = kvs_radix_nodes(r);
 	snprintf(line, sizeof(line), "radix page_size %u policy %d tokens %llu nodes %llu\n", r->ps,

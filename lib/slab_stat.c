@@ -159,7 +159,7 @@ static const char *const slab_stat_descs[] = {
 #undef KVS_X_DESC
 };
 
-static void stats_fill(struct kvs_slab *s, uint64_t *v)
+void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v)
 {
 	uint64_t cached = 0, af = 0, ff = 0, mapped_slabs;
 	struct mag *m;
@@ -212,7 +212,7 @@ KVS_EXPORT uint64_t kvs_slab_stat(kvs_slab_t *s, enum kvs_slab_stat item)
 
 	if (!s || (unsigned)item >= KVS_SLAB_STAT__COUNT)
 		return 0;
-	stats_fill(s, v);
+	kvsi_slab_stats_fill(s, v);
 	return v[item];
 }
 
@@ -265,7 +265,7 @@ KVS_EXPORT double kvs_slab_fragmentation(kvs_slab_t *s)
 
 	if (!s)
 		return 0;
-	stats_fill(s, v);
+	kvsi_slab_stats_fill(s, v);
 	if (!v[KVS_SLAB_STAT_bytes_mapped])
 		return 0;
 	return 1.0 - (double)v[KVS_SLAB_STAT_bytes_live] / (double)v[KVS_SLAB_STAT_bytes_mapped];
@@ -289,7 +289,7 @@ KVS_EXPORT int kvs_slab_stats_print(kvs_slab_t *s, void (*write_cb)(void *arg, c
 
 	if (!s || !write_cb)
 		return kvs_fail(EINVAL);
-	stats_fill(s, v);
+	kvsi_slab_stats_fill(s, v);
 	snprintf(line, sizeof(line), "slab page_size %u pages_per_slab %u slabs %llu buffers %u\n",
 		 s->page_size, s->pps, (unsigned long long)s->nslabs, s->nbuf);
 	write_cb(arg, line);
