@@ -92,6 +92,25 @@ int rp_bad_line(struct rp_loader *ld, const char *fmt, ...)
 	return 0;
 }
 
+int rp_fresh_blocks(struct rp_loader *ld, uint64_t in, uint32_t **blocks, uint32_t *nb)
+{
+	uint64_t n = (in + RP_BLOCK - 1) / RP_BLOCK, k;
+
+	if ((uint64_t)ld->t->next_block + n > RP_MAX_BLOCK_ID)
+		return rp_bad_line(ld, "block ids exhausted (%u in use, %llu more needed)",
+				   ld->t->next_block, (unsigned long long)n);
+	*blocks = malloc(n * sizeof(**blocks));
+	if (!*blocks) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (k = 0; k < n; k++)
+		(*blocks)[k] = ld->t->next_block + (uint32_t)k;
+	ld->t->next_block += (uint32_t)n;
+	*nb = (uint32_t)n;
+	return 1;
+}
+
 /*
  * Append a request; takes @blocks (freed on failure).  The arrival is
  * clamped to the previous one so that a replay can walk arrivals in order.

@@ -251,8 +251,8 @@ int rp_azure_line(struct rp_loader *ld, const char *line, size_t len)
 	long i = 0;
 	int rc;
 	int64_t day, nsod;
-	uint64_t ctx, gen, nb, k;
-	uint32_t *blocks;
+	uint64_t ctx, gen;
+	uint32_t *blocks, nb;
 	double arrival;
 
 	while ((rc = csv_next(&p, end, &more, &f, &why)) == 1) {
@@ -278,23 +278,14 @@ int rp_azure_line(struct rp_loader *ld, const char *line, size_t len)
 		return rp_bad_line(ld, "ContextTokens: must be at least 1");
 	if (csv_uint(&fgen, &gen, &why))
 		return rp_bad_line(ld, "GeneratedTokens: %s", why);
-	nb = (ctx + RP_BLOCK - 1) / RP_BLOCK;
-	if ((uint64_t)ld->t->next_block + nb > RP_MAX_BLOCK_ID)
-		return rp_bad_line(ld, "block ids exhausted (%u in use, %llu more needed)",
-				ld->t->next_block, (unsigned long long)nb);
-	blocks = malloc(nb * sizeof(*blocks));
-	if (!blocks) {
-		errno = ENOMEM;
-		return -1;
-	}
-	for (k = 0; k < nb; k++)
-		blocks[k] = ld->t->next_block + (uint32_t)k;
-	ld->t->next_block += (uint32_t)nb;
+	rc = rp_fresh_blocks(ld, ctx, &blocks, &nb);
+	if (rc <= 0)
+		return rc;
 	if (!ld->have_first) {
 		ld->have_first = true;
 		ld->first_day = day;
 		ld->first_ns = nsod;
 	}
 	arrival = (double)(day - ld->first_day) * 86400000.0 + (double)(nsod - ld->first_ns) / 1e6;
-	return rp_add_req(ld, arrival, (uint32_t)ctx, (uint32_t)gen, blocks, (uint32_t)nb);
+	return rp_add_req(ld, arrival, (uint32_t)ctx, (uint32_t)gen, blocks, nb);
 }

@@ -60,6 +60,14 @@ int rp_bad_line(struct rp_loader *ld, const char *fmt, ...);
 int rp_add_req(struct rp_loader *ld, double arrival, uint32_t in, uint32_t out,
 	       uint32_t *blocks, uint32_t nblocks);
 
+/*
+ * Fresh block ids for a request of @in input tokens that shares no prefix
+ * (the formats without hash ids): 1 with *@blocks (the caller's, for
+ * rp_add_req()) and *@nb set; else what the line's reader returns, 0 (the
+ * line skipped: ids exhausted) or -1 with errno.
+ */
+int rp_fresh_blocks(struct rp_loader *ld, uint64_t in, uint32_t **blocks, uint32_t *nb);
+
 /* One line of each format (trace_mooncake.c, trace_azure.c): 0 (added or
  * skipped), or -1 with errno when the load must stop. */
 int rp_mooncake_line(struct rp_loader *ld, const char *line, size_t len);

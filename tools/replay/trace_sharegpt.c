@@ -109,8 +109,9 @@ int rp_sharegpt_line(struct rp_loader *ld, const char *line, size_t len)
 {
 	const char *s;
 	size_t n;
-	uint64_t in, out, nb, k;
-	uint32_t *blocks;
+	uint64_t in, out;
+	uint32_t *blocks, nb;
+	int rc;
 	long nf = count_fields(line, len);
 
 	if (nf != ld->ncols)
@@ -124,19 +125,10 @@ int rp_sharegpt_line(struct rp_loader *ld, const char *line, size_t len)
 	if (num(s, n, &out))
 		return rp_bad_line(ld, "num_decode_tokens: expected a whole number from 0 to %d",
 				   LEN_MAX);
-	nb = (in + RP_BLOCK - 1) / RP_BLOCK;
-	if ((uint64_t)ld->t->next_block + nb > RP_MAX_BLOCK_ID)
-		return rp_bad_line(ld, "block ids exhausted (%u in use, %llu more needed)",
-				   ld->t->next_block, (unsigned long long)nb);
-	blocks = malloc(nb * sizeof(*blocks));
-	if (!blocks) {
-		errno = ENOMEM;
-		return -1;
-	}
-	for (k = 0; k < nb; k++)
-		blocks[k] = ld->t->next_block + (uint32_t)k;
-	ld->t->next_block += (uint32_t)nb;
-	return rp_add_req(ld, 0, (uint32_t)in, (uint32_t)out, blocks, (uint32_t)nb);
+	rc = rp_fresh_blocks(ld, in, &blocks, &nb);
+	if (rc <= 0)
+		return rc;
+	return rp_add_req(ld, 0, (uint32_t)in, (uint32_t)out, blocks, nb);
 }
 
 static double unif(uint64_t *s)
