@@ -190,23 +190,34 @@ static void evict_locked(struct kvs_store *s, struct fstore *f, uint64_t need,
 	}
 }
 
+/* @file, of @size bytes, is the most recently used object now: moved to
+ * the front (false), or added (true; *@added the entry, NULL without
+ * memory).  f->lock held. */
+static bool idx_use_locked(struct fstore *f, const char *file, uint64_t size,
+			   struct ent **added)
+{
+	uint64_t h = name_hash(file);
+	struct ent *e = idx_find(f, file, h);
+
+	if (!e) {
+		*added = idx_add(f, file, h, size);
+		return true;
+	}
+	lru_unlink(e);
+	lru_front(f, e);
+	return false;
+}
+
 /* An object of @size bytes was found (get, exists, set of a present key):
  * the most recently used now, added if another process wrote it. */
 static void idx_touch(struct kvs_store *s, const char *file, uint64_t size)
 {
 	struct fstore *f = s->be_priv;
-	uint64_t h = name_hash(file);
 	struct ent *e;
 
 	pthread_mutex_lock(&f->lock);
-	e = idx_find(f, file, h);
-	if (e) {
-		lru_unlink(e);
-		lru_front(f, e);
-	} else {
-		e = idx_add(f, file, h, size);
+	if (idx_use_locked(f, file, size, &e))
 		evict_locked(s, f, 0, e);
-	}
 	store_gauge(s, KVS_STORE_STAT_bytes_stored, f->bytes);
 	pthread_mutex_unlock(&f->lock);
 }
@@ -537,22 +548,12 @@ static bool reserve(struct kvs_store *s, struct fstore *f, uint64_t size)
 /* A reserved write done (@file written) or not (@file NULL). */
 static void settle(struct kvs_store *s, struct fstore *f, const char *file, uint64_t size)
 {
-	uint64_t h;
 	struct ent *e;
 
 	pthread_mutex_lock(&f->lock);
 	f->bytes -= size;
-	if (file) {
-		h = name_hash(file);
-		e = idx_find(f, file, h);
-		if (e) {
-			/* Written twice at once: one object, counted once. */
-			lru_unlink(e);
-			lru_front(f, e);
-		} else {
-			(void)idx_add(f, file, h, size);
-		}
-	}
+	if (file) /* written twice at once: one object, counted once */
+		(void)idx_use_locked(f, file, size, &e);
 	store_gauge(s, KVS_STORE_STAT_bytes_stored, f->bytes);
 	pthread_mutex_unlock(&f->lock);
 }
