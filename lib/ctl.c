@@ -69,50 +69,9 @@ struct kvs_ctl {
 
 /* ------------------------------------------------------------ responses */
 
-struct resp {
-	char *buf;
-	size_t len, cap;
-	bool nomem;
-};
-
-static void resp_put(struct resp *r, const char *s, size_t n)
-{
-	if (r->nomem)
-		return;
-	if (r->len + n > r->cap) {
-		size_t cap = r->cap ? r->cap : 4096;
-		char *b;
-
-		while (cap < r->len + n)
-			cap *= 2;
-		if (!(b = realloc(r->buf, cap))) {
-			r->nomem = true;
-			return;
-		}
-		r->buf = b;
-		r->cap = cap;
-	}
-	memcpy(r->buf + r->len, s, n);
-	r->len += n;
-}
-
-static void resp_fmt(struct resp *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void resp_fmt(struct resp *r, const char *fmt, ...)
-{
-	char tmp[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		resp_put(r, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
 static void metrics_cb(void *arg, const char *data, size_t len)
 {
-	resp_put(arg, data, len);
+	kvsi_buf_put(arg, data, len);
 }
 
 static const char *errname(int err)
@@ -126,9 +85,9 @@ static const char *errname(int err)
 	return n ? n : "EIO";
 }
 
-static void resp_error(struct resp *r, int err, const char *msg)
+static void resp_error(struct kvsi_buf *r, int err, const char *msg)
 {
-	resp_fmt(r, "error %s %s\n", errname(err), msg ? msg : strerror(err));
+	kvsi_buf_fmt(r, "error %s %s\n", errname(err), msg ? msg : strerror(err));
 }
 
 /* Send all of @buf; false when the client is gone or stuck. */
@@ -157,7 +116,7 @@ static const char help_text[] =
 	"limit SIZE           set the memory limit (bytes, or K/M/G/T suffix, powers of 1024)\n"
 	"quit                 close the connection\n";
 
-static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
+static void do_limit(kvs_ctl_t *c, const char *arg, struct kvsi_buf *r)
 {
 	kvs_ctl_limit_report_t rep;
 	uint64_t bytes;
@@ -175,7 +134,7 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
 			resp_error(r, ENOTSUP, "the limit is not known here");
 			return;
 		}
-		resp_fmt(r, "limit %" PRIu64 "\nok\n", bytes);
+		kvsi_buf_fmt(r, "limit %" PRIu64 "\nok\n", bytes);
 		return;
 	}
 	if (kvs_parse_size(arg, &bytes) < 0) {
@@ -207,13 +166,13 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct resp *r)
 		rep.elapsed_ns = lr.elapsed_ns;
 	}
 	c->limit = rep.limit ? rep.limit : bytes;
-	resp_fmt(r, "limit %" PRIu64 "\nbytes_returned %" PRIu64 "\nelapsed_ns %" PRIu64 "\nok\n",
+	kvsi_buf_fmt(r, "limit %" PRIu64 "\nbytes_returned %" PRIu64 "\nelapsed_ns %" PRIu64 "\nok\n",
 		 c->limit, rep.bytes_returned, rep.elapsed_ns);
 }
 
 /* Answer one request line (NUL-terminated, checked printable) into @r;
  * false when the connection is to be closed after the response. */
-static bool do_request(kvs_ctl_t *c, char *line, struct resp *r)
+static bool do_request(kvs_ctl_t *c, char *line, struct kvsi_buf *r)
 {
 	char *save = NULL, *cmd, *arg, *extra;
 
@@ -225,12 +184,12 @@ static bool do_request(kvs_ctl_t *c, char *line, struct resp *r)
 	} else if (extra) {
 		resp_error(r, E2BIG, "too many arguments (try help)");
 	} else if (!strcmp(cmd, "ping") && !arg) {
-		resp_put(r, "pong\nok\n", 8);
+		kvsi_buf_put(r, "pong\nok\n", 8);
 	} else if (!strcmp(cmd, "help") && !arg) {
-		resp_put(r, help_text, sizeof(help_text) - 1);
-		resp_put(r, "ok\n", 3);
+		kvsi_buf_put(r, help_text, sizeof(help_text) - 1);
+		kvsi_buf_put(r, "ok\n", 3);
 	} else if (!strcmp(cmd, "quit") && !arg) {
-		resp_put(r, "ok\n", 3);
+		kvsi_buf_put(r, "ok\n", 3);
 		return false;
 	} else if (!strcmp(cmd, "metrics") && !arg) {
 		if (!c->attr.metrics) {
@@ -242,7 +201,7 @@ static bool do_request(kvs_ctl_t *c, char *line, struct resp *r)
 				r->len = mark;
 				resp_error(r, errno, NULL);
 			} else {
-				resp_put(r, "ok\n", 3);
+				kvsi_buf_put(r, "ok\n", 3);
 			}
 		}
 	} else if (!strcmp(cmd, "limit")) {
@@ -251,7 +210,7 @@ static bool do_request(kvs_ctl_t *c, char *line, struct resp *r)
 		char name[32];
 
 		snprintf(name, sizeof(name), "%s", cmd);
-		resp_fmt(r, "error %s unknown request '%s'%s (try help)\n", errname(EINVAL), name,
+		kvsi_buf_fmt(r, "error %s unknown request '%s'%s (try help)\n", errname(EINVAL), name,
 			 arg ? " or bad arguments" : "");
 	}
 	return true;
@@ -281,7 +240,7 @@ static bool line_clean(const char *s, size_t n)
 /* Read what @cl sent and answer every complete line. */
 static void client_read(kvs_ctl_t *c, struct client *cl)
 {
-	struct resp r = {0};
+	struct kvsi_buf r = {0};
 	bool keep = true;
 	ssize_t n;
 	char *nl;
@@ -312,7 +271,7 @@ static void client_read(kvs_ctl_t *c, struct client *cl)
 		cl->len = rest;
 	}
 	if (keep && cl->len == sizeof(cl->buf)) {
-		resp_fmt(&r, "error %s a request line is at most %d bytes\n", errname(EMSGSIZE),
+		kvsi_buf_fmt(&r, "error %s a request line is at most %d bytes\n", errname(EMSGSIZE),
 			 KVS_CTL_LINE_MAX - 1);
 		keep = false;
 	}

@@ -9,10 +9,13 @@
 #define KVSLAB_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common.h"
 
@@ -156,6 +159,52 @@ static inline void *kvsi_grow(void *arr, size_t *cap, size_t n, size_t size)
 	if (nw)
 		*cap = want;
 	return nw;
+}
+
+/* A text grown as it is written (lib/ctl.c's responses, lib/metrics.c's
+ * scrape): after a failed growth it takes nothing more and says so in
+ * nomem.  Zeroed to start; @first is the first capacity (0: 4096). */
+struct kvsi_buf {
+	char *buf;
+	size_t len, cap, first;
+	bool nomem;
+};
+
+static inline void kvsi_buf_put(struct kvsi_buf *b, const void *s, size_t n)
+{
+	if (b->nomem)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : b->first ? b->first : 4096;
+		char *nb;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		if (!(nb = realloc(b->buf, cap))) {
+			b->nomem = true;
+			return;
+		}
+		b->buf = nb;
+		b->cap = cap;
+	}
+	memcpy(b->buf + b->len, s, n);
+	b->len += n;
+}
+
+/* printf into @b; a piece longer than 511 bytes is cut there. */
+static inline void kvsi_buf_fmt(struct kvsi_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static inline void kvsi_buf_fmt(struct kvsi_buf *b, const char *fmt, ...)
+{
+	char tmp[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		kvsi_buf_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 static inline uint64_t gcd_u64(uint64_t a, uint64_t b)

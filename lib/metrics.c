@@ -331,9 +331,7 @@ KVS_EXPORT int kvs_metrics_remove(kvs_metrics_t *m, const void *obj)
 
 /* The text, grown as it is written and handed to write_cb in pieces. */
 struct out {
-	char *buf;
-	size_t len, cap;
-	bool nomem;
+	struct kvsi_buf b;
 	void (*cb)(void *arg, const char *data, size_t len);
 	void *arg;
 };
@@ -342,49 +340,19 @@ struct out {
 
 static void out_flush(struct out *o)
 {
-	if (o->len && !o->nomem)
-		o->cb(o->arg, o->buf, o->len);
-	o->len = 0;
+	if (o->b.len && !o->b.nomem)
+		o->cb(o->arg, o->b.buf, o->b.len);
+	o->b.len = 0;
 }
 
 static void out_put(struct out *o, const char *s, size_t n)
 {
-	if (o->nomem)
-		return;
-	if (o->len + n > o->cap) {
-		size_t cap = o->cap ? o->cap : OUT_FLUSH * 2;
-		char *b;
-
-		while (cap < o->len + n)
-			cap *= 2;
-		if (!(b = realloc(o->buf, cap))) {
-			o->nomem = true;
-			return;
-		}
-		o->buf = b;
-		o->cap = cap;
-	}
-	memcpy(o->buf + o->len, s, n);
-	o->len += n;
+	kvsi_buf_put(&o->b, s, n);
 }
 
 static void out_str(struct out *o, const char *s)
 {
 	out_put(o, s, strlen(s));
-}
-
-static void out_fmt(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void out_fmt(struct out *o, const char *fmt, ...)
-{
-	char tmp[64];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		out_put(o, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
 /* A help text: backslash and newline escaped.  A label value: the same and
@@ -465,9 +433,9 @@ static void out_value(struct out *o, enum fam fam, const uint64_t *v,
 		      const kvs_hcache_stats_t *hc, size_t i)
 {
 	if (fam == F_HCACHE && hcache_off[i] == offsetof(kvs_hcache_stats_t, window_hit_ratio))
-		out_fmt(o, "%.17g", hc->window_hit_ratio);
+		kvsi_buf_fmt(&o->b, "%.17g", hc->window_hit_ratio);
 	else
-		out_fmt(o, "%" PRIu64, v[i]);
+		kvsi_buf_fmt(&o->b, "%" PRIu64, v[i]);
 }
 
 static bool member(const struct entry *e, enum fam fam)
@@ -492,13 +460,13 @@ static bool member(const struct entry *e, enum fam fam)
 KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 				 void (*write_cb)(void *arg, const char *data, size_t len), void *arg)
 {
-	struct out o = {.cb = write_cb, .arg = arg};
+	struct out o = {.b.first = OUT_FLUSH * 2, .cb = write_cb, .arg = arg};
 	char name[160];
 
 	if (!m || !write_cb)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&m->lock);
-	for (int f = 0; f < F__COUNT && !o.nomem; f++) {
+	for (int f = 0; f < F__COUNT && !o.b.nomem; f++) {
 		const struct family *fa = &families[f];
 		kvs_hcache_stats_t *hc;
 		uint64_t *v;
@@ -514,7 +482,7 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 		if (!v || !hc) {
 			free(v);
 			free(hc);
-			o.nomem = true;
+			o.b.nomem = true;
 			break;
 		}
 		k = 0;
@@ -552,7 +520,7 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 				out_str(&o, "\n");
 				k++;
 			}
-			if (o.len >= OUT_FLUSH)
+			if (o.b.len >= OUT_FLUSH)
 				out_flush(&o);
 		}
 		free(v);
@@ -560,6 +528,6 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 	}
 	out_flush(&o);
 	pthread_mutex_unlock(&m->lock);
-	free(o.buf);
-	return o.nomem ? kvs_fail(ENOMEM) : 0;
+	free(o.b.buf);
+	return o.b.nomem ? kvs_fail(ENOMEM) : 0;
 }
