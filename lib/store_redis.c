@@ -281,13 +281,6 @@ static int send_all(int fd, struct iovec *iov, size_t cnt)
 	return 0;
 }
 
-static int send_buf(struct rstore *rs)
-{
-	struct iovec v = {rs->buf, rs->len};
-
-	return send_all(rs->c->fd, &v, 1);
-}
-
 /* A failed read's or write's errno as open reports it: a timeout is
  * ETIMEDOUT, EOF or a protocol error EIO. */
 static int io_errno(int e)
@@ -319,6 +312,27 @@ static void drop(struct rstore *rs)
 		redisFree(rs->c);
 		rs->c = NULL;
 	}
+}
+
+/* Send @iov (consumed) on the connection; on failure the connection is
+ * dropped, and -1 returned with errno as io_errno() says. */
+static int rs_send(struct rstore *rs, struct iovec *iov, size_t cnt)
+{
+	int e;
+
+	if (send_all(rs->c->fd, iov, cnt) == 0)
+		return 0;
+	e = io_errno(errno);
+	drop(rs);
+	return kvs_fail(e);
+}
+
+/* rs_send() of the command buffer. */
+static int send_buf(struct rstore *rs)
+{
+	struct iovec v = {rs->buf, rs->len};
+
+	return rs_send(rs, &v, 1);
 }
 
 /* ------------------------------------------------------------ connect */
@@ -388,11 +402,8 @@ static int rconn(struct kvs_store *s, struct rstore *rs)
 	if (buf_fmt(rs, "*", 1) < 0 || buf_str(rs, "PING") < 0)
 		goto nomem;
 	steps[ns++] = EIO;
-	if (send_buf(rs) < 0) {
-		e = io_errno(errno);
-		drop(rs);
-		return kvs_fail(e);
-	}
+	if (send_buf(rs) < 0)
+		return -1;
 	for (k = 0; k < ns; k++) {
 		r = reply(rs);
 		if (!r)
@@ -633,7 +644,6 @@ static size_t redis_exists(struct kvs_store *s, const char *const *names, size_t
 			goto out;
 		}
 	if (send_buf(rs) < 0) {
-		drop(rs);
 		failed = n;
 		goto out;
 	}
@@ -688,8 +698,12 @@ static void redis_get(struct kvs_store *s, const char *const *names, size_t n,
 			for (; sent < k; sent++)
 				if (buf_keycmd(s, rs, "GET", names[sent]) < 0)
 					break;
-			if (sent < k || send_buf(rs) < 0) {
+			if (sent < k) {
 				drop(rs);
+				failed += n - i;
+				break;
+			}
+			if (send_buf(rs) < 0) {
 				failed += n - i;
 				break;
 			}
@@ -766,8 +780,7 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 		iov[4 * i + 2] = (struct iovec){(void *)val[i], s->attr.page_bytes};
 		iov[4 * i + 3] = (struct iovec){rs->buf + cut[2 * i], cut[2 * i + 1] - cut[2 * i]};
 	}
-	if (send_all(rs->c->fd, iov, 4 * n) < 0) {
-		drop(rs);
+	if (rs_send(rs, iov, 4 * n) < 0) {
 		failed = n;
 		goto out;
 	}
@@ -806,10 +819,8 @@ static int redis_remove(struct kvs_store *s, const char *name)
 	rs->len = 0;
 	if (buf_keycmd(s, rs, "DEL", name) < 0)
 		goto out;
-	if (send_buf(rs) < 0) {
-		drop(rs);
+	if (send_buf(rs) < 0)
 		goto out;
-	}
 	r = reply(rs);
 	if (r && r->type == REDIS_REPLY_INTEGER)
 		rc = 0;
