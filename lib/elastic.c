@@ -275,17 +275,29 @@ static int compact_inside(void *arg)
 	return 0;
 }
 
+/* How many of @v[0, @n) are consecutive pages in @v[0]'s slab (@pps pages). */
+static size_t slab_run(const uint32_t *v, size_t n, uint32_t pps)
+{
+	size_t r = kvsi_run_len(v, n), room = pps - v[0] % pps;
+
+	return r < room ? r : room;
+}
+
 /* Copy the bytes of pages @from to pages @to in every buffer of @p,
  * through a host staging buffer on the driver's copy queue. */
+
 static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uint32_t *to)
 {
 	const kvs_model_t *m = kvsi_pool_model(p);
 	kvs_drv_t *d = kvsi_pool_drv(p);
 	int which[2] = {KVS_KV_K, KVS_KV_V}, nb = m->attn == KVS_ATTN_MLA ? 1 : 2;
-	uint32_t ps = kvs_pool_page_size(p), layer;
+	uint32_t ps = kvs_pool_page_size(p), layer, pps;
 	unsigned char *stage = NULL;
-	size_t cap = 0, k;
+	size_t cap = 0, k, r = 0, slab_total;
+	uint64_t nslabs;
 	int err = 0;
+
+	kvsi_slab_geom(kvs_pool_slab(p), &pps, &nslabs, &slab_total);
 
 	for (layer = 0; layer < m->layers && !err; layer++) {
 		for (int w = 0; w < nb && !err; w++) {
@@ -307,16 +319,22 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 				stage = ns;
 				cap = n * pb;
 			}
-			for (k = 0; k < n && !err; k++)
-				if (kvs_drv_copy_dtoh(d, stage + k * pb, base + (uint64_t)from[k] * pb, pb,
-						      NULL) < 0)
+			/* One copy a run of consecutive pages within a slab
+			 * (the staging buffer is in the order of the list). */
+			for (k = 0; k < n && !err; k += r) {
+				r = slab_run(from + k, n - k, pps);
+				if (kvs_drv_copy_dtoh(d, stage + k * pb, base + (uint64_t)from[k] * pb,
+						      r * pb, NULL) < 0)
 					err = errno;
+			}
 			if (kvs_drv_synchronize(d) < 0 && !err)
 				err = errno;
-			for (k = 0; k < n && !err; k++)
-				if (kvs_drv_copy_htod(d, base + (uint64_t)to[k] * pb, stage + k * pb, pb,
-						      NULL) < 0)
+			for (k = 0; k < n && !err; k += r) {
+				r = slab_run(to + k, n - k, pps);
+				if (kvs_drv_copy_htod(d, base + (uint64_t)to[k] * pb, stage + k * pb,
+						      r * pb, NULL) < 0)
 					err = errno;
+			}
 			if (kvs_drv_synchronize(d) < 0 && !err)
 				err = errno;
 		}
