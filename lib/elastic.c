@@ -285,7 +285,6 @@ static size_t slab_run(const uint32_t *v, size_t n, uint32_t pps)
 
 /* Copy the bytes of pages @from to pages @to in every buffer of @p,
  * through a host staging buffer on the driver's copy queue. */
-
 static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uint32_t *to)
 {
 	const kvs_model_t *m = kvsi_pool_model(p);
