@@ -19,9 +19,17 @@
  *    vLLM since its PR #42892) a map whose first key, "type", holds the
  *    tag, followed by the same fields by name;
  *  - ROUTER socket for replay: a request [identity, "", start_seq (8 bytes
- *    big-endian)] is answered with [identity, "", seq, payload] for every
- *    buffered batch whose seq >= start_seq, oldest first, then
- *    [identity, "", -1 as 8 bytes, ""].
+ *    big-endian)] is answered with [identity, "", seq, payload] for the
+ *    buffered batches whose seq >= start_seq, oldest first, at most
+ *    replay_max_batches of them, then [identity, "", -1 as 8 bytes, ""];
+ *    with KVS_KVPUB_REPLAY_TOPIC (vLLM's PR #45177) each answer has the
+ *    topic frame before the seq, the end marker an empty one.  A request
+ *    of another shape (frame count, a delimiter that is not empty, a
+ *    start_seq not of 8 bytes) gets no answer at all: one request can
+ *    never make the publisher send more than replay_max_batches batches.
+ *  - A stored event's lora_id and lora_name come from the lora_cb the
+ *    caller gives, asked with the event's extra key when its batch is
+ *    encoded; without one, or when it says no, they are nil.
  *
  * Threads: kvs_kvpub_event_cb() only copies the event into a preallocated
  * queue, and a stored event's token ids into a preallocated ring of
@@ -31,7 +39,8 @@
  * events a flush takes are the ring's oldest, and they stay reserved until
  * the batch is encoded, so producers never overwrite what is being read.
  * The sockets are used only under the send lock, by the background thread
- * or by kvs_kvpub_flush().
+ * or by kvs_kvpub_flush(); so is lora_cb, called while a batch is encoded,
+ * outside the queue's mutex and any cache's writer section.
  * ZeroMQ sockets may move between threads with a full barrier between
  * uses, which that lock gives.
  */
@@ -42,7 +51,9 @@
 #include "common.h"
 #include <kvslab/kvpub.h>
 
-#define DEF_ENDPOINT "tcp://*:5557"
+/* Loopback only: the events carry every cached block's token ids, and the
+ * sockets have no authentication; a wider bind is the caller's choice. */
+#define DEF_ENDPOINT "tcp://127.0.0.1:5557"
 
 KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 {
@@ -52,7 +63,7 @@ KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 	}
 	memset(attr, 0, sizeof(*attr));
 	attr->endpoint = DEF_ENDPOINT;
-	attr->bind = KVS_KVPUB_AUTO;
+	attr->bind = KVS_KVPUB_BIND;
 	attr->replay_endpoint = NULL;
 	attr->topic = "";
 	attr->buffer_steps = 10000;
@@ -63,6 +74,10 @@ KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 	attr->data_parallel_rank = 0;
 	attr->format = KVS_KVPUB_FORMAT_ARRAY;
 	attr->max_queue_tokens = (size_t)1 << 20;
+	attr->replay_max_batches = 1000;
+	attr->replay_framing = KVS_KVPUB_REPLAY_SEQ;
+	attr->lora_cb = NULL;
+	attr->lora_arg = NULL;
 	return 0;
 }
 
@@ -147,6 +162,10 @@ struct kvs_kvpub {
 	size_t max_batch;
 	int dp_rank;
 	int map;			/* KVS_KVPUB_FORMAT_MAP */
+	int replay_topic;		/* KVS_KVPUB_REPLAY_TOPIC */
+	size_t replay_max;		/* batches one replay request gets at most */
+	kvs_kvpub_lora_cb lora_cb;
+	void *lora_arg;
 	msgpack_sbuffer sbuf;
 
 	uint32_t interval_ms;
@@ -203,9 +222,16 @@ static int pack_event(msgpack_packer *pk, const struct kvs_kvpub *p, const struc
 {
 	const kvs_kv_event_t *ev = &q->ev;
 	int map = p->map, r = 0;
+	int64_t lora_id = -1;
+	const char *lora_name = NULL;
 
 	switch (ev->type) {
 	case KVS_KV_STORED:
+		/* Asked here, under slock, outside the cache's writer section. */
+		if (p->lora_cb && !p->lora_cb(p->lora_arg, ev->extra_key, &lora_id, &lora_name)) {
+			lora_id = -1;
+			lora_name = NULL;
+		}
 		r |= pack_head(pk, map, "BlockStored", 7);
 		r |= pack_key(pk, map, "block_hashes");
 		r |= msgpack_pack_array(pk, 1);
@@ -220,11 +246,17 @@ static int pack_event(msgpack_packer *pk, const struct kvs_kvpub *p, const struc
 		r |= pack_key(pk, map, "block_size");
 		r |= msgpack_pack_uint32(pk, ev->tokens);
 		r |= pack_key(pk, map, "lora_id");
-		r |= msgpack_pack_nil(pk);
+		if (lora_id >= 0)
+			r |= msgpack_pack_int64(pk, lora_id);
+		else
+			r |= msgpack_pack_nil(pk);
 		r |= pack_key(pk, map, "medium");
 		r |= pack_str(pk, ev->medium == KVS_MEDIUM_CPU ? "CPU" : "GPU");
 		r |= pack_key(pk, map, "lora_name");
-		r |= msgpack_pack_nil(pk);
+		if (lora_name)
+			r |= pack_str(pk, lora_name);
+		else
+			r |= msgpack_pack_nil(pk);
 		break;
 	case KVS_KV_REMOVED:
 		r |= pack_head(pk, map, "BlockRemoved", 2);
@@ -288,16 +320,53 @@ static int ring_push(struct kvs_kvpub *p, uint64_t seq, const char *buf, size_t 
 	return 0;
 }
 
-/* Answers the waiting replay requests; never waits for one. */
-static void service_replay(struct kvs_kvpub *p)
+/* One replay answer to @id: [id, "", (topic,) seq, payload].  A ROUTER
+ * socket drops what it cannot route or queue: never blocks. */
+static void replay_send(struct kvs_kvpub *p, zmq_msg_t *id, const char *topic, size_t topic_len,
+			const unsigned char *seq, const void *buf, size_t len)
+{
+	zmq_send(p->replay, zmq_msg_data(id), zmq_msg_size(id), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(p->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	if (p->replay_topic)
+		zmq_send(p->replay, topic, topic_len, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(p->replay, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+	zmq_send(p->replay, buf, len, ZMQ_DONTWAIT);
+}
+
+/* Answers one well-formed request: the kept batches from @start on, at
+ * most replay_max of them, then the end marker. */
+static void replay_answer(struct kvs_kvpub *p, zmq_msg_t *id, uint64_t start)
 {
 	static const unsigned char end_seq[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	size_t i, n = 0;
 
-	for (;;) {
-		zmq_msg_t part[4];
+	/* Oldest first; a batch ring_push() could not keep leaves a gap. */
+	for (i = 0; i < p->ringlen && n < p->replay_max; i++) {
+		const struct kvpub_batch *b = &p->ring[(p->ringhead + i) % p->ringcap];
+		unsigned char seq[8];
+
+		if (b->seq < start)
+			continue;
+		n++;
+		put_be64(seq, b->seq);
+		replay_send(p, id, p->topic, p->topic_len, seq, b->buf, b->len);
+	}
+	replay_send(p, id, "", 0, end_seq, "", 0);
+}
+
+/* Requests read per flush at most: a flood of them delays the batches by
+ * one pass's worth, never starves them; the rest wait for the next pass. */
+#define REPLAY_PER_PASS 16
+
+/* Answers the waiting replay requests, REPLAY_PER_PASS at most; never
+ * waits for one.  Only [identity, "", start_seq of 8 bytes] is a request:
+ * anything else is dropped unanswered. */
+static void service_replay(struct kvs_kvpub *p)
+{
+	for (int req = 0; req < REPLAY_PER_PASS; req++) {
+		zmq_msg_t part[3];
 		size_t nparts = 0, i;
 		int more = 1, ok = 1;
-		uint64_t start = 0;
 
 		while (more) {
 			zmq_msg_t m;
@@ -310,44 +379,21 @@ static void service_replay(struct kvs_kvpub *p)
 				break;
 			}
 			more = zmq_msg_more(&m);
-			if (nparts < 4)
+			if (nparts < 3)
 				part[nparts] = m;
 			else
 				zmq_msg_close(&m);
 			nparts++;
 		}
-		/* vLLM: exactly [identity, "", start_seq]; anything else is ignored. */
-		if (ok && nparts == 3) {
+		if (ok && nparts == 3 && zmq_msg_size(&part[1]) == 0 && zmq_msg_size(&part[2]) == 8) {
 			const unsigned char *s = zmq_msg_data(&part[2]);
-			size_t len = zmq_msg_size(&part[2]);
-			/* int.from_bytes(start_seq_bytes, "big"): any length, unsigned */
-			for (i = 0; i < len; i++) {
-				if (start >> 56) {
-					start = UINT64_MAX;
-					break;
-				}
+			uint64_t start = 0;
+
+			for (i = 0; i < 8; i++)
 				start = (start << 8) | s[i];
-			}
-			const void *id = zmq_msg_data(&part[0]);
-			size_t idlen = zmq_msg_size(&part[0]);
-			for (i = 0; i < p->ringlen; i++) {
-				const struct kvpub_batch *b = &p->ring[(p->ringhead + i) % p->ringcap];
-				unsigned char seq[8];
-				if (b->seq < start)
-					continue;
-				put_be64(seq, b->seq);
-				/* ROUTER drops what it cannot route or queue: never blocks. */
-				zmq_send(p->replay, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-				zmq_send(p->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-				zmq_send(p->replay, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-				zmq_send(p->replay, b->buf, b->len, ZMQ_DONTWAIT);
-			}
-			zmq_send(p->replay, id, idlen, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(p->replay, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(p->replay, end_seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-			zmq_send(p->replay, "", 0, ZMQ_DONTWAIT);
+			replay_answer(p, &part[0], start);
 		}
-		for (i = 0; i < nparts && i < 4; i++)
+		for (i = 0; i < nparts && i < 3; i++)
 			zmq_msg_close(&part[i]);
 	}
 }
@@ -484,7 +530,9 @@ KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
 	    attr->hwm < 0 || attr->data_parallel_rank < 0 ||
 	    (attr->replay_endpoint && !*attr->replay_endpoint) ||
 	    (attr->format != KVS_KVPUB_FORMAT_MAP && attr->format != KVS_KVPUB_FORMAT_ARRAY) ||
-	    !attr->max_queue_tokens) {
+	    !attr->max_queue_tokens || !attr->replay_max_batches ||
+	    (attr->replay_framing != KVS_KVPUB_REPLAY_SEQ &&
+	     attr->replay_framing != KVS_KVPUB_REPLAY_TOPIC)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -506,6 +554,10 @@ KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
 	p->dp_rank = attr->data_parallel_rank;
 	p->interval_ms = attr->flush_interval_ms;
 	p->map = attr->format == KVS_KVPUB_FORMAT_MAP;
+	p->replay_topic = attr->replay_framing == KVS_KVPUB_REPLAY_TOPIC;
+	p->replay_max = attr->replay_max_batches;
+	p->lora_cb = attr->lora_cb;
+	p->lora_arg = attr->lora_arg;
 	p->topic_len = strlen(attr->topic);
 	p->tokcap = attr->max_queue_tokens;
 	p->q = calloc(p->qcap, sizeof(*p->q));

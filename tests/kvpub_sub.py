@@ -4,12 +4,16 @@
 vLLM-compatible router would (ZeroMQ SUB + msgpack, vLLM's replay protocol)
 and checks them.
 
-Usage: kvpub_sub.py PUB_ENDPOINT REPLAY_ENDPOINT TOPIC [map|array]
+Usage: kvpub_sub.py PUB_ENDPOINT REPLAY_ENDPOINT TOPIC [map|array
+       [seq|topic [REPLAY_MAX]]]
 Prints "ready" once subscribed; the publisher then sends the batches the
 test expects (see expected()), with each event encoded as a map of named
 fields (map, the default: vLLM since its PR #42892) or as a positional
-array (array: vLLM's array_like events before it).  Exit 0: all checked,
-1: a mismatch, 77: zmq or msgpack cannot be imported.
+array (array: vLLM's array_like events before it).  Replay answers are
+framed as (seq, payload) (seq, the default: vLLM before its PR #45177) or
+(topic, seq, payload) (topic: vLLM since), at most REPLAY_MAX batches
+each (default: no cap expected); a malformed request gets no answer.
+Exit 0: all checked, 1: a mismatch, 77: zmq or msgpack cannot be imported.
 """
 import sys
 import time
@@ -34,8 +38,8 @@ STORED = ("block_hashes", "parent_block_hash", "token_ids", "block_size",
 REMOVED = ("block_hashes", "medium")
 
 
-def stored(h, parent, tokens, medium="GPU"):
-    return ("BlockStored", STORED, [[h], parent, tokens, 16, None, medium, None])
+def stored(h, parent, tokens, medium="GPU", lora=(None, None)):
+    return ("BlockStored", STORED, [[h], parent, tokens, 16, lora[0], medium, lora[1]])
 
 
 def removed(h):
@@ -46,7 +50,8 @@ CLEARED = ("AllBlocksCleared", (), [])
 
 # seq -> events
 EVENTS = {
-    0: [stored(BIG, None, TOK0), stored(2, BIG, TOK1)],
+    # The second: extra key 7, vLLM's test LoRA (lora_cb of test_kvpub.c).
+    0: [stored(BIG, None, TOK0), stored(2, BIG, TOK1, lora=(42, "test_lora"))],
     1: [removed(2)],
     2: [CLEARED],
     3: [stored(3, 2, TOK2), stored(4, 3, [], "CPU")],
@@ -97,6 +102,10 @@ def main():
     fmt = sys.argv[4] if len(sys.argv) > 4 else "map"
     if fmt not in ("map", "array"):
         fail("format %r, want map or array" % fmt)
+    framing = sys.argv[5] if len(sys.argv) > 5 else "seq"
+    if framing not in ("seq", "topic"):
+        fail("replay framing %r, want seq or topic" % framing)
+    cap = int(sys.argv[6]) if len(sys.argv) > 6 else None
     want = expected(fmt)
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
@@ -129,36 +138,65 @@ def main():
     if list(got) != sorted(got):
         fail("batches out of order: %r" % list(got))
 
-    # Replay from seq 1, as vLLM's subscriber asks for missed batches.
+    # Replay from seq 1, as vLLM's subscriber asks for missed batches, on a
+    # DEALER (vLLM's PR #45177): ask again from the next while an answer is
+    # cut at the cap.
     req = ctx.socket(zmq.DEALER)
     req.connect(replay_ep)
-    req.send_multipart([b"", (1).to_bytes(8, "big")])
-    replayed = []
-    while True:
-        if not req.poll(5000):
-            fail("replay: no answer")
-        frames = req.recv_multipart()
-        if len(frames) != 3 or frames[0] != b"":
+
+    def answer(frames):
+        """(seq, payload) of one replay message, its framing checked."""
+        if framing == "topic":
+            if len(frames) != 4 or frames[0] != b"":
+                fail("replay: frames %r, want ('', topic, seq, payload)" % frames)
+            seq = int.from_bytes(frames[2], "big", signed=True)
+            # The end marker's topic frame is empty.
+            if frames[1] != (b"" if seq == -1 else topic):
+                fail("replay: topic %r for seq %d" % (frames[1], seq))
+            frames = frames[:1] + frames[2:]
+        if len(frames) != 3 or frames[0] != b"" or len(frames[1]) != 8:
             fail("replay: frames %r, want ('', seq, payload)" % frames)
-        seq = int.from_bytes(frames[1], "big", signed=True)
-        if seq == -1:
-            if frames[2] != b"":
-                fail("replay: end marker with a payload")
+        return int.from_bytes(frames[1], "big", signed=True), frames[2]
+
+    def replay(start):
+        out = []
+        req.send_multipart([b"", start.to_bytes(8, "big")])
+        while True:
+            if not req.poll(5000):
+                fail("replay from %d: no answer" % start)
+            seq, payload = answer(req.recv_multipart())
+            if seq == -1:
+                if payload != b"":
+                    fail("replay: end marker with a payload")
+                return out
+            if payload != got.get(seq):
+                fail("replay: seq %d differs from what was published" % seq)
+            out.append(seq)
+
+    # Malformed requests first (a start of 7 bytes; a delimiter that is not
+    # empty): no answer, so the first answer is the well-formed one's.
+    req.send_multipart([b"", (1).to_bytes(8, "big")[1:]])
+    req.send_multipart([b"x", (0).to_bytes(8, "big")])
+    answers = []
+    start = 1
+    while True:
+        part = replay(start)
+        if not part:
             break
-        replayed.append(seq)
-        if frames[2] != got.get(seq):
-            fail("replay: seq %d differs from what was published" % seq)
+        if cap is not None and len(part) > cap:
+            fail("replay from %d: %d batches, more than the cap %d" % (start, len(part), cap))
+        answers.append(part)
+        start = part[-1] + 1
+    replayed = [seq for part in answers for seq in part]
     if replayed != [1, 2, 3]:
-        fail("replay from 1 gave %r, want [1, 2, 3]" % replayed)
+        fail("replay from 1 gave %r, want [1, 2, 3]" % answers)
+    if cap is not None and answers[0] != [1, 2, 3][:cap]:
+        fail("replay from 1 gave first %r, want the cap's %d" % (answers[0], cap))
 
     # A start past the end: only the end marker.
-    req.send_multipart([b"", (99).to_bytes(8, "big")])
-    if not req.poll(5000):
-        fail("replay from 99: no answer")
-    frames = req.recv_multipart()
-    if frames != [b"", (-1).to_bytes(8, "big", signed=True), b""]:
-        fail("replay from 99 gave %r, want only the end marker" % frames)
-    print("ok: %s, %d batches, replay %r" % (fmt, len(got), replayed))
+    if replay(99):
+        fail("replay from 99 gave batches")
+    print("ok: %s, %s framing, %d batches, replay %r" % (fmt, framing, len(got), answers))
     sub.close(0)
     req.close(0)
     ctx.term()

@@ -6,6 +6,9 @@
  * and msgpack).  Built without libzmq and msgpack-c, the calls fail with
  * ENOTSUP, which is what the suite then checks.
  *
+ * The replay socket is also driven directly, from a ZeroMQ DEALER socket
+ * here: malformed requests, the cap on one answer, both framings.
+ *
  * Exit 77 only when the build has publishing but no python3 with zmq and
  * msgpack is found (after every other test passed).
  */
@@ -59,6 +62,10 @@ int main(void)
 
 #else /* KVS_HAVE_KVPUB */
 
+#include <zmq.h>
+
+static void put_events(kvs_kvpub_t *p, const kvs_kv_event_t *ev, int n);
+
 /* A loopback port free right now (the publisher binds it just after). */
 static int free_port(void)
 {
@@ -111,7 +118,12 @@ START_TEST(test_bad_input)
 	ck_assert_int_eq(kvs_kvpub_attr_init(NULL), -1);
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_int_eq(kvs_kvpub_attr_init(&a), 0);
-	ck_assert_str_eq(a.endpoint, "tcp://*:5557");
+	ck_assert_str_eq(a.endpoint, "tcp://127.0.0.1:5557");
+	ck_assert_int_eq(a.bind, KVS_KVPUB_BIND);
+	ck_assert_uint_eq(a.replay_max_batches, 1000);
+	ck_assert_int_eq(a.replay_framing, KVS_KVPUB_REPLAY_SEQ);
+	ck_assert_ptr_null(a.lora_cb);
+	ck_assert_ptr_null(a.lora_arg);
 	ck_assert_ptr_null(a.replay_endpoint);
 	ck_assert_str_eq(a.topic, "");
 	ck_assert_uint_eq(a.buffer_steps, 10000);
@@ -134,6 +146,9 @@ START_TEST(test_bad_input)
 	b = a; b.format = 2; create_errno(&b, EINVAL);
 	b = a; b.format = -1; create_errno(&b, EINVAL);
 	b = a; b.max_queue_tokens = 0; create_errno(&b, EINVAL);
+	b = a; b.replay_max_batches = 0; create_errno(&b, EINVAL);
+	b = a; b.replay_framing = 2; create_errno(&b, EINVAL);
+	b = a; b.replay_framing = -1; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "nonsense"; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "tcp://127.0.0.1:notaport"; create_errno(&b, EINVAL);
 	b = a; b.endpoint = "nosuch://x"; create_errno(&b, EPROTONOSUPPORT);
@@ -166,6 +181,7 @@ START_TEST(test_queue_bounds)
 
 	kvs_kvpub_attr_init(&a);
 	a.endpoint = "tcp://127.0.0.1:1"; /* connects, in the background */
+	a.bind = KVS_KVPUB_AUTO;
 	a.flush_interval_ms = 0;
 	a.max_queue = 3;
 	a.max_batch_events = 2;
@@ -217,15 +233,209 @@ START_TEST(test_queue_bounds)
 		ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
 	}
 
-	/* The background thread, and the defaults with a NULL attr... on
-	 * tcp://*:5557, which may be taken: then EADDRINUSE. */
+}
+END_TEST
+
+/* Binds a TCP socket to @ip:@port and closes it: 0, or -1 and errno. */
+static int try_bind(const char *ip, int port)
+{
+	struct sockaddr_in sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), r, e;
+
+	ck_assert_int_ge(fd, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	ck_assert_int_eq(inet_pton(AF_INET, ip, &sa.sin_addr), 1);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	e = errno;
+	close(fd);
+	errno = e;
+	return r;
+}
+
+/* The defaults (a NULL attr; the background thread) bind the loopback
+ * address only: 127.0.0.2, loopback too on Linux, keeps the port free,
+ * which a bind of all interfaces would hold.  The port may be taken by
+ * someone else: then EADDRINUSE and nothing more to see.  A wide bind is
+ * still there for the asking, and the probe sees it. */
+START_TEST(test_default_loopback)
+{
+	kvs_kvpub_attr_t a;
+	kvs_kvpub_t *p;
+	char ep[64];
+	int port;
+
 	p = kvs_kvpub_create(NULL);
 	if (p) {
+		ck_assert_int_eq(try_bind("127.0.0.2", 5557), 0);
 		kvs_kvpub_event_cb(p, &ev_stored);
 		ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
 	} else {
 		ck_assert_int_eq(errno, EADDRINUSE);
 	}
+
+	kvs_kvpub_attr_init(&a);
+	a.flush_interval_ms = 0;
+	port = free_port();
+	snprintf(ep, sizeof(ep), "tcp://*:%d", port);
+	a.endpoint = ep;
+	p = kvs_kvpub_create(&a);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(try_bind("127.0.0.2", port), -1);
+	ck_assert_int_eq(errno, EADDRINUSE);
+	ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
+}
+END_TEST
+
+/* One message from @s, each frame's bytes and size; flushes @p (which
+ * answers the replay requests) until it comes, 10 s at most.  Returns the
+ * number of frames. */
+static int recv_frames(kvs_kvpub_t *p, void *s, char frames[][64], size_t *len, int max)
+{
+	double end = tu_seconds() + 10;
+	int n = 0, more = 1;
+
+	while (tu_seconds() < end) {
+		zmq_pollitem_t it = { s, 0, ZMQ_POLLIN, 0 };
+
+		ck_assert_int_ge(kvs_kvpub_flush(p), 0);
+		if (zmq_poll(&it, 1, 10) > 0)
+			break;
+	}
+	while (more) {
+		zmq_msg_t m;
+
+		zmq_msg_init(&m);
+		ck_assert_int_ge(zmq_msg_recv(&m, s, ZMQ_DONTWAIT), 0);
+		ck_assert_int_lt(n, max);
+		len[n] = zmq_msg_size(&m);
+		memcpy(frames[n], zmq_msg_data(&m), len[n] < 64 ? len[n] : 64);
+		more = zmq_msg_more(&m);
+		zmq_msg_close(&m);
+		n++;
+	}
+	return n;
+}
+
+static uint64_t be64(const char *b)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | (unsigned char)b[i];
+	return v;
+}
+
+/* Sends a request of @n frames (after the DEALER's empty one, when
+ * @delim) from @s. */
+static void send_req(void *s, int delim, const void *f1, size_t l1, const void *f2, size_t l2)
+{
+	if (delim)
+		ck_assert_int_eq(zmq_send(s, "", 0, ZMQ_SNDMORE), 0);
+	ck_assert_int_eq(zmq_send(s, f1, l1, f2 ? ZMQ_SNDMORE : 0), (int)l1);
+	if (f2)
+		ck_assert_int_eq(zmq_send(s, f2, l2, 0), (int)l2);
+}
+
+/* Reads one replay answer from @s: returns its sequence number (-1: the
+ * end marker) and checks its frames against the framing. */
+static int64_t recv_answer(kvs_kvpub_t *p, void *s, int topic)
+{
+	char f[5][64];
+	size_t len[5];
+	int n = recv_frames(p, s, f, len, 5), at = 1;
+
+	ck_assert_int_eq(n, topic ? 4 : 3);
+	ck_assert_uint_eq(len[0], 0); /* the delimiter */
+	if (topic) {
+		/* The topic; the end marker's is empty. */
+		ck_assert_uint_eq(len[2], 8);
+		if (be64(f[2]) == UINT64_MAX)
+			ck_assert_uint_eq(len[1], 0);
+		else
+			ck_assert(len[1] == 5 && !memcmp(f[1], "kvtop", 5));
+		at = 2;
+	}
+	ck_assert_uint_eq(len[at], 8);
+	if (be64(f[at]) == UINT64_MAX) {
+		ck_assert_uint_eq(len[at + 1], 0);
+		return -1;
+	}
+	ck_assert_uint_gt(len[at + 1], 0); /* a payload */
+	return (int64_t)be64(f[at]);
+}
+
+/* The replay socket from a DEALER (_i 0: KVS_KVPUB_REPLAY_SEQ, 1: _TOPIC):
+ * malformed requests get no answer, a well-formed one at most
+ * replay_max_batches batches and the end marker. */
+START_TEST(test_replay_requests)
+{
+	const int topic = _i;
+	unsigned char start[9] = {0};
+	kvs_kvpub_attr_t a;
+	kvs_kvpub_t *p;
+	char rep[64];
+	void *ctx, *s;
+	int64_t seq;
+	int zero = 0;
+
+	snprintf(rep, sizeof(rep), "tcp://127.0.0.1:%d", free_port());
+	kvs_kvpub_attr_init(&a);
+	a.endpoint = "inproc://kvpub-replay";
+	a.replay_endpoint = rep;
+	a.topic = "kvtop";
+	a.flush_interval_ms = 0;
+	a.buffer_steps = 8;
+	a.replay_max_batches = 3;
+	a.replay_framing = topic ? KVS_KVPUB_REPLAY_TOPIC : KVS_KVPUB_REPLAY_SEQ;
+	p = kvs_kvpub_create(&a);
+	ck_assert_ptr_nonnull(p);
+	for (int i = 0; i < 10; i++) /* batches 0..9; 2..9 kept */
+		put_events(p, &ev_stored, 1);
+
+	ctx = zmq_ctx_new();
+	s = zmq_socket(ctx, ZMQ_DEALER);
+	zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+	ck_assert_int_eq(zmq_connect(s, rep), 0);
+
+	/* Malformed, each would have been answered with every kept batch:
+	 * a start of 0, 7 or 9 bytes; no delimiter; a delimiter that is not
+	 * empty; a fourth frame. */
+	send_req(s, 1, start, 0, NULL, 0);
+	send_req(s, 1, start, 7, NULL, 0);
+	send_req(s, 1, start, 9, NULL, 0);
+	send_req(s, 0, start, 8, NULL, 0);
+	send_req(s, 0, "x", 1, start, 8);
+	ck_assert_int_eq(zmq_send(s, "", 0, ZMQ_SNDMORE), 0);
+	send_req(s, 0, start, 8, "", 0);
+	/* Then well-formed ones, answered in order: the first answer is the
+	 * one to a start of 5, so the malformed got none. */
+	start[7] = 5;
+	send_req(s, 1, start, 8, NULL, 0);
+	ck_assert_int_eq(recv_answer(p, s, topic), 5);
+	ck_assert_int_eq(recv_answer(p, s, topic), 6);
+	ck_assert_int_eq(recv_answer(p, s, topic), 7);
+	ck_assert_int_eq(recv_answer(p, s, topic), -1); /* 3 at most: 8, 9 wait */
+	/* From 0 (before the kept ones): the oldest three kept. */
+	start[7] = 0;
+	send_req(s, 1, start, 8, NULL, 0);
+	for (seq = 2; seq < 5; seq++)
+		ck_assert_int_eq(recv_answer(p, s, topic), seq);
+	ck_assert_int_eq(recv_answer(p, s, topic), -1);
+	/* The rest, then past the end: only the end marker. */
+	start[7] = 8;
+	send_req(s, 1, start, 8, NULL, 0);
+	ck_assert_int_eq(recv_answer(p, s, topic), 8);
+	ck_assert_int_eq(recv_answer(p, s, topic), 9);
+	ck_assert_int_eq(recv_answer(p, s, topic), -1);
+	start[0] = 0x80;
+	send_req(s, 1, start, 8, NULL, 0);
+	ck_assert_int_eq(recv_answer(p, s, topic), -1);
+
+	zmq_close(s);
+	zmq_ctx_term(ctx);
+	ck_assert_int_eq(kvs_kvpub_destroy(p), 0);
 }
 END_TEST
 
@@ -277,7 +487,26 @@ START_TEST(test_radix_callback)
 }
 END_TEST
 
-/* A hashed block cache's per-block events, with the blocks' token ids. */
+/* The LoRA adapters of the tests: extra key 42 (the hashed cache's) and 7
+ * (the subscriber's) are vLLM's test LoRA, id 42 "test_lora"; the others
+ * none.  Counts the calls per extra key of interest. */
+static int lora_calls[2];
+
+static int test_lora(void *arg, uint64_t extra_key, int64_t *lora_id, const char **lora_name)
+{
+	ck_assert_ptr_eq(arg, lora_calls);
+	ck_assert_int_eq(*lora_id, -1);
+	ck_assert_ptr_null(*lora_name);
+	if (extra_key != 42 && extra_key != 7)
+		return 0;
+	lora_calls[extra_key == 7]++;
+	*lora_id = 42;
+	*lora_name = "test_lora";
+	return 1;
+}
+
+/* A hashed block cache's per-block events, with the blocks' token ids; the
+ * extra key the caller gives kvs_hcache_cache() reaches lora_cb. */
 START_TEST(test_hcache_callback)
 {
 	kvs_kvpub_attr_t a;
@@ -293,6 +522,8 @@ START_TEST(test_hcache_callback)
 	kvs_kvpub_attr_init(&a);
 	a.endpoint = "inproc://kvpub-hcache";
 	a.flush_interval_ms = 0;
+	a.lora_cb = test_lora;
+	a.lora_arg = lora_calls;
 	a.max_queue_tokens = 8; /* exactly the two blocks' ids */
 	p = kvs_kvpub_create(&a);
 	ck_assert_ptr_nonnull(p);
@@ -318,9 +549,11 @@ START_TEST(test_hcache_callback)
 	for (int i = 0; i < 8; i++)
 		tok[i] = i + 1;
 	ck_assert_int_eq(kvs_hcache_alloc(hc, 2, blk), 0);
-	ck_assert_int_eq(kvs_hcache_cache(hc, blk, 2, h, NULL, 0, tok), 0);
+	ck_assert_int_eq(kvs_hcache_cache(hc, blk, 2, h, NULL, 42, tok), 0);
 	ck_assert_uint_eq(kvs_kvpub_dropped(p), 0); /* two BlockStored, 4 ids each */
+	lora_calls[0] = 0;
 	ck_assert_int_eq(kvs_kvpub_flush(p), 1);
+	ck_assert_int_eq(lora_calls[0], 2); /* asked when encoded, once a block */
 	ck_assert_int_eq(kvs_hcache_free(hc, blk, 2), 0);
 	ck_assert_int_eq(kvs_hcache_evict(hc, 2), 2);
 	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockRemoved */
@@ -370,12 +603,14 @@ static void tok(int32_t *t0, int32_t *t1, int32_t *t2)
 	}
 }
 
-/* The subscriber decodes every field of every event, token ids included,
- * in each format (_i: KVS_KVPUB_FORMAT_MAP, then _ARRAY). */
+/* The subscriber decodes every field of every event, token ids and LoRA
+ * included, in each format (_i & 1: KVS_KVPUB_FORMAT_MAP, then _ARRAY)
+ * and each replay framing (_i >> 1: KVS_KVPUB_REPLAY_SEQ, then _TOPIC),
+ * and replays as vLLM's subscribers do, past a cap of 2 batches an answer. */
 START_TEST(test_subscriber)
 {
 	const uint64_t big = 0xFFFFFFFFFFFFFFF0ull;
-	static const char *fmt[] = { "map", "array" };
+	static const char *fmt[] = { "map", "array" }, *framing[] = { "seq", "topic" };
 	int32_t t0[16], t1[16], t2[16], junk[16];
 	kvs_kv_event_t b0[] = { { KVS_KV_STORED, big, 0, 16, 0, t0 },
 				{ KVS_KV_STORED, 2, big, 16, 7, t1 } };
@@ -403,7 +638,11 @@ START_TEST(test_subscriber)
 	a.topic = "kvslab-test";
 	a.data_parallel_rank = 3;
 	a.flush_interval_ms = 0; /* batches exactly where the test flushes */
-	a.format = _i ? KVS_KVPUB_FORMAT_ARRAY : KVS_KVPUB_FORMAT_MAP;
+	a.format = _i & 1 ? KVS_KVPUB_FORMAT_ARRAY : KVS_KVPUB_FORMAT_MAP;
+	a.replay_framing = _i >> 1 ? KVS_KVPUB_REPLAY_TOPIC : KVS_KVPUB_REPLAY_SEQ;
+	a.replay_max_batches = 2;
+	a.lora_cb = test_lora; /* b0[1]'s extra key 7: LoRA 42 "test_lora" */
+	a.lora_arg = lora_calls;
 	/* Room for b0's 32 ids; b3's 16 then wrap around the ring's end. */
 	a.max_queue_tokens = 40;
 	p = kvs_kvpub_create(&a);
@@ -418,7 +657,8 @@ START_TEST(test_subscriber)
 		dup2(fds[1], 1);
 		close(fds[0]);
 		close(fds[1]);
-		execlp(python, python, script, ep, rep, "kvslab-test", fmt[_i], (char *)NULL);
+		execlp(python, python, script, ep, rep, "kvslab-test", fmt[_i & 1], framing[_i >> 1],
+		       "2", (char *)NULL);
 		_exit(127);
 	}
 	close(fds[1]);
@@ -466,12 +706,14 @@ int main(void)
 	tcase_add_test(tc, test_queue_bounds);
 	tcase_add_test(tc, test_radix_callback);
 	tcase_add_test(tc, test_hcache_callback);
+	tcase_add_test(tc, test_default_loopback);
+	tcase_add_loop_test(tc, test_replay_requests, 0, 2);
 	suite_add_tcase(s, tc);
 	python = find_python();
 	if (python) {
 		TCase *tp = tcase_create("subscriber");
 		tcase_set_timeout(tp, 60);
-		tcase_add_loop_test(tp, test_subscriber, 0, 2);
+		tcase_add_loop_test(tp, test_subscriber, 0, 4);
 		suite_add_tcase(s, tp);
 	} else {
 		printf("no python3 with zmq and msgpack: the subscriber test is skipped\n");
