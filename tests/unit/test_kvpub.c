@@ -439,7 +439,26 @@ START_TEST(test_replay_requests)
 }
 END_TEST
 
-/* Directly a cache's event callback: the cache's events become batches. */
+/* The LoRA adapters of the tests: extra key 42 (the hashed cache's) and 7
+ * (the subscriber's) are vLLM's test LoRA, id 42 "test_lora"; the others
+ * none.  Counts the calls per extra key of interest. */
+static int lora_calls[2];
+
+static int test_lora(void *arg, uint64_t extra_key, int64_t *lora_id, const char **lora_name)
+{
+	ck_assert_ptr_eq(arg, lora_calls);
+	ck_assert_int_eq(*lora_id, -1);
+	ck_assert_ptr_null(*lora_name);
+	if (extra_key != 42 && extra_key != 7)
+		return 0;
+	lora_calls[extra_key == 7]++;
+	*lora_id = 42;
+	*lora_name = "test_lora";
+	return 1;
+}
+
+/* Directly a cache's event callback: the cache's events become batches;
+ * the extra key given kvs_radix_insert() reaches lora_cb. */
 START_TEST(test_radix_callback)
 {
 	kvs_kvpub_attr_t a;
@@ -454,6 +473,8 @@ START_TEST(test_radix_callback)
 	kvs_kvpub_attr_init(&a);
 	a.endpoint = "inproc://kvpub-radix";
 	a.flush_interval_ms = 0;
+	a.lora_cb = test_lora;
+	a.lora_arg = lora_calls;
 	p = kvs_kvpub_create(&a);
 	ck_assert_ptr_nonnull(p);
 	d = kvs_drv_open("host", NULL);
@@ -473,8 +494,10 @@ START_TEST(test_radix_callback)
 	for (int i = 0; i < 8; i++)
 		key[i] = i + 1;
 	ck_assert_int_eq(kvs_pool_alloc(pool, 8, locs), 0);
-	ck_assert_int_eq(kvs_radix_insert(r, 0, key, 8, locs, 0, NULL), 0);
+	ck_assert_int_eq(kvs_radix_insert(r, 42, key, 8, locs, 0, NULL), 0);
+	lora_calls[0] = 0;
 	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockStored */
+	ck_assert_int_eq(lora_calls[0], 2);
 	ck_assert_int_ge(kvs_radix_evict(r, 8), 8);
 	ck_assert_int_eq(kvs_kvpub_flush(p), 1); /* two BlockRemoved */
 	ck_assert_int_eq(kvs_radix_reset(r), 0);
@@ -486,24 +509,6 @@ START_TEST(test_radix_callback)
 	kvs_drv_close(d);
 }
 END_TEST
-
-/* The LoRA adapters of the tests: extra key 42 (the hashed cache's) and 7
- * (the subscriber's) are vLLM's test LoRA, id 42 "test_lora"; the others
- * none.  Counts the calls per extra key of interest. */
-static int lora_calls[2];
-
-static int test_lora(void *arg, uint64_t extra_key, int64_t *lora_id, const char **lora_name)
-{
-	ck_assert_ptr_eq(arg, lora_calls);
-	ck_assert_int_eq(*lora_id, -1);
-	ck_assert_ptr_null(*lora_name);
-	if (extra_key != 42 && extra_key != 7)
-		return 0;
-	lora_calls[extra_key == 7]++;
-	*lora_id = 42;
-	*lora_name = "test_lora";
-	return 1;
-}
 
 /* A hashed block cache's per-block events, with the blocks' token ids; the
  * extra key the caller gives kvs_hcache_cache() reaches lora_cb. */
