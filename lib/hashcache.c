@@ -78,10 +78,11 @@ struct kvs_hcache {
 	pthread_mutex_t lock;
 	kvs_hcache_attr_t attr;
 	/* metrics */
-	uint64_t queries, query_blocks, hit_blocks;
-	uint32_t *wq, *wh;
+	uint64_t queries, query_blocks, hit_blocks, query_tokens, hit_tokens;
+	uint32_t *wq, *wh;		/* per request of the window: blocks */
+	uint64_t *wqt, *wht;		/* and tokens */
 	uint32_t wpos, wfill;
-	uint64_t wsum_q, wsum_h;
+	uint64_t wsum_q, wsum_h, wsum_qt, wsum_ht;
 };
 
 /* ---------------------------------------------------------------- hashes */
@@ -359,13 +360,17 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
-	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
+	hc->wht = calloc(attr->window, sizeof(*hc->wht));
+	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht ||
 	    pthread_mutex_init(&hc->lock, NULL)) {
 		free(hc->b);
 		free(hc->bucket);
 		free(hc->scratch);
 		free(hc->wq);
 		free(hc->wh);
+		free(hc->wqt);
+		free(hc->wht);
 		free(hc);
 		errno = ENOMEM;
 		return NULL;
@@ -405,6 +410,8 @@ KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
 	free(hc->scratch);
 	free(hc->wq);
 	free(hc->wh);
+	free(hc->wqt);
+	free(hc->wht);
 	free(hc);
 	return 0;
 }
@@ -424,19 +431,67 @@ static bool hashes_ok(const kvs_block_hash_t *h, size_t n)
 	return true;
 }
 
-static void window_record(kvs_hcache_t *hc, uint32_t q, uint32_t h)
+/* Count one request in the hit metrics: @q blocks looked up (after the
+ * cap), @h of them hit, of a request of @qt tokens.  vLLM's hit rate is in
+ * tokens: the request's tokens queried, the hit blocks' tokens hit. */
+static void query_record(kvs_hcache_t *hc, uint32_t q, uint32_t h, uint64_t qt)
 {
+	uint64_t ht = (uint64_t)h * hc->ps;
+
+	hc->queries++;
+	hc->query_blocks += q;
+	hc->hit_blocks += h;
+	hc->query_tokens += qt;
+	hc->hit_tokens += ht;
 	if (hc->wfill == hc->attr.window) {
 		hc->wsum_q -= hc->wq[hc->wpos];
 		hc->wsum_h -= hc->wh[hc->wpos];
+		hc->wsum_qt -= hc->wqt[hc->wpos];
+		hc->wsum_ht -= hc->wht[hc->wpos];
 	} else {
 		hc->wfill++;
 	}
 	hc->wq[hc->wpos] = q;
 	hc->wh[hc->wpos] = h;
+	hc->wqt[hc->wpos] = qt;
+	hc->wht[hc->wpos] = ht;
 	hc->wsum_q += q;
 	hc->wsum_h += h;
+	hc->wsum_qt += qt;
+	hc->wsum_ht += ht;
 	hc->wpos = (hc->wpos + 1) % hc->attr.window;
+}
+
+/* The longest run of @hashes (at most @cap) in the table, into @blocks.
+ * Call with hc->lock held. */
+static size_t find_hits(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
+			int32_t *blocks)
+{
+	size_t k;
+
+	for (k = 0; k < cap; k++) {
+		struct hent *e = tbl_find(hc, &hashes[k]);
+
+		if (!e)
+			break;
+		blocks[k] = e->block;
+	}
+	return k;
+}
+
+/* Reference @n blocks (vLLM's touch()): one of refcount 0 leaves the free
+ * queue.  Call with hc->lock held. */
+static void touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct hblock *b = &hc->b[blocks[i]];
+
+		if (b->ref == 0) {
+			q_remove(hc, blocks[i]);
+			hc->nused++;
+		}
+		b->ref++;
+	}
 }
 
 /**
@@ -459,7 +514,7 @@ static void window_record(kvs_hcache_t *hc, uint32_t q, uint32_t h)
 KVS_EXPORT ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *hashes,
 				     size_t nhashes, size_t ntokens, int32_t *blocks)
 {
-	size_t cap, k, i;
+	size_t cap, k;
 
 	if (!hc || (nhashes && (!hashes || !blocks)))
 		return kvs_fail(EINVAL);
@@ -467,26 +522,9 @@ KVS_EXPORT ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *h
 	if (!hashes_ok(hashes, cap) || cap > UINT32_MAX)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
-	for (k = 0; k < cap; k++) {
-		struct hent *e = tbl_find(hc, &hashes[k]);
-
-		if (!e)
-			break;
-		blocks[k] = e->block;
-	}
-	for (i = 0; i < k; i++) {
-		struct hblock *b = &hc->b[blocks[i]];
-
-		if (b->ref == 0) {
-			q_remove(hc, blocks[i]);
-			hc->nused++;
-		}
-		b->ref++;
-	}
-	hc->queries++;
-	hc->query_blocks += cap;
-	hc->hit_blocks += k;
-	window_record(hc, (uint32_t)cap, (uint32_t)k);
+	k = find_hits(hc, hashes, cap, blocks);
+	touch(hc, blocks, k);
+	query_record(hc, (uint32_t)cap, (uint32_t)k, ntokens);
 	pthread_mutex_unlock(&hc->lock);
 	return (ssize_t)k;
 }
@@ -524,6 +562,50 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
 	return (ssize_t)k;
 }
 
+/* Allocate @n new blocks into @blocks, free pool pages first, then cached
+ * free blocks evicted from the queue's head; @hits (@nhits blocks found by
+ * find_hits()) are touched first, so that none of them is evicted, and
+ * only when the whole allocation can be made.  All or nothing: on ENOMEM
+ * the free queue, the refcounts and the pool are as they were.  Call with
+ * hc->lock held. */
+static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32_t *hits,
+			size_t nhits)
+{
+	size_t got = 0, queued_hits = 0, i;
+	uint64_t evictable;
+
+	/* Hits of refcount 0 sit in the free queue but will not be evicted:
+	 * count each once (a caller may name a block twice). */
+	for (i = 0; i < nhits; i++) {
+		struct hblock *b = &hc->b[hits[i]];
+
+		if (b->ref == 0 && !b->mark) {
+			b->mark = 1;
+			queued_hits++;
+		}
+	}
+	for (i = 0; i < nhits; i++)
+		hc->b[hits[i]].mark = 0;
+	evictable = hc->qlen - queued_hits;
+	if (n > kvs_pool_available(hc->pool) / hc->ps + evictable)
+		return kvs_fail(ENOMEM);
+	while (got < n && kvs_pool_alloc(hc->pool, hc->ps, hc->scratch) == 0)
+		blocks[got++] = hc->scratch[0] / (int32_t)hc->ps;
+	if (n - got > evictable) {
+		/* The pool shrank under us (another user): give back. */
+		for (i = 0; i < got; i++)
+			page_free(hc, blocks[i]);
+		return kvs_fail(ENOMEM);
+	}
+	touch(hc, hits, nhits);
+	for (; got < n; got++)
+		blocks[got] = evict_head(hc, true);
+	for (i = 0; i < n; i++)
+		hc->b[blocks[i]].ref = 1;
+	hc->nused += n;
+	return 0;
+}
+
 /**
  * kvs_hcache_alloc() - allocate @n new blocks.
  * @hc: cache.
@@ -541,31 +623,58 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
  */
 KVS_EXPORT int kvs_hcache_alloc(kvs_hcache_t *hc, size_t n, int32_t *blocks)
 {
-	size_t got = 0, i;
+	int rc;
 
 	if (!hc || (n && !blocks))
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
-	if (n > kvs_pool_available(hc->pool) / hc->ps + hc->qlen)
-		goto nomem;
-	while (got < n && kvs_pool_alloc(hc->pool, hc->ps, hc->scratch) == 0)
-		blocks[got++] = hc->scratch[0] / (int32_t)hc->ps;
-	if (n - got > hc->qlen) {
-		/* The pool shrank under us (another user): give back. */
-		for (i = 0; i < got; i++)
-			page_free(hc, blocks[i]);
-		goto nomem;
-	}
-	for (; got < n; got++)
-		blocks[got] = evict_head(hc, true);
-	for (i = 0; i < n; i++)
-		hc->b[blocks[i]].ref = 1;
-	hc->nused += n;
+	rc = alloc_locked(hc, n, blocks, NULL, 0);
 	pthread_mutex_unlock(&hc->lock);
-	return 0;
-nomem:
+	return rc;
+}
+
+/**
+ * kvs_hcache_admit() - look up a request's cached prefix and allocate the
+ * rest of its blocks, all or nothing (vLLM's get_computed_blocks() followed
+ * by allocate_slots()).
+ * @hc: cache.
+ * @hashes: the request's full blocks' hashes, first block first.
+ * @nhashes: entries of @hashes.
+ * @ntokens: the request's tokens (the lookup's cap, as kvs_hcache_lookup()).
+ * @nblocks: the blocks the request needs in all, hits included.
+ * @blocks: receives @nblocks ids: the hit blocks first, then the new ones.
+ *
+ * The hits are referenced, and the new blocks allocated as by
+ * kvs_hcache_alloc(), only when all @nblocks - hits new blocks can be had
+ * without evicting a hit; otherwise nothing is referenced, allocated or
+ * evicted and the free queue keeps its order, as vLLM's does after a
+ * failed admission.  The request counts in the hit metrics either way, as
+ * vLLM counts it at lookup.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: the hit blocks, or -1 with errno EINVAL (NULL, a bad hash within
+ * the cap, @nblocks over INT32_MAX; nothing changed) or ENOMEM (too few free
+ * pages and evictable blocks; only the metrics changed).
+ */
+KVS_EXPORT ssize_t kvs_hcache_admit(kvs_hcache_t *hc, const kvs_block_hash_t *hashes,
+				    size_t nhashes, size_t ntokens, size_t nblocks,
+				    int32_t *blocks)
+{
+	size_t cap, lim, k;
+	int rc;
+
+	if (!hc || (nhashes && !hashes) || (nblocks && !blocks) || nblocks > INT32_MAX)
+		return kvs_fail(EINVAL);
+	cap = lookup_cap(hc, nhashes, ntokens);
+	if (!hashes_ok(hashes, cap) || cap > UINT32_MAX)
+		return kvs_fail(EINVAL);
+	lim = cap < nblocks ? cap : nblocks;
+	pthread_mutex_lock(&hc->lock);
+	k = find_hits(hc, hashes, lim, blocks);
+	query_record(hc, (uint32_t)cap, (uint32_t)k, ntokens);
+	rc = alloc_locked(hc, nblocks - k, blocks + k, blocks, k);
 	pthread_mutex_unlock(&hc->lock);
-	return kvs_fail(ENOMEM);
+	return rc < 0 ? -1 : (ssize_t)k;
 }
 
 /* Is @blk a block the caller may hold? */
@@ -702,18 +811,20 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
  * @n: blocks.
  *
  * From the head of the free queue, with a removed event each: for another
- * user of the same pool that needs pages.
+ * user of the same pool that needs pages.  Any @n: SIZE_MAX evicts every
+ * cached free block.
  *
  * Context: MT-Safe; serialized with the other writers.
- * Return: the blocks evicted, or -1 with errno EINVAL.
+ * Return: the blocks evicted, or -1 with errno EINVAL (@hc NULL).
  */
 KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
 {
 	size_t k = 0;
 
-	if (!hc || n > SSIZE_MAX)
+	if (!hc)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
+	/* Any @n: the queue never holds more than INT32_MAX blocks. */
 	for (; k < n && hc->qhead >= 0; k++)
 		page_free(hc, evict_head(hc, true));
 	pthread_mutex_unlock(&hc->lock);
@@ -743,7 +854,7 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	}
 	drop_all(hc);
 	hc->wpos = hc->wfill = 0;
-	hc->wsum_q = hc->wsum_h = 0;
+	hc->wsum_q = hc->wsum_h = hc->wsum_qt = hc->wsum_ht = 0;
 	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
@@ -770,6 +881,10 @@ KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
 	st->window_query_blocks = hc->wsum_q;
 	st->window_hit_blocks = hc->wsum_h;
 	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
+	st->query_tokens = hc->query_tokens;
+	st->hit_tokens = hc->hit_tokens;
+	st->window_query_tokens = hc->wsum_qt;
+	st->window_hit_tokens = hc->wsum_ht;
 	st->cached_blocks = hc->ncached;
 	st->free_queue_blocks = hc->qlen;
 	st->used_blocks = hc->nused;

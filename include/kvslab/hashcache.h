@@ -54,8 +54,8 @@ typedef struct kvs_hcache_attr {
 
 /** What kvs_hcache_stats() reports. */
 typedef struct kvs_hcache_stats {
-	uint64_t queries;		/* kvs_hcache_lookup() calls */
-	uint64_t query_blocks;		/* blocks they could have hit */
+	uint64_t queries;		/* requests looked up (lookup and admit calls) */
+	uint64_t query_blocks;		/* blocks they could have hit (after the cap) */
 	uint64_t hit_blocks;		/* blocks they hit */
 	uint64_t window_queries;	/* the same over the last window requests */
 	uint64_t window_query_blocks;
@@ -65,7 +65,13 @@ typedef struct kvs_hcache_stats {
 	uint64_t free_queue_blocks;	/* cached blocks of refcount 0 */
 	uint64_t used_blocks;		/* blocks of refcount > 0 */
 	uint64_t evictions;		/* cached blocks evicted */
-	uint64_t _reserved[5];
+	/* vLLM's PrefixCacheStats, in tokens: its hit rate is
+	 * hit_tokens / query_tokens (window_ over the last window requests). */
+	uint64_t query_tokens;		/* the requests' tokens */
+	uint64_t hit_tokens;		/* their hit blocks' tokens */
+	uint64_t window_query_tokens;
+	uint64_t window_hit_tokens;
+	uint64_t _reserved[1];
 } kvs_hcache_stats_t;
 
 int kvs_hcache_attr_init(kvs_hcache_attr_t *attr);
@@ -77,6 +83,8 @@ ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size
 ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t nhashes,
 			    size_t ntokens);
 int kvs_hcache_alloc(kvs_hcache_t *hc, size_t n, int32_t *blocks);
+ssize_t kvs_hcache_admit(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t nhashes,
+			 size_t ntokens, size_t nblocks, int32_t *blocks);
 int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 		     const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
 		     uint64_t extra_key, const int32_t *tokens);

@@ -8,6 +8,7 @@
  * tests/stress/stress_hashcache.c.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -682,6 +683,142 @@ START_TEST(test_window_metrics)
 }
 END_TEST
 
+/* vLLM's free queue after a failed admission (tests/v1/core/
+ * test_prefix_caching.py): the scheduler's lookup does not touch the hits,
+ * and allocate_slots() touches them only once the new blocks can be had, so
+ * a request that does not fit leaves the queue exactly as it was.  With a
+ * referencing lookup, a failed allocation and a free of the hits, the hits
+ * would move to the tail: [y0, r1, r0]. */
+START_TEST(test_failed_admission_keeps_queue)
+{
+	struct env e;
+	int32_t r[8], y[8], x[8], q[MAXB];
+	kvs_block_hash_t h[8];
+	kvs_hcache_stats_t s1, s2;
+
+	env_open(&e, 4, 4, 100);
+	request(&e, 1, 8, r, NULL); /* r0 r1, both full */
+	request(&e, 2, 4, y, NULL); /* y0 */
+	release(&e, r, 2);
+	release(&e, y, 1);
+	ck_assert_uint_eq(avail_pages(&e), 1);
+	ck_assert_uint_eq(queue(&e, q), 3);
+	ck_assert_int_eq(q[0], r[1]);
+	ck_assert_int_eq(q[1], r[0]);
+	ck_assert_int_eq(q[2], y[0]);
+	/* 24 tokens on r's sequence: r0 r1 hit, 4 new blocks needed, but only
+	 * the pool's page and y0 can be had without evicting a hit. */
+	hashes(h, 1, 6);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &s1), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, h, 6, 24, 6, x), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(queue(&e, q), 3);
+	ck_assert_int_eq(q[0], r[1]);
+	ck_assert_int_eq(q[1], r[0]);
+	ck_assert_int_eq(q[2], y[0]);
+	ck_assert_uint_eq(refof(&e, r[0]), 0);
+	ck_assert_uint_eq(refof(&e, r[1]), 0);
+	ck_assert_uint_eq(avail_pages(&e), 1);
+	ck_assert_int_eq(e.nremoved, 0);
+	/* The request was counted, as vLLM counts it at lookup. */
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &s2), 0);
+	ck_assert_uint_eq(s2.queries, s1.queries + 1);
+	ck_assert_uint_eq(s2.query_tokens, s1.query_tokens + 24);
+	ck_assert_uint_eq(s2.hit_tokens, s1.hit_tokens + 8);
+	check_pages(&e);
+	/* 16 tokens: r0 r1 hit (cap 3, but r2 is not cached), 2 new: the
+	 * pool's page, then y0 evicted; the hits are never taken. */
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, h, 4, 16, 4, x), 2);
+	ck_assert_int_eq(x[0], r[0]);
+	ck_assert_int_eq(x[1], r[1]);
+	ck_assert_int_eq(x[3], y[0]);
+	ck_assert_int_eq(hashed(&e, y[0], NULL), 0);
+	ck_assert_int_eq(e.nremoved, 1);
+	for (int i = 0; i < 4; i++)
+		ck_assert_uint_eq(refof(&e, x[i]), 1);
+	ck_assert_uint_eq(queue(&e, q), 0);
+	check_pages(&e);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, x, 4), 0);
+	/* Bad input changes nothing. */
+	ck_assert_int_eq(kvs_hcache_admit(NULL, h, 1, 8, 2, x), -1);
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, h, 1, 8, 2, NULL), -1);
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, NULL, 1, 8, 2, x), -1);
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, h, 1, 8, (size_t)INT32_MAX + 1, x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	h[0].len = 33;
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, h, 1, 8, 2, x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hcache_admit(e.hc, NULL, 0, 0, 0, NULL), 0);
+	env_close(&e);
+}
+END_TEST
+
+/* vLLM's prefix-cache hit rate is in tokens: hit blocks' tokens over the
+ * requests' tokens (PrefixCacheStats), not hit blocks over the blocks that
+ * could have hit after the cap. */
+START_TEST(test_hit_rate_in_tokens)
+{
+	struct env e;
+	int32_t a[8], b[8];
+	kvs_block_hash_t h[4];
+	kvs_hcache_stats_t st;
+
+	env_open(&e, 4, 16, 2);
+	request(&e, 1, 8, a, NULL); /* 8 tokens queried, 0 hit */
+	release(&e, a, 2);
+	hashes(h, 1, 2);
+	/* 8 tokens: the cap is 1 block (the last token is computed), it hits:
+	 * per block 1/1, in tokens 4/8. */
+	ck_assert_int_eq(kvs_hcache_lookup(e.hc, h, 2, 8, b), 1);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, b, 1), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	ck_assert_uint_eq(st.queries, 2);
+	ck_assert_uint_eq(st.query_tokens, 16);
+	ck_assert_uint_eq(st.hit_tokens, 4);
+	ck_assert_uint_eq(st.window_query_tokens, 16);
+	ck_assert_uint_eq(st.window_hit_tokens, 4);
+	ck_assert_uint_eq(st.window_query_blocks, 2);
+	ck_assert_uint_eq(st.window_hit_blocks, 1);
+	/* 13 tokens: cap 3, 2 cached: 8 of 13 tokens; the window (2 requests)
+	 * forgets the first. */
+	ck_assert_int_eq(kvs_hcache_lookup(e.hc, h, 2, 13, b), 2);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, b, 2), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	ck_assert_uint_eq(st.query_tokens, 29);
+	ck_assert_uint_eq(st.hit_tokens, 12);
+	ck_assert_uint_eq(st.window_query_tokens, 8 + 13);
+	ck_assert_uint_eq(st.window_hit_tokens, 4 + 8);
+	ck_assert_int_eq(kvs_hcache_reset(e.hc), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	ck_assert_uint_eq(st.window_query_tokens, 0);
+	ck_assert_uint_eq(st.window_hit_tokens, 0);
+	ck_assert_uint_eq(st.query_tokens, 29);
+	env_close(&e);
+}
+END_TEST
+
+/* kvs_hcache_evict() takes any count: SIZE_MAX empties the free queue. */
+START_TEST(test_evict_any_count)
+{
+	struct env e;
+	int32_t a[8];
+
+	env_open(&e, 4, 8, 100);
+	request(&e, 1, 12, a, NULL);
+	release(&e, a, 3);
+	ck_assert_int_eq(kvs_hcache_evict(e.hc, (size_t)SSIZE_MAX + 1), 3);
+	ck_assert_int_eq(queue(&e, a), 0);
+	request(&e, 2, 8, a, NULL);
+	release(&e, a, 2);
+	ck_assert_int_eq(kvs_hcache_evict(e.hc, SIZE_MAX), 2);
+	ck_assert_int_eq(kvs_hcache_evict(e.hc, SIZE_MAX), 0);
+	ck_assert_int_eq(kvs_hcache_evict(NULL, 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
 	struct env e;
@@ -1015,6 +1152,9 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_duplicates_allowed);
 	tcase_add_test(tc, test_window_metrics);
 	tcase_add_test(tc, test_bad_input);
+	tcase_add_test(tc, test_failed_admission_keeps_queue);
+	tcase_add_test(tc, test_hit_rate_in_tokens);
+	tcase_add_test(tc, test_evict_any_count);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("model");
