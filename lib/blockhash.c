@@ -14,9 +14,13 @@
  * only (vllm/v1/core/kv_cache_utils.py: generate_block_hash_extra_keys,
  * hash_block_tokens).  H is SHA-256 or xxh3-128 of the canonical CBOR
  * encoding of that tuple (vllm/utils/hashing.py: sha256_cbor, xxhash_cbor).
- * llm-d's indexer chains the low 64 bits instead: the parent is the
- * previous block's 64-bit value as a CBOR unsigned integer, the hash the
- * last 8 bytes of the SHA-256 digest read big-endian.
+ * vLLM's older sha256_cbor_64bit (--prefix-caching-hash-algo, until
+ * vLLM 0.10), which llm-d's first indexers reproduced, chains the low 64
+ * bits instead: the parent is the previous block's 64-bit value as a CBOR
+ * unsigned integer, the hash the last 8 bytes of the SHA-256 digest read
+ * big-endian.  Today's 64-bit keys (vLLM's int block hashes in KV events,
+ * llm-d's engine keys) are the low 64 bits of sha256_cbor hashes instead:
+ * kvs_block_hash_u64().
  *
  * The encoder writes CBOR into a small buffer on the stack: a block of 16
  * tokens encodes in under 200 bytes and is hashed in one call.  Longer
@@ -50,6 +54,7 @@
 struct kvs_block_hasher {
 	int fn;
 	uint32_t block_size;
+	uint32_t len;			/* a hash's bytes (the root's may differ) */
 	kvs_block_hash_t root;
 	atomic_uint_fast64_t blocks;
 };
@@ -393,6 +398,13 @@ static int random_bytes(void *p, size_t n)
 	return 0;
 }
 
+/* A root may be a hash of the function (a seeded root, or one handed over);
+ * for xxh3-128 also vLLM's unseeded NONE_HASH, 32 random bytes. */
+static bool root_len_ok(int fn, uint32_t len)
+{
+	return len == hash_len(fn) || (fn == KVS_HASH_XXH3_128 && len == 32);
+}
+
 /**
  * kvs_block_hasher_create() - create a block hasher.
  * @attr: function, block size and root; NULL for the defaults.
@@ -401,11 +413,13 @@ static int random_bytes(void *p, size_t n)
  * two processes produce the same hashes only if they share it.  It is
  * @attr->root when given; else, with @attr->seed, the hash of the seed as a
  * CBOR text string (vLLM's init_none_hash with PYTHONHASHSEED set, and
- * llm-d's HashSeed); else random bytes from getrandom(2).
+ * llm-d's HashSeed); else 32 random bytes from getrandom(2), as vLLM's
+ * os.urandom(32) (8 for the 64-bit chain).
  *
  * Context: MT-Safe.
  * Return: the hasher, or NULL with errno EINVAL (unknown function, zero
- * block size, both a seed and a root, a root of the wrong length, a seed
+ * block size, both a seed and a root, a root of the wrong length (the
+ * function's hash length; for xxh3-128 also 32 bytes), a seed
  * pointer NULL with a length), ENOTSUP (the function's library was not
  * found when kvslab was built), ENOMEM, or getrandom's errno.
  */
@@ -421,7 +435,7 @@ KVS_EXPORT kvs_block_hasher_t *kvs_block_hasher_create(const kvs_block_hasher_at
 	}
 	len = hash_len(attr->fn);
 	if (!len || attr->block_size == 0 || (attr->seed_len && !attr->seed) ||
-	    (attr->seed && attr->root) || (attr->root && attr->root->len != len)) {
+	    (attr->seed && attr->root) || (attr->root && !root_len_ok(attr->fn, attr->root->len))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -434,6 +448,7 @@ KVS_EXPORT kvs_block_hasher_t *kvs_block_hasher_create(const kvs_block_hasher_at
 		return NULL;
 	h->fn = attr->fn;
 	h->block_size = attr->block_size;
+	h->len = len;
 	atomic_init(&h->blocks, 0);
 	if (attr->root) {
 		h->root = *attr->root;
@@ -444,8 +459,10 @@ KVS_EXPORT kvs_block_hasher_t *kvs_block_hasher_create(const kvs_block_hasher_at
 		enc_bytes(&e, attr->seed, attr->seed_len);
 		enc_final(&e, &h->root);
 	} else {
-		h->root.len = len;
-		if (random_bytes(h->root.bytes, len) < 0) {
+		/* vLLM's unseeded NONE_HASH is os.urandom(32) whatever the
+		 * function; the 64-bit chain's parent is an integer. */
+		h->root.len = attr->fn == KVS_HASH_SHA256_CBOR_64 ? 8 : 32;
+		if (random_bytes(h->root.bytes, h->root.len) < 0) {
 			int err = errno;
 
 			free(h);
@@ -532,7 +549,7 @@ KVS_EXPORT int kvs_block_hash(const kvs_block_hasher_t *h, const kvs_block_hash_
 			      const kvs_block_extra_t *extra, kvs_block_hash_t *out)
 {
 	if (!h || !tokens || !out || start % h->block_size || (start == 0) != !parent ||
-	    start > (uint64_t)INT64_MAX - h->block_size || (parent && parent->len != h->root.len) ||
+	    start > (uint64_t)INT64_MAX - h->block_size || (parent && parent->len != h->len) ||
 	    !extra_valid(extra)) {
 		errno = EINVAL;
 		return -1;
@@ -576,7 +593,7 @@ KVS_EXPORT int kvs_block_hash_request(const kvs_block_hasher_t *h, const int32_t
 	}
 	n = *nhashes;
 	full = ntokens / h->block_size;
-	if (n > max_hashes || n > full || (n && hashes[n - 1].len != h->root.len)) {
+	if (n > max_hashes || n > full || (n && hashes[n - 1].len != h->len)) {
 		errno = EINVAL;
 		return -1;
 	}

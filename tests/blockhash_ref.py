@@ -3,13 +3,15 @@
 """Reference block hashes for tests/unit/test_blockhash.c, computed the way
 vLLM v1 does (vllm/v1/core/kv_cache_utils.py: generate_block_hash_extra_keys,
 hash_block_tokens, init_none_hash; vllm/utils/hashing.py: sha256_cbor,
-xxhash_cbor) and, for sha256_cbor_64, the way llm-d's indexer chains 64-bit
-hashes (pkg/kvcache/kvblock/token_processor.go).
+xxhash_cbor) and, for sha256_cbor_64, the way vLLM's older sha256_cbor_64bit
+chained 64-bit hashes (as llm-d's first indexers did too).
 
 Reads one case from stdin, lines of:
     fn sha256_cbor | sha256_cbor_64 | xxh3_128
     block_size N
     seed HEX            (PYTHONHASHSEED's bytes)
+    root HEX            (instead of seed: NONE_HASH itself, e.g. vLLM's
+                         unseeded os.urandom(32))
     tokens T T T ...
     lora HEX            (optional)
     salt HEX            (optional)
@@ -82,7 +84,7 @@ def extra_keys(case, start, end, mm_idx):
 
 
 def main():
-    case = {"lora": None, "salt": None, "mm": [], "seed": None, "tokens": []}
+    case = {"lora": None, "salt": None, "mm": [], "seed": None, "root": None, "tokens": []}
     for line in sys.stdin:
         w = line.split()
         if not w:
@@ -93,6 +95,8 @@ def main():
             case["bs"] = int(w[1])
         elif w[0] == "seed":
             case["seed"] = bytes.fromhex(w[1] if len(w) > 1 else "").decode()
+        elif w[0] == "root":
+            case["root"] = bytes.fromhex(w[1])
         elif w[0] == "tokens":
             case["tokens"] = [int(t) for t in w[1:]]
         elif w[0] == "lora":
@@ -113,7 +117,10 @@ def main():
         h = sha256_cbor
     else:
         h = sha256_cbor_64
-    none_hash = h(case["seed"])  # init_none_hash with PYTHONHASHSEED set
+    if case["root"] is not None:
+        none_hash = case["root"]  # init_none_hash without PYTHONHASHSEED
+    else:
+        none_hash = h(case["seed"])  # init_none_hash with PYTHONHASHSEED set
     bs, tokens = case["bs"], case["tokens"]
     parent, mm_idx, start = None, 0, 0
     while start + bs <= len(tokens):

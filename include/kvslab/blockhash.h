@@ -2,8 +2,8 @@
 /*
  * kvslab/blockhash.h - vLLM v1's prefix-caching block hashes: each full
  * block of a request is named by a hash chained over its prefix, byte for
- * byte as vLLM (sha256_cbor, xxhash_cbor) and llm-d (the 64-bit chain)
- * compute them.  See kvs_block_hasher_create(3), kvs_block_hash(3).
+ * byte as vLLM computes them (sha256_cbor, xxhash_cbor, and its older
+ * sha256_cbor_64bit chain).  See kvs_block_hasher_create(3), kvs_block_hash(3).
  */
 #ifndef KVSLAB_BLOCKHASH_H
 #define KVSLAB_BLOCKHASH_H
@@ -19,7 +19,7 @@ extern "C" {
  * makes kvs_block_hasher_create() fail with ENOTSUP. */
 enum kvs_hash_fn {
 	KVS_HASH_SHA256_CBOR = 1,	/* vLLM sha256_cbor: 32 bytes */
-	KVS_HASH_SHA256_CBOR_64 = 2,	/* llm-d's chain of 64-bit ints: 8 bytes */
+	KVS_HASH_SHA256_CBOR_64 = 2,	/* vLLM's old sha256_cbor_64bit chain: 8 bytes */
 	KVS_HASH_XXH3_128 = 3,		/* vLLM xxhash_cbor: 16 bytes */
 };
 
@@ -57,7 +57,7 @@ typedef struct kvs_block_hasher_attr {
 	uint32_t block_size;		/* tokens per block, >= 1 */
 	const void *seed;		/* PYTHONHASHSEED's bytes, or NULL */
 	size_t seed_len;
-	const kvs_block_hash_t *root;	/* the root hash itself, or NULL */
+	const kvs_block_hash_t *root;	/* the root hash itself, or NULL (xxh3: 16 or 32 bytes) */
 } kvs_block_hasher_attr_t;
 
 typedef struct kvs_block_hasher kvs_block_hasher_t;

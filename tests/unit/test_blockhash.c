@@ -26,6 +26,7 @@ struct hcase {
 	size_t ntokens;
 	kvs_block_extra_t extra;
 	bool has_extra;
+	const kvs_block_hash_t *root;	/* instead of the seed, when set */
 };
 
 static int32_t tok[4096];
@@ -72,8 +73,22 @@ static void put_hex(FILE *f, const char *key, const char *s)
 
 static size_t hash_case(const struct hcase *c, kvs_block_hash_t *out)
 {
-	kvs_block_hasher_t *h = mk(c->fn, c->bs, c->seed);
+	kvs_block_hasher_t *h;
 	size_t n = 0;
+
+	if (c->root) {
+		kvs_block_hasher_attr_t a;
+
+		kvs_block_hasher_attr_init(&a);
+		a.fn = c->fn;
+		a.block_size = c->bs;
+		a.root = c->root;
+		h = kvs_block_hasher_create(&a);
+		ck_assert_msg(h, "create %s with a root of %u bytes: %s", fn_name[c->fn],
+			      c->root->len, strerror(errno));
+	} else {
+		h = mk(c->fn, c->bs, c->seed);
+	}
 
 	ck_assert_int_eq(kvs_block_hash_request(h, tok, c->ntokens, c->has_extra ? &c->extra : NULL,
 						out, MAXB, &n), 0);
@@ -96,7 +111,14 @@ static int compare_with_python(const char *name, const struct hcase *c)
 	ck_assert_int_ge(fd, 0);
 	f = fdopen(fd, "w");
 	fprintf(f, "fn %s\nblock_size %u\n", fn_name[c->fn], c->bs);
-	put_hex(f, "seed", c->seed);
+	if (c->root) {
+		fprintf(f, "root ");
+		for (uint32_t k = 0; k < c->root->len; k++)
+			fprintf(f, "%02x", c->root->bytes[k]);
+		fprintf(f, "\n");
+	} else {
+		put_hex(f, "seed", c->seed);
+	}
 	fprintf(f, "tokens");
 	for (size_t k = 0; k < c->ntokens; k++)
 		fprintf(f, " %d", tok[k]);
@@ -150,6 +172,8 @@ static const kvs_block_mm_t mm_items[] = {
 
 START_TEST(test_python)
 {
+	kvs_block_hash_t root32 = { .len = 32 };
+
 	struct hcase c[] = {
 		{ KVS_HASH_SHA256_CBOR, 16, "0", 87, { 0 }, false },
 		{ KVS_HASH_SHA256_CBOR, 16, "0", 87, { .lora_name = "my-lora" }, true },
@@ -164,10 +188,15 @@ START_TEST(test_python)
 		/* 300 tokens encode past the encoder's 1 KiB buffer. */
 		{ KVS_HASH_SHA256_CBOR, 300, "7", 950, { .lora_name = "l" }, true },
 		{ KVS_HASH_XXH3_128, 300, "7", 950, { 0 }, false },
+		/* vLLM's unseeded root, 32 bytes, for both functions. */
+		{ KVS_HASH_XXH3_128, 16, NULL, 87, { .lora_name = "l" }, true, &root32 },
+		{ KVS_HASH_SHA256_CBOR, 16, NULL, 87, { 0 }, false, &root32 },
 	};
 	int ran = 0;
 	char name[32];
 
+	for (uint32_t k = 0; k < 32; k++)
+		root32.bytes[k] = (uint8_t)(0xa5 ^ (k * 37));
 	fill_tokens();
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
 		snprintf(name, sizeof(name), "case %zu", i);
@@ -234,6 +263,8 @@ START_TEST(test_seed_and_root)
 	kvs_block_hasher_t *shared;
 	kvs_block_hash_t root, h1, h2, h3;
 	uint32_t len = _i == KVS_HASH_SHA256_CBOR ? 32 : _i == KVS_HASH_SHA256_CBOR_64 ? 8 : 16;
+	/* vLLM's unseeded NONE_HASH: os.urandom(32), whatever the function. */
+	uint32_t root_len = _i == KVS_HASH_SHA256_CBOR_64 ? 8 : 32;
 
 	fill_tokens();
 	ck_assert_int_eq(kvs_block_hash(r1, NULL, tok, 0, NULL, &h1), 0);
@@ -242,7 +273,7 @@ START_TEST(test_seed_and_root)
 	ck_assert_mem_ne(h1.bytes, h2.bytes, len);	/* random roots */
 	/* A process given r1's root hashes as r1 does. */
 	ck_assert_int_eq(kvs_block_hasher_root(r1, &root), 0);
-	ck_assert_uint_eq(root.len, len);
+	ck_assert_uint_eq(root.len, root_len);
 	kvs_block_hasher_attr_init(&a);
 	a.fn = _i;
 	a.root = &root;
@@ -337,6 +368,22 @@ START_TEST(test_badinput)
 	a.seed_len = 1;
 	a.root = &p;
 	p.len = 32;
+	EINVP(kvs_block_hasher_create(&a));
+	/* xxh3-128 takes a root of 16 bytes (its hash) or 32 (vLLM's random
+	 * NONE_HASH), no other; the 64-bit chain only 8. */
+	kvs_block_hasher_attr_init(&a);
+	a.fn = KVS_HASH_XXH3_128;
+	a.root = &p;
+	memset(&p, 0, sizeof(p));
+	p.len = 24;
+	EINVP(kvs_block_hasher_create(&a));
+	p.len = 8;
+	EINVP(kvs_block_hasher_create(&a));
+	a.fn = KVS_HASH_SHA256_CBOR_64;
+	p.len = 32;
+	EINVP(kvs_block_hasher_create(&a));
+	a.fn = KVS_HASH_SHA256_CBOR;
+	p.len = 16;
 	EINVP(kvs_block_hasher_create(&a));
 
 	ck_assert_int_eq(kvs_block_hash(h, NULL, tok, 0, NULL, &p), 0);
