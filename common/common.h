@@ -175,4 +175,15 @@ static inline bool kvs_size_roundup(size_t v, size_t align, size_t *out)
 			(n)->next->prev = (n)->prev;                          \
 	} while (0)
 
+/*
+ * The driver keeps what a library object's undo could not give back (a
+ * mapping, a chunk, a reservation, a pinned host block), tries again at its
+ * next allocations and gives it back at close at the latest
+ * (drv/drv.c).  0: all given back now; 1: parked.
+ */
+struct kvs_drv;
+struct kvs_chunk;
+int kvsi_drv_park(struct kvs_drv *d, uint64_t base, size_t mapped, bool reserved,
+		  struct kvs_chunk *chunk, void *host);
+
 #endif /* KVSLAB_COMMON_H */

@@ -94,6 +94,8 @@ struct kvs_drv {
 	struct kvs_host_block *host_blocks;
 	size_t pending_create;		/* bytes being created right now */
 	struct kvs_event *events;	/* live events */
+	struct kvs_parked *parked;	/* what an undo could not give back */
+	_Atomic bool has_parked;	/* parked != NULL, read without the lock */
 
 	_Atomic uint64_t copies_submitted;	/* bumped under lock per copy */
 	_Atomic uint64_t stats[KVS_DRV_STAT__COUNT];

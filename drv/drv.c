@@ -328,6 +328,107 @@ static bool aligned(struct kvs_drv *d, uint64_t v)
 	return v % d->granularity == 0;
 }
 
+/* ------------------------------------------------------------ parking */
+
+/*
+ * What a library object could not give back while undoing its own failed
+ * creation (kvs_pool_create(), kvs_reqtab_create()): a mapping, a chunk, a
+ * reservation, a pinned host block, in the order they are given back.  No
+ * handle of the caller's names them any more, so the driver keeps them and
+ * tries again at its next allocation (kvs_drv_reserve(), _chunk_create(),
+ * _host_alloc()) and, at the latest, at kvs_drv_close(), which gives back
+ * everything anyway: the memory is not lost for the process's life.
+ */
+struct kvs_parked {
+	kvs_devptr_t base;		/* the reservation's base */
+	size_t mapped;			/* bytes still mapped at base, or 0 */
+	bool reserved;
+	kvs_chunk_t *chunk;
+	void *host;
+	struct kvs_parked *next;
+};
+
+/* Give back what @p holds, in order; true when nothing is left. */
+static bool parked_retry_one(kvs_drv_t *d, struct kvs_parked *p)
+{
+	if (p->mapped && kvs_drv_unmap(d, p->base, p->mapped) == 0)
+		p->mapped = 0;
+	if (!p->mapped && p->chunk && kvs_drv_chunk_release(d, p->chunk) == 0)
+		p->chunk = NULL;
+	if (!p->mapped && p->reserved && kvs_drv_unreserve(d, p->base) == 0)
+		p->reserved = false;
+	if (p->host && kvs_drv_host_free(d, p->host) == 0)
+		p->host = NULL;
+	return !p->mapped && !p->chunk && !p->reserved && !p->host;
+}
+
+static void parked_push(kvs_drv_t *d, struct kvs_parked *p)
+{
+	pthread_mutex_lock(&d->lock);
+	p->next = d->parked;
+	d->parked = p;
+	atomic_store_explicit(&d->has_parked, true, memory_order_relaxed);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Try again to give back what was parked; the errno of the caller's call is
+ * kept.  Takes the list whole, so two threads never retry one record. */
+static void parked_retry(kvs_drv_t *d)
+{
+	struct kvs_parked *list, *p;
+	int e = errno;
+
+	if (!atomic_load_explicit(&d->has_parked, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&d->lock);
+	list = d->parked;
+	d->parked = NULL;
+	atomic_store_explicit(&d->has_parked, false, memory_order_relaxed);
+	pthread_mutex_unlock(&d->lock);
+	while ((p = list)) {
+		list = p->next;
+		if (parked_retry_one(d, p))
+			free(p);
+		else
+			parked_push(d, p);
+	}
+	errno = e;
+}
+
+/**
+ * kvsi_drv_park() - hand the driver what an undo could not give back.
+ * @d: driver.
+ * @base: a reservation's base (with @reserved or @mapped).
+ * @mapped: bytes still mapped at @base, or 0.
+ * @reserved: the reservation at @base is still there.
+ * @chunk: a chunk not released, or NULL.
+ * @host: a pinned host block not freed, or NULL.
+ *
+ * The driver tries again at once, then at its next allocations, and gives
+ * back the rest at kvs_drv_close().
+ *
+ * Context: MT-Safe; takes the driver lock.
+ * Return: 0 when everything could be given back now, 1 when some is parked.
+ */
+int kvsi_drv_park(struct kvs_drv *d, uint64_t base, size_t mapped, bool reserved,
+		  struct kvs_chunk *chunk, void *host)
+{
+	struct kvs_parked tmp = { base, mapped, reserved, chunk, host, NULL }, *p;
+	int e = errno;
+
+	if (parked_retry_one(d, &tmp)) {
+		errno = e;
+		return 0;
+	}
+	p = malloc(sizeof(*p));
+	if (p) {	/* else kvs_drv_close() still gives it back */
+		*p = tmp;
+		parked_push(d, p);
+	}
+	errno = e;
+	return 1;
+}
+
 /**
  * kvs_drv_reserve() - reserve a virtual address range.
  * @drv: driver.
@@ -345,6 +446,7 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 
 	if (!d || !base || size == 0 || !aligned(d, size))
 		return fail(d, EINVAL);
+	parked_retry(d);
 	/* Backends may over-reserve by a granule to align the base; a size
 	 * that close to SIZE_MAX fits in no address space anyway. */
 	if (size > SIZE_MAX - d->granularity)
@@ -555,6 +657,7 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 
 	if (!d || !chunk || size == 0 || !aligned(d, size))
 		return fail(d, EINVAL);
+	parked_retry(d);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return fail(d, ENOMEM);
@@ -1099,6 +1202,7 @@ KVS_EXPORT int kvs_drv_host_alloc(kvs_drv_t *d, size_t size, void **ptr)
 
 	if (!d || !ptr || size == 0)
 		return fail(d, EINVAL);
+	parked_retry(d);
 	/* Backends round to whole pages: a size whose rounding wraps is more
 	 * memory than any machine has. */
 	if (!kvs_size_roundup(size, pg > 0 ? (size_t)pg : 4096, &rounded))
@@ -1220,6 +1324,12 @@ KVS_EXPORT int kvs_drv_close(kvs_drv_t *d)
 		d->host_blocks = b->next;
 		d->be->host_free(d, b->ptr);
 		free(b);
+	}
+	while (d->parked) {	/* given back with everything above */
+		struct kvs_parked *p = d->parked;
+
+		d->parked = p->next;
+		free(p);
 	}
 	d->be->close(d);
 	free(d->cset);

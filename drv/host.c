@@ -50,7 +50,11 @@
  * never touches it.  Otherwise creation commits memory as cuMemCreate does:
  * fallocate() of a range taken first fit in a general arena, after checking
  * the size against what the machine can commit (MemAvailable of
- * /proc/meminfo, else sysinfo) and against the driver's total memory, so
+ * /proc/meminfo, else sysinfo), against what the process's memory cgroup
+ * still allows (its limit, and every ancestor's, less what it holds but
+ * could not reclaim: v2's memory.max, memory.current and memory.stat's
+ * inactive_file, or v1's memory.limit_in_bytes and memory.usage_in_bytes),
+ * and against the driver's total memory, so
  * that a chunk larger than memory fails with ENOMEM at creation instead of
  * waking the OOM killer later.  At its first map such a chunk moves to its
  * mirrored range when that is free: fallocate() there, then punch the old
@@ -95,6 +99,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,7 +267,8 @@ static size_t mem_available(void);
 
 /* Free: what the backend's total leaves, within what the machine can still
  * commit (MemAvailable: free RAM plus the page cache it can reclaim; free
- * RAM alone swings with other processes' file I/O). */
+ * RAM alone swings with other processes' file I/O) and the memory cgroup's
+ * limit leaves. */
 static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_bytes)
 {
 	struct host_be *hb = hb_of(d);
@@ -547,7 +553,7 @@ static void chunk_put(struct host_be *hb, size_t slot)
 }
 
 /* Bytes the machine can still commit: MemAvailable, else free RAM. */
-static size_t mem_available(void)
+static size_t machine_available(void)
 {
 	FILE *f = fopen("/proc/meminfo", "re");
 	unsigned long long kb = 0;
@@ -567,6 +573,170 @@ static size_t mem_available(void)
 	return SIZE_MAX;	/* unknown: let fallocate() decide */
 }
 
+/* A number from the first line of @dir/@file: 1, or 0 when the file is
+ * missing or says "max" (no limit) or is not a number. */
+static int cg_read(const char *dir, const char *file, unsigned long long *v)
+{
+	char path[4096], buf[64], *end;
+	FILE *f;
+	int ok = 0;
+
+	if (snprintf(path, sizeof(path), "%s/%s", dir, file) >= (int)sizeof(path))
+		return 0;
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (fgets(buf, sizeof(buf), f)) {
+		errno = 0;
+		*v = strtoull(buf, &end, 10);
+		ok = end != buf && errno == 0 && (*end == '\n' || *end == 0);
+	}
+	fclose(f);
+	return ok;
+}
+
+/* Does the first line of @path hold the word @w? */
+static bool cg_has_word(const char *path, const char *w)
+{
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return false;
+	if (fgets(line, sizeof(line), f))
+		for (char *sp, *t = strtok_r(line, " \n", &sp); t && !found;
+		     t = strtok_r(NULL, " \n", &sp))
+			found = !strcmp(t, w);
+	fclose(f);
+	return found;
+}
+
+/* @key's value in @dir/memory.stat, or 0. */
+static unsigned long long cg_stat(const char *dir, const char *key)
+{
+	char path[4096], line[256];
+	unsigned long long v = 0, x;
+	size_t kl = strlen(key);
+	FILE *f;
+
+	if (snprintf(path, sizeof(path), "%s/memory.stat", dir) >= (int)sizeof(path))
+		return 0;
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl) && line[kl] == ' ' && sscanf(line + kl, "%llu", &x) == 1) {
+			v = x;
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/*
+ * Bytes the process's memory cgroup still lets it charge: for its cgroup
+ * and each ancestor with a limit, the limit less the usage it could not
+ * reclaim (the inactive page cache is reclaimable), the least of them;
+ * SIZE_MAX when no limit applies or none can be read.  cgroup v2 (the
+ * "0::" line of /proc/self/cgroup) first, else v1's memory controller.
+ * Inside a cgroup namespace the process's path may not exist under the
+ * mount, whose root is then its own cgroup: the walk starts at the
+ * deepest directory that exists.
+ *
+ * KVSLAB_CGROUP_ROOT and KVSLAB_CGROUP_PROC stand for /sys/fs/cgroup and
+ * /proc/self/cgroup, for tests (kvs_drv_open(3), ENVIRONMENT).
+ */
+static size_t cgroup_headroom(void)
+{
+	const char *root = secure_getenv("KVSLAB_CGROUP_ROOT");
+	const char *proc = secure_getenv("KVSLAB_CGROUP_PROC");
+	char line[4096], v2path[4096] = "", v1path[4096] = "", base[4096], dir[8192];
+	unsigned long long lim, use, best = ULLONG_MAX;
+	bool have2 = false, have1 = false, v1;
+	size_t baselen;
+	FILE *f;
+
+	if (!root || !*root)
+		root = "/sys/fs/cgroup";
+	if (!proc || !*proc)
+		proc = "/proc/self/cgroup";
+	f = fopen(proc, "re");
+	if (!f)
+		return SIZE_MAX;
+	while (fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+
+		if (!c2)
+			continue;
+		c2[strcspn(c2, "\n")] = 0;
+		*c1 = *c2 = 0;	/* line: the id; c1 + 1: the controllers */
+		if (!strcmp(line, "0") && c1[1] == 0) {
+			snprintf(v2path, sizeof(v2path), "%s", c2 + 1);
+			have2 = true;
+		} else {
+			/* v1: "N:ctrl,ctrl:/path"; the memory controller */
+			for (char *sp, *t = strtok_r(c1 + 1, ",", &sp); t; t = strtok_r(NULL, ",", &sp))
+				if (!strcmp(t, "memory")) {
+					snprintf(v1path, sizeof(v1path), "%s", c2 + 1);
+					have1 = true;
+				}
+		}
+	}
+	fclose(f);
+	/* v2 where its hierarchy has the memory controller (the mount, or
+	 * a hybrid's "unified"); else v1's memory controller. */
+	v1 = true;
+	if (have2) {
+		for (int i = 0; i < 2 && v1; i++) {
+			snprintf(base, sizeof(base), i ? "%s/unified" : "%s", root);
+			snprintf(dir, sizeof(dir), "%s/cgroup.controllers", base);
+			if (cg_has_word(dir, "memory"))
+				v1 = false;
+		}
+	}
+	if (v1) {
+		if (!have1)
+			return SIZE_MAX;
+		snprintf(base, sizeof(base), "%s/memory", root);
+	}
+	baselen = strlen(base);
+	snprintf(dir, sizeof(dir), "%s%s", base, v1 ? v1path : v2path);
+	if (access(dir, R_OK) != 0)
+		snprintf(dir, sizeof(dir), "%s", base);
+	for (;;) {
+		char *slash;
+
+		if (cg_read(dir, v1 ? "memory.limit_in_bytes" : "memory.max", &lim) &&
+		    lim < (1ULL << 62) &&
+		    cg_read(dir, v1 ? "memory.usage_in_bytes" : "memory.current", &use)) {
+			unsigned long long inact = cg_stat(dir, v1 ? "total_inactive_file" :
+							    "inactive_file");
+			unsigned long long held = use > inact ? use - inact : 0;
+			unsigned long long room = lim > held ? lim - held : 0;
+
+			if (room < best)
+				best = room;
+		}
+		if (strlen(dir) <= baselen)
+			break;
+		slash = strrchr(dir + baselen, '/');
+		if (!slash)
+			break;
+		*slash = 0;
+	}
+	return best > SIZE_MAX ? SIZE_MAX : (size_t)best;
+}
+
+/* Bytes this process can still commit: the machine's, within its memory
+ * cgroup's limit. */
+static size_t mem_available(void)
+{
+	size_t m = machine_available(), c = cgroup_headroom();
+
+	return c < m ? c : m;
+}
+
 /* Can @size bytes be committed now?  0, or -1/ENOMEM with a detail. */
 static int commit_check(struct kvs_drv *d, struct host_be *hb, size_t size)
 {
@@ -578,10 +748,16 @@ static int commit_check(struct kvs_drv *d, struct host_be *hb, size_t size)
 				    "(%llu held)", size, hb->total, (unsigned long long)used);
 		return kvs_fail(ENOMEM);
 	}
-	avail = mem_available();
+	avail = machine_available();
 	if (size > avail) {
 		kvsi_drv_set_detail(d, "host: %zu bytes more than the %zu the machine can commit",
 				    size, avail);
+		return kvs_fail(ENOMEM);
+	}
+	avail = cgroup_headroom();
+	if (size > avail) {
+		kvsi_drv_set_detail(d, "host: %zu bytes more than the %zu the memory cgroup's "
+				    "limit leaves", size, avail);
 		return kvs_fail(ENOMEM);
 	}
 	return 0;

@@ -290,4 +290,30 @@ const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p);
 /* ... and, for lib/elastic.c, the lock its calls take (level 0). */
 pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p);
 
+/*
+ * ThreadSanitizer cannot see an RCU grace period (liburcu is not
+ * instrumented): that every reader's critical section that could see an
+ * object ended before call_rcu()'s callback frees or recycles it.  A
+ * structure with RCU readers says it to TSan with one sync object: each
+ * reader releases it as it leaves its read-side critical section, the
+ * writer releases it before call_rcu(), and each callback acquires it
+ * first.  No-ops unless built with -fsanitize=thread.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define KVSI_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KVSI_TSAN 1
+#endif
+#endif
+#ifdef KVSI_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define KVSI_TSAN_RELEASE(p) __tsan_release(p)
+#define KVSI_TSAN_ACQUIRE(p) __tsan_acquire(p)
+#else
+#define KVSI_TSAN_RELEASE(p) ((void)(p))
+#define KVSI_TSAN_ACQUIRE(p) ((void)(p))
+#endif
+
 #endif /* KVSLAB_INTERNAL_H */

@@ -377,13 +377,27 @@ static void seg_free(struct rseg *s)
 		seg_block_free(o);
 }
 
+/* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
+ * internal.h): readers release it as they leave, writers before call_rcu(),
+ * the callbacks below acquire it, so that TSan sees a reader's last look at
+ * a segment, node or children array ordered before its reuse. */
+static char rcu_gp;
+
+static inline void rcu_retire(struct rcu_head *h, void (*cb)(struct rcu_head *))
+{
+	KVSI_TSAN_RELEASE(&rcu_gp);
+	call_rcu(h, cb);
+}
+
 static void free_seg_cb(struct rcu_head *h)
 {
+	KVSI_TSAN_ACQUIRE(&rcu_gp);
 	seg_free(caa_container_of(h, struct rseg, rcu));
 }
 
 static void free_kids_cb(struct rcu_head *h)
 {
+	KVSI_TSAN_ACQUIRE(&rcu_gp);
 	free(caa_container_of(h, struct rkids, rcu));
 }
 
@@ -391,6 +405,7 @@ static void free_node_cb(struct rcu_head *h)
 {
 	struct rnode *n = caa_container_of(h, struct rnode, rcu);
 
+	KVSI_TSAN_ACQUIRE(&rcu_gp);
 	seg_free(atomic_load_explicit(&n->seg, memory_order_relaxed));
 	free(atomic_load_explicit(&n->kids, memory_order_relaxed));
 	free(n->hist);
@@ -426,9 +441,12 @@ static inline uint64_t kid_h(const struct rkids *k, uint32_t i)
 	return __atomic_load_n(&k->e[i].h, __ATOMIC_RELAXED);
 }
 
+/* Acquire: a node put in place of another (a split) is published by this
+ * entry alone, not by the count, and its fields and segment were written
+ * before it. */
 static inline struct rnode *kid_node(const struct rkids *k, uint32_t i)
 {
-	return __atomic_load_n(&k->e[i].node, __ATOMIC_RELAXED);
+	return __atomic_load_n(&k->e[i].node, __ATOMIC_ACQUIRE);
 }
 
 static inline uint32_t nkids(const struct rnode *n)
@@ -470,11 +488,13 @@ static struct rnode *find_child(const struct kvs_radix *r, const struct rnode *n
 	return NULL;
 }
 
-/* Entry @i of @k set to (@h, @node), as readers may be looking. */
+/* Entry @i of @k set to (@h, @node), as readers may be looking: the node
+ * with release, so that a reader who loads it (kid_node()) sees the node
+ * and its segment as they were written before. */
 static inline void kid_set(struct rkids *k, uint32_t i, uint64_t h, struct rnode *node)
 {
 	__atomic_store_n(&k->e[i].h, h, __ATOMIC_RELAXED);
-	__atomic_store_n(&k->e[i].node, node, __ATOMIC_RELAXED);
+	__atomic_store_n(&k->e[i].node, node, __ATOMIC_RELEASE);
 }
 
 /*
@@ -506,7 +526,7 @@ static int kids_update(struct rnode *n, struct rnode *add, struct rnode *del)
 			return 0;
 		}
 		if (i < on && old->e[i].h == add->h) { /* a split: same first page */
-			__atomic_store_n(&old->e[i].node, add, __ATOMIC_RELAXED);
+			__atomic_store_n(&old->e[i].node, add, __ATOMIC_RELEASE);
 			return 0;
 		}
 	} else if (old && add && on < old->cap) {
@@ -538,7 +558,7 @@ static int kids_update(struct rnode *n, struct rnode *add, struct rnode *del)
 	atomic_store_explicit(&n->kids, nw, memory_order_release);
 retire:
 	if (old)
-		call_rcu(&old->rcu, free_kids_cb);
+		rcu_retire(&old->rcu, free_kids_cb);
 	return 0;
 }
 
@@ -658,7 +678,7 @@ static struct rnode *split(struct kvs_radix *r, struct rnode *c, uint32_t m)
 	free(c->hist);
 	c->hist = NULL;
 	atomic_store_explicit(&c->seg, rest, memory_order_release);
-	call_rcu(&old->rcu, free_seg_cb);
+	rcu_retire(&old->rcu, free_seg_cb);
 	c->ek.last_access = r->clock;
 	if (c->ek.idx >= 0)
 		evict_heap_update(&r->heap, &c->ek);
@@ -1197,6 +1217,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 		if (++tries == RO_TRIES) {
 			/* Out of the read section first: a writer holding
 			 * wlock may be waiting for a grace period. */
+			KVSI_TSAN_RELEASE(&rcu_gp);
 			rcu_read_unlock();
 			atomic_fetch_add_explicit(&r->rst.fallbacks, 1, memory_order_relaxed);
 			pthread_mutex_lock(&r->wlock);
@@ -1209,6 +1230,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 		else
 			caa_cpu_relax();
 	}
+	KVSI_TSAN_RELEASE(&rcu_gp);
 	rcu_read_unlock();
 	return (ssize_t)pos;
 }
@@ -1635,7 +1657,7 @@ static void evict_finish(struct kvs_radix *r, struct rnode *gone)
 				   KVS_KV_REMOVED);
 		free_locs(r, s->vals, s->len);
 		leaf->tree = NULL;
-		call_rcu(&leaf->rcu, free_node_cb);
+		rcu_retire(&leaf->rcu, free_node_cb);
 	}
 }
 
@@ -2059,7 +2081,7 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 		atomic_store_explicit(&rl.node[i]->seg, ns, memory_order_release);
 		free(rl.node[i]->hist);
 		rl.node[i]->hist = NULL;
-		call_rcu(&old->rcu, free_seg_cb);
+		rcu_retire(&old->rcu, free_seg_cb);
 	}
 	write_end(r);
 	pthread_mutex_unlock(&r->wlock);
@@ -2084,7 +2106,7 @@ static void retire_subtree(struct kvs_radix *r, struct rnode *n)
 	free_locs(r, s->vals, s->len);
 	n->tree = NULL;
 	n->ek.idx = -1;
-	call_rcu(&n->rcu, free_node_cb);
+	rcu_retire(&n->rcu, free_node_cb);
 }
 
 /**
@@ -2120,7 +2142,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
 	if (k) {
 		for (i = 0; i < k->n; i++)
 			retire_subtree(r, k->e[i].node);
-		call_rcu(&k->rcu, free_kids_cb);
+		rcu_retire(&k->rcu, free_kids_cb);
 	}
 	r->st.resets++;
 	kvev_all_cleared(&r->ev);

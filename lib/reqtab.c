@@ -153,14 +153,28 @@ static int release_all(struct kvs_reqtab *t, bool reserved, bool mapped)
 	if (t->slots)
 		for (i = 0; i < t->max_reqs; i++)
 			kvs_event_destroy(t->slots[i].ev);
-	if (mapped && kvs_drv_unmap(t->drv, t->base, t->map_size) < 0 && !e)
-		e = errno;
-	if (t->chunk && kvs_drv_chunk_release(t->drv, t->chunk) < 0 && !e)
-		e = errno;
-	if (reserved && kvs_drv_unreserve(t->drv, t->base) < 0 && !e)
-		e = errno;
-	if (t->mirror && kvs_drv_host_free(t->drv, t->mirror) < 0 && !e)
-		e = errno;
+	if (mapped && kvs_drv_unmap(t->drv, t->base, t->map_size) < 0) {
+		e = e ? e : errno;
+	} else {
+		mapped = false;
+		if (t->chunk && kvs_drv_chunk_release(t->drv, t->chunk) < 0)
+			e = e ? e : errno;
+		else
+			t->chunk = NULL;
+		if (reserved && kvs_drv_unreserve(t->drv, t->base) < 0)
+			e = e ? e : errno;
+		else
+			reserved = false;
+	}
+	if (t->mirror && kvs_drv_host_free(t->drv, t->mirror) < 0)
+		e = e ? e : errno;
+	else
+		t->mirror = NULL;
+	/* What the driver refused stays with it, parked: it tries again at its
+	 * next allocations, and gives it back at close at the latest. */
+	if (mapped || t->chunk || reserved || t->mirror)
+		kvsi_drv_park(t->drv, t->base, mapped ? t->map_size : 0, reserved, t->chunk,
+			      t->mirror);
 	free(t->slots);
 	free(t);
 	return e ? kvs_fail(e) : 0;

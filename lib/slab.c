@@ -305,7 +305,8 @@ err_destroy:
 	return NULL;
 err_unreserve:
 	while (b-- > 0)
-		kvs_drv_unreserve(drv, s->base[b]);
+		if (kvs_drv_unreserve(drv, s->base[b]) < 0)
+			kvsi_drv_park(drv, s->base[b], 0, true, NULL, NULL);
 	pthread_key_delete(s->key);
 err_sync:
 	pthread_cond_destroy(&s->mapped);
@@ -327,8 +328,10 @@ err:
  * Pages still held are lost with it; their memory is given back.  Every
  * stream or fence the allocator was given is waited for first, since a
  * kernel may still read a page.  What the driver refuses to take back
- * (an unmap, a release, a reservation) stays with the driver, which gives
- * it back at kvs_drv_close(); the return value says so.
+ * (a release, a reservation) is parked with the driver, which tries again
+ * at its next allocation and gives it back at kvs_drv_close() at the
+ * latest (a mapping it refused to unmap stays until then); the return
+ * value says so.
  *
  * Context: MT-Unsafe: no other call on @slab may run or follow.
  * Return: 0, or -1 with errno EIO (the fence failed, or the driver kept

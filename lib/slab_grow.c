@@ -833,11 +833,15 @@ int slab_teardown(struct kvs_slab *s)
 	}
 	if (s->parked && retry_parked_locked(s) < 0)
 		err = EIO;
-	/* What the driver still refuses stays with it until its close. */
+	/* What the driver still refuses is handed to it, parked: it tries
+	 * again at its next allocations and gives it back at its close. */
 	while (s->parked) {
 		struct chunkset *cs = s->parked;
 
 		s->parked = cs->next;
+		for (b = 0; b < s->nbuf; b++)
+			if (cs->c[b])
+				kvsi_drv_park(s->drv, 0, 0, false, cs->c[b], NULL);
 		chunkset_free(s, cs);
 		err = EIO;
 	}
@@ -846,8 +850,13 @@ int slab_teardown(struct kvs_slab *s)
 		if (s->fence_ev[j])
 			kvs_event_destroy(s->fence_ev[j]);
 	for (b = 0; b < s->nbuf; b++)
-		if (kvs_drv_unreserve(s->drv, s->base[b]) < 0)
+		if (kvs_drv_unreserve(s->drv, s->base[b]) < 0) {
+			/* EBUSY after an unmap that failed: that stays with the
+			 * driver until its close. */
+			if (errno != EBUSY)
+				kvsi_drv_park(s->drv, s->base[b], 0, true, NULL, NULL);
 			err = EIO;
+		}
 	return err;
 }
 

@@ -7,6 +7,7 @@
  * lock-free read after the writer stopped finds what the tree holds.  A
  * deadline bounds the run on a slow or loaded machine.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,7 +27,8 @@
  */
 #define NSEQ 64
 #define SEQLEN 48
-#define MAXID (1 << 22)
+#define MAXID (1 << 22)		/* ids of a default run */
+#define MAXID_TIMED (1 << 26)	/* of a KVSLAB_STRESS_SECONDS run */
 
 struct stress {
 	kvs_radix_t *r;
@@ -81,10 +83,14 @@ START_TEST(test_readers_beside_writer)
 	pthread_t th[3];
 	uint64_t x = 99;
 	int32_t next = 1, locs[SEQLEN];
-	double deadline;
-	int i, j, t;
+	double deadline, secs;
+	long i, steps, maxid;
+	int j, t;
 
-	st->ids = calloc(MAXID, sizeof(*st->ids));
+	secs = getenv("KVSLAB_STRESS_SECONDS") ? atof(getenv("KVSLAB_STRESS_SECONDS")) : 0;
+	maxid = secs > 0 ? MAXID_TIMED : MAXID;
+	st->ids = calloc(maxid, sizeof(*st->ids));
+	ck_assert_ptr_nonnull(st->ids);
 	/* Sequences share prefixes in a small tree of variants. */
 	for (i = 0; i < NSEQ; i++)
 		for (j = 0; j < SEQLEN; j++)
@@ -97,9 +103,14 @@ START_TEST(test_readers_beside_writer)
 	for (t = 0; t < 3; t++)
 		pthread_create(&th[t], NULL, reader, st);
 	/* At most 60000 writer steps, and at most 15 s of them (natively the
-	 * whole test takes well under a second). */
-	deadline = tu_seconds() + 15.0;
-	for (i = 0; i < tu_scaled(60000, 2000) && next < MAXID - SEQLEN; i++) {
+	 * whole test takes well under a second).  KVSLAB_STRESS_SECONDS=S
+	 * runs S seconds instead, without a step limit (a ThreadSanitizer
+	 * run of readers against splits, say); ids, never reused, last a few
+	 * million steps. */
+	steps = secs > 0 ? LONG_MAX : tu_scaled(60000, 2000);
+	deadline = tu_seconds() + (secs > 0 ? secs : 15.0);
+	/* Room for a last insert and the final check's SEQLEN ids. */
+	for (i = 0; i < steps && next < maxid - 2 * SEQLEN; i++) {
 		if (i % 256 == 0 && tu_seconds() > deadline)
 			break;
 		const int32_t *k = st->seqs[tu_rng(&x) % NSEQ];
@@ -142,7 +153,7 @@ START_TEST(test_readers_beside_writer)
 	for (j = 0; j < SEQLEN; j++)
 		ck_assert_uint_eq(atomic_load(&st->ids[locs[j]]), prefix_hash(st->seqs[0], (size_t)j + 1));
 	if (getenv("KVSLAB_TEST_VERBOSE"))
-		fprintf(stderr, "stress: %d writer steps, %llu matches, %llu hits, %d inserted ids\n", i,
+		fprintf(stderr, "stress: %ld writer steps, %llu matches, %llu hits, %d inserted ids\n", i,
 			(unsigned long long)atomic_load(&st->matches),
 			(unsigned long long)atomic_load(&st->hits), next);
 	ck_assert_int_eq(kvs_radix_validate(st->r), 0);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -844,6 +845,102 @@ END_TEST
 
 /* Host only: a chunk larger than the machine's memory fails at creation,
  * having committed nothing, instead of waking the OOM killer later. */
+/* Write @text to @dir/@name. */
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* A chunk larger than what the memory cgroup's limit leaves fails with
+ * ENOMEM at creation (the kernel would OOM-kill the process at its first
+ * touch instead).  The cgroup trees are fakes (KVSLAB_CGROUP_ROOT,
+ * KVSLAB_CGROUP_PROC), so that the limit is small and nothing is killed:
+ * a v2 tree whose parent is tighter than the leaf, and a v1 tree inside a
+ * cgroup namespace (the path is not under the mount). */
+START_TEST(test_host_cgroup_limit)
+{
+	char root[] = "/tmp/kvs_cg_XXXXXX", dir[512], proc[600], cmd[700];
+	kvs_drv_t *d;
+	size_t g;
+	kvs_chunk_t *c;
+	char num[32];
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(d);
+	g = kvs_drv_granularity(d);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	/* v2: /a (limit 5g, 1g held) / b (limit 8g, 2g held, half of it
+	 * inactive page cache): the parent leaves 4g. */
+	put_file(root, "cgroup.controllers", "cpuset cpu io memory pids\n");
+	snprintf(dir, sizeof(dir), "%s/a", root);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(num, sizeof(num), "%zu\n", 5 * g);
+	put_file(dir, "memory.max", num);
+	snprintf(num, sizeof(num), "%zu\n", g);
+	put_file(dir, "memory.current", num);
+	snprintf(dir, sizeof(dir), "%s/a/b", root);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(num, sizeof(num), "%zu\n", 8 * g);
+	put_file(dir, "memory.max", num);
+	snprintf(num, sizeof(num), "%zu\n", 2 * g);
+	put_file(dir, "memory.current", num);
+	snprintf(num, sizeof(num), "anon 0\ninactive_file %zu\n", g);
+	put_file(dir, "memory.stat", num);
+	put_file(root, "proc_cgroup", "0::/a/b\n");
+	snprintf(proc, sizeof(proc), "%s/proc_cgroup", root);
+	setenv("KVSLAB_CGROUP_ROOT", root, 1);
+	setenv("KVSLAB_CGROUP_PROC", proc, 1);
+	d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(d);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 5 * g, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_ptr_nonnull(strstr(kvs_drv_strerror(d), "cgroup"));
+	assert_drv_empty(d);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 4 * g, &c), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	/* No limit anywhere ("max"): only the machine bounds it. */
+	put_file(dir, "memory.max", "max\n");
+	snprintf(dir, sizeof(dir), "%s/a", root);
+	put_file(dir, "memory.max", "max\n");
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 6 * g, &c), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	/* v1, inside a namespace: /proc says /x/y, the mount's root is the
+	 * process's own cgroup; limit 3g, 1g held. */
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'/a '%s'/cgroup.controllers", root, root);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(dir, sizeof(dir), "%s/memory", root);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	snprintf(num, sizeof(num), "%zu\n", 3 * g);
+	put_file(dir, "memory.limit_in_bytes", num);
+	snprintf(num, sizeof(num), "%zu\n", g);
+	put_file(dir, "memory.usage_in_bytes", num);
+	put_file(root, "proc_cgroup", "5:memory:/x/y\n3:cpu,cpuacct:/x/y\n0::/\n");
+	d = kvs_drv_open("host", NULL);
+	ck_assert_ptr_nonnull(d);
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 3 * g, &c), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, 2 * g, &c), 0);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	unsetenv("KVSLAB_CGROUP_ROOT");
+	unsetenv("KVSLAB_CGROUP_PROC");
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(cmd), 0);
+	assert_nothing_left(0);
+}
+END_TEST
+
 START_TEST(test_host_too_large)
 {
 	kvs_drv_t *d = kvs_drv_open("host", NULL);
@@ -970,6 +1067,7 @@ static Suite *drv_suite(void)
 	tcase_add_test(tc, test_host_many_chunks_few_fds);
 	tcase_add_test(tc, test_host_many_chunks_few_vmas);
 	tcase_add_test(tc, test_host_too_large);
+	tcase_add_test(tc, test_host_cgroup_limit);
 	tcase_add_test(tc, test_host_range_reuse);
 	suite_add_tcase(s, tc);
 	return s;

@@ -437,6 +437,51 @@ START_TEST(test_limit_no_cache)
 }
 END_TEST
 
+/* A limit of 0, as kvs_pool_set_limit(3) states it: with a pinned page it
+ * is a limit below the floor (ENOMEM, nothing given back, nothing evicted,
+ * the old limit in force); with nothing pinned every slab goes back, the
+ * cache's unlocked pages with them, and nothing can be allocated until the
+ * limit is raised. */
+START_TEST(test_limit_zero)
+{
+	struct env e;
+	int32_t locs[8], one;
+	kvs_limit_report_t rep;
+	size_t lim;
+
+	env_open(&e, _i, 32, 0);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	cache_page(&e, 1, locs[4]); /* an unlocked cached page */
+	lim = kvs_pool_limit(e.pool);
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, 0, e.r, &rep), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(rep.floor_bytes, 2 * SLAB_BYTES);
+	ck_assert_uint_eq(rep.evicted_tokens, 0);
+	ck_assert_uint_eq(rep.bytes_returned, 0);
+	ck_assert_uint_eq(kvs_pool_limit(e.pool), lim);
+	ck_assert_uint_eq(kvs_radix_evictable(e.r), 1);
+	/* Nothing pinned: every slab goes back, the cached page evicted. */
+	{
+		int32_t rest[7] = { locs[0], locs[1], locs[2], locs[3], locs[5], locs[6], locs[7] };
+
+		ck_assert_int_eq(kvs_pool_free(e.pool, 7, rest), 0);
+	}
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, 0, e.r, &rep), 0);
+	ck_assert_uint_eq(rep.evicted_tokens, 1);
+	ck_assert_uint_eq(rep.limit, 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 1, &one), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, SLAB_BYTES, e.r, &rep), 0);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 1, &one), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &one), 0);
+	env_close(&e);
+}
+END_TEST
+
 /*
  * A larger, seeded case: 256 pages (64 slabs) all cached, 128 leaves of 2
  * pages each taken from a shuffled list (so a leaf's pages and LRU's order
@@ -664,6 +709,7 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_alloc_fullest_first, 0, nb);
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);
 	tcase_add_loop_test(tc, test_limit_no_cache, 0, nb);
+	tcase_add_loop_test(tc, test_limit_zero, 0, nb);
 	tcase_add_loop_test(tc, test_compact, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;

@@ -825,6 +825,43 @@ START_TEST(test_budget_odd_max_mapped)
 }
 END_TEST
 
+/* A pool whose creation fails (its second buffer's reservation) and whose
+ * undo fails too (the first buffer's unreserve): the reservation the driver
+ * refused is parked with it and given back at its next allocation, not
+ * left without a handle until its close. */
+START_TEST(test_failed_undo_parked)
+{
+	kvs_drv_t *inner = tu_open_gran(_i, GRAN, 0, 0), *f;
+	kvs_pool_attr_t a;
+	kvs_pool_t *p;
+	kvs_devptr_t base;
+
+	ck_assert_ptr_nonnull(inner);
+	f = kvs_fault_open(inner);
+	ck_assert_ptr_nonnull(f);
+	kvs_pool_attr_init(&a);
+	ck_assert_int_eq(kvs_model_preset("tiny", &a.model), 0);
+	a.page_size = 16;
+	a.max_tokens = 4096;
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_RESERVE, 2, EIO), 0);
+	ck_assert_int_eq(kvs_fault_fail_random(f, KVS_OP_UNRESERVE, 1.0, 1, EIO), 0);
+	errno = 0;
+	ck_assert_ptr_null(kvs_pool_create(f, &a));
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	ck_assert_uint_gt(kvs_drv_stat(f, KVS_DRV_STAT_bytes_reserved), 0); /* parked */
+	ck_assert_int_eq(kvs_drv_reserve(f, GRAN, &base), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_reserved), GRAN);
+	ck_assert_int_eq(kvs_drv_unreserve(f, base), 0);
+	p = kvs_pool_create(f, &a);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(kvs_pool_destroy(p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_reserved), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_created), 0);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+}
+END_TEST
+
 static Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -847,6 +884,7 @@ static Suite *pool_suite(void)
 	tcase_add_loop_test(tc, test_free_runs_ps12, 0, nb);
 	tcase_add_loop_test(tc, test_set_get_kv, 0, nb);
 	tcase_add_loop_test(tc, test_mla_pool, 0, nb);
+	tcase_add_loop_test(tc, test_failed_undo_parked, 0, nb);
 	tcase_add_test(tc, test_pool_overflow);
 	tcase_add_test(tc, test_budget_plan_80g);
 	tcase_add_test(tc, test_budget_plan_small);

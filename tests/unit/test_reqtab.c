@@ -520,6 +520,46 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* A creation whose undo fails too: the chunk the driver refused to release
+ * is parked with it, not lost; the driver gives it back at its next
+ * allocation, long before its close. */
+START_TEST(test_failed_undo_parked)
+{
+	kvs_drv_t *inner = tu_open_gran(_i, GRAN, 0, 0), *f;
+	kvs_reqtab_t *t;
+	kvs_devptr_t p;
+
+	ck_assert_ptr_nonnull(inner);
+	f = kvs_fault_open(inner);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_MAP, 1, EIO), 0);
+	ck_assert_int_eq(kvs_fault_fail_random(f, KVS_OP_RELEASE, 1.0, 1, EIO), 0);
+	errno = 0;
+	ck_assert_ptr_null(kvs_reqtab_create(f, 16, 64));
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_chunks), 1); /* refused: parked */
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_reserved), 0);
+	/* The next allocation gives it back. */
+	ck_assert_int_eq(kvs_drv_reserve(f, GRAN, &p), 0);
+	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_chunks), 0);
+	ck_assert_int_eq(kvs_drv_unreserve(f, p), 0);
+	assert_clean(f);
+	/* An unmap refused too: mapping, chunk and reservation are parked
+	 * together, and go back in order. */
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_SET_ACCESS, 1, EIO), 0);
+	ck_assert_int_eq(kvs_fault_fail_random(f, KVS_OP_UNMAP, 1.0, 1, EIO), 0);
+	ck_assert_ptr_null(kvs_reqtab_create(f, 16, 64));
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	ck_assert_uint_gt(kvs_drv_stat(f, KVS_DRV_STAT_bytes_mapped), 0);
+	t = kvs_reqtab_create(f, 16, 64);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	assert_clean(f);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+}
+END_TEST
+
 static Suite *reqtab_suite(void)
 {
 	Suite *s = suite_create("reqtab");
@@ -537,6 +577,7 @@ static Suite *reqtab_suite(void)
 	tcase_add_loop_test(tc, test_all_or_nothing, 0, nb);
 	tcase_add_loop_test(tc, test_destroy_clean, 0, nb);
 	tcase_add_loop_test(tc, test_faults, 0, nb);
+	tcase_add_loop_test(tc, test_failed_undo_parked, 0, nb);
 	tcase_add_loop_test(tc, test_threads, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
