@@ -1427,6 +1427,163 @@ START_TEST(test_split_in_flight)
 }
 END_TEST
 
+/* What kvs_hiradix_insert() must refuse, as kvs_radix_insert() does:
+ * locations out of the pool's range, pages the caller does not hold, a page
+ * twice in one call, and pages the tree already holds under another key.
+ * Each is refused with EINVAL and changes nothing: a later match hands out
+ * none of them. */
+START_TEST(test_insert_refuses)
+{
+	int32_t a[8], b[8], locs[8], pl[8], got[8];
+	kvs_hiradix_usage_t u0, u1;
+	kvs_hiradix_node_t *na;
+	struct env e;
+	uint64_t cap;
+
+	env_open(&e, _i, 4, KVS_WRITE_BACK, 0);
+	cap = kvs_pool_capacity(e.pool);
+	keyseq(a, 8, 300);
+	keyseq(b, 8, 400);
+	ck_assert_uint_eq(request(&e, a, 8, &na), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, a, 8, pl, NULL), 8); /* the tree's pages */
+	u0 = usage(&e);
+	/* Out of range: the page past the pool's last, and one near INT32_MAX
+	 * (whose next location would overflow an int32). */
+	for (int i = 0; i < 4; i++) {
+		locs[i] = (int32_t)cap + i;
+		locs[4 + i] = INT32_MAX - 3 + i;
+	}
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, b, 4, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, b, 4, locs + 4, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Pages nobody holds: allocated, then freed. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 8, locs), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, b, 8, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* One page twice. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 4, locs), 0);
+	memcpy(locs + 4, locs, 4 * sizeof(int32_t));
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, b, 8, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 4, locs), 0);
+	/* The tree's own pages (key a's) under key b. */
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, b, 8, pl, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_insert_lock(e.h, b, 8, pl, &na), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Nothing changed: b finds nothing, a its pages, the books agree. */
+	ck_assert_int_eq(kvs_hiradix_match(e.h, b, 8, got, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, a, 8, got, NULL), 8);
+	ck_assert_mem_eq(got, pl, sizeof(pl));
+	u1 = usage(&e);
+	ck_assert_uint_eq(u1.device_tokens, u0.device_tokens);
+	ck_assert_uint_eq(u1.nodes, u0.nodes);
+	valid(&e);
+	/* The caller may pass the tree's pages for the prefix it keeps
+	 * (what a match gave it): a + 4 more tokens. */
+	{
+		int32_t ak[12];
+
+		keyseq(ak, 12, 300);
+		ck_assert_int_eq(memcmp(ak, a, sizeof(a)), 0);
+		memcpy(locs, pl, sizeof(pl));
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 4, locs + 8), 0);
+		ck_assert_int_eq(kvs_hiradix_insert(e.h, ak, 12, locs, NULL), 8);
+	}
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* A node of one cache handed to another: refused (EINVAL), both caches'
+ * books untouched. */
+START_TEST(test_foreign_node)
+{
+	struct env e1, e2;
+	int32_t a[8], nl[8];
+	kvs_hiradix_node_t *na;
+	kvs_hiradix_node_info_t ni;
+	kvs_hpool_xfer_t *x;
+
+	env_open(&e1, _i, 4, KVS_WRITE_BACK, 0);
+	env_open(&e2, _i, 4, KVS_WRITE_BACK, 0);
+	keyseq(a, 8, 500);
+	ck_assert_uint_eq(request(&e1, a, 8, &na), 8);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_lock(e2.h, na), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_unlock(e2.h, na), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_node_info(e2.h, na, &ni), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_load_back(e2.h, na, 0, nl, &x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_lock(e1.h, kvs_hiradix_root(e2.h)), -1);
+	ck_assert_uint_eq(info(&e1, na).lock_ref, 0);
+	valid(&e1);
+	valid(&e2);
+	/* Its own cache still takes it. */
+	ck_assert_int_eq(kvs_hiradix_lock(e1.h, na), 0);
+	ck_assert_int_eq(kvs_hiradix_unlock(e1.h, na), 0);
+	env_close(&e2);
+	env_close(&e1);
+}
+END_TEST
+
+/* An unlock with no caller's lock to undo is refused even while a backup
+ * holds the node: it would take the backup's lock, and the backup's own
+ * unlock would then take lock_ref below 0. */
+START_TEST(test_unlock_not_locked)
+{
+	struct env e;
+	int32_t a[8];
+	kvs_hiradix_node_t *na;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(a, 8, 600);
+	ck_assert_uint_eq(request(&e, a, 8, &na), 8);
+	ck_assert(info(&e, na).backup_pending);
+	ck_assert_uint_eq(info(&e, na).lock_ref, 1); /* the backup's */
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, na), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(info(&e, na).lock_ref, 1);
+	valid(&e);
+	/* A caller's lock is undone; a second unlock is refused. */
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, na), 0);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, na), 0);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, na), -1);
+	settle_all(&e);
+	ck_assert_uint_eq(info(&e, na).lock_ref, 0);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	env_close(&e);
+}
+END_TEST
+
+/* The prefetch calls on a cache without a store: EINVAL, as the page says. */
+START_TEST(test_prefetch_no_store)
+{
+	struct env e;
+	size_t got;
+
+	env_open(&e, _i, 4, KVS_WRITE_BACK, 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_prefetch_done(e.h, 1, &got), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_prefetch_revoke(e.h, 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
 	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, locs[8];
@@ -1548,6 +1705,10 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
+	tcase_add_loop_test(tc, test_insert_refuses, 0, nb);
+	tcase_add_loop_test(tc, test_foreign_node, 0, nb);
+	tcase_add_loop_test(tc, test_unlock_not_locked, 0, nb);
+	tcase_add_loop_test(tc, test_prefetch_no_store, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
