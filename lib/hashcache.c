@@ -154,31 +154,18 @@ static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
 	atomic_store_explicit(head, e, memory_order_release);
 }
 
-/*
- * ThreadSanitizer cannot see that a grace period orders the writer's last
- * touch of an entry before call_rcu()'s worker frees it (liburcu is not
- * instrumented): say so, or each free is a race report, which makes
- * evicting many entries under TSan take minutes.  Readers' accesses are
- * still ordered only by the grace period: tests/tsan.supp's free_node_cb
- * line covers those.
- */
-#if defined(__SANITIZE_THREAD__)
-void __tsan_acquire(void *addr);
-void __tsan_release(void *addr);
-#define TSAN_RELEASE(p) __tsan_release(p)
-#define TSAN_ACQUIRE(p) __tsan_acquire(p)
-#else
-#define TSAN_RELEASE(p) ((void)(p))
-#define TSAN_ACQUIRE(p) ((void)(p))
-#endif
+/* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
+ * internal.h): readers release it as they leave their read-side section,
+ * the writer before call_rcu(), the callback acquires it; so TSan sees a
+ * reader's last look at an entry, and the writer's, ordered before its
+ * free. */
+static char rcu_gp;
 
-/* Named so that tests/tsan.supp's free_node_cb line covers it: it frees what
- * a grace period made unreachable, which TSan cannot see. */
 static void hc_free_node_cb(struct rcu_head *r)
 {
 	struct hent *e = caa_container_of(r, struct hent, rcu);
 
-	TSAN_ACQUIRE(e);
+	KVSI_TSAN_ACQUIRE(&rcu_gp);
 	free(e);
 }
 
@@ -191,7 +178,7 @@ static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 		pp = &c->next;
 	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
 			      memory_order_release);
-	TSAN_RELEASE(e);
+	KVSI_TSAN_RELEASE(&rcu_gp);
 	call_rcu(&e->rcu, hc_free_node_cb);
 }
 
@@ -558,6 +545,7 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
 	for (k = 0; k < cap; k++)
 		if (!tbl_find(hc, &hashes[k]))
 			break;
+	KVSI_TSAN_RELEASE(&rcu_gp);
 	rcu_read_unlock();
 	return (ssize_t)k;
 }
