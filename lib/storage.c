@@ -226,6 +226,15 @@ static bool hdr_check(const struct kvs_store *s, const kvs_page_key_t *key, cons
 	       rd64(hdr + 56) == store_checksum(val, s->attr.page_bytes);
 }
 
+/* Did this namespace write the object whose first @got bytes are in
+ * @hdr?  Only then may a read that does not verify remove it: a file of
+ * another engine, of another namespace, or too short to carry a header is
+ * not ours to delete. */
+static bool hdr_ours(const struct kvs_store *s, const uint8_t *hdr, ssize_t got)
+{
+	return got >= 48 && memcmp(hdr, STORE_MAGIC, 8) == 0 && rd64(hdr + 40) == s->ns_fp;
+}
+
 /* ------------------------------------------------------------ open */
 
 /**
@@ -318,10 +327,34 @@ static int sha_bytes(const void *p, size_t n, uint8_t out[32])
 #endif
 }
 
-/* The namespace: its name suffix and fingerprint. */
+/* SHA-256 of the string @a, @n bytes of @mid, and the string @b. */
+static int sha_parts(const char *a, const char *mid, size_t n, const char *b, uint8_t out[32])
+{
+#ifdef KVS_HAVE_LIBCRYPTO
+	SHA256_CTX c;
+
+	SHA256_Init(&c);
+	SHA256_Update(&c, a, strlen(a));
+	SHA256_Update(&c, mid, n);
+	SHA256_Update(&c, b, strlen(b));
+	SHA256_Final(out, &c);
+	return 0;
+#else
+	(void)a;
+	(void)mid;
+	(void)n;
+	(void)b;
+	(void)out;
+	return kvs_fail(ENOTSUP);
+#endif
+}
+
+/* The namespace: its name suffix and fingerprint.  Any length of model
+ * and salt: the suffix keeps at most 63 bytes of the model and a digest of
+ * the salt, and the fingerprint hashes both whole, piece by piece. */
 static int make_ns(struct kvs_store *s)
 {
-	char model[64], salt_fp[24] = "", buf[1024];
+	char model[64], salt_fp[24] = "", mid[96];
 	uint8_t d[32];
 	size_t i;
 	int n;
@@ -340,18 +373,17 @@ static int make_ns(struct kvs_store *s)
 		snprintf(salt_fp, sizeof(salt_fp), "_s%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1],
 			 d[2], d[3], d[4], d[5], d[6], d[7]);
 	}
-	n = snprintf(s->ns, sizeof(s->ns), "_%s_%u_%u%s%s", model, s->attr.tp_rank,
-		     s->attr.tp_size, s->attr.layout == KVS_HPOOL_LAYER_FIRST ? "_lf" : "",
-		     salt_fp);
-	if (n < 0 || (size_t)n >= sizeof(s->ns))
-		return kvs_fail(EINVAL);
+	/* At most 1 + 63 + 2 * 11 + 3 + 18 bytes: always fits. */
+	snprintf(s->ns, sizeof(s->ns), "_%s_%u_%u%s%s", model, s->attr.tp_rank, s->attr.tp_size,
+		 s->attr.layout == KVS_HPOOL_LAYER_FIRST ? "_lf" : "", salt_fp);
 	/* The fingerprint covers what the name may have lost: the full model
-	 * name and salt, and the page's bytes. */
-	n = snprintf(buf, sizeof(buf), "%s\n%u\n%u\n%u\n%zu\n%s", s->model, s->attr.tp_rank,
-		     s->attr.tp_size, s->attr.layout, s->attr.page_bytes, s->salt ? s->salt : "");
-	if (n < 0 || (size_t)n >= sizeof(buf))
+	 * name and salt, and the page's bytes:
+	 * SHA-256("{model}\n{rank}\n{size}\n{layout}\n{page_bytes}\n{salt}"). */
+	n = snprintf(mid, sizeof(mid), "\n%u\n%u\n%u\n%zu\n", s->attr.tp_rank, s->attr.tp_size,
+		     s->attr.layout, s->attr.page_bytes);
+	if (n < 0 || (size_t)n >= sizeof(mid))
 		return kvs_fail(EINVAL);
-	if (sha_bytes(buf, (size_t)n, d) < 0)
+	if (sha_parts(s->model, mid, (size_t)n, s->salt ? s->salt : "", d) < 0)
 		return -1;
 	s->ns_fp = rd64(d);
 	return 0;
@@ -378,7 +410,8 @@ KVS_EXPORT kvs_store_t *kvs_store_open(const char *uri, const kvs_store_attr_t *
 
 	if (!uri || !attr || attr->page_bytes == 0 || attr->tp_size == 0 ||
 	    attr->tp_rank >= attr->tp_size || attr->layout > KVS_HPOOL_PAGE_FIRST ||
-	    attr->fsync > KVS_FSYNC_FULL || !attr->model || !attr->model[0]) {
+	    attr->fsync > KVS_FSYNC_FULL || (attr->flags & ~(uint32_t)KVS_STORE_SHARE_GROUP) ||
+	    !attr->model || !attr->model[0]) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -528,8 +561,8 @@ static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, vo
 		bool good = got[i] == (ssize_t)(STORE_HDR_BYTES + s->attr.page_bytes) &&
 			    hdr_check(s, &keys[i], val[i], hp[i]);
 
-		if (!good && got[i] >= 0) {
-			/* Present but torn, short, foreign or flipped. */
+		if (!good && hdr_ours(s, hp[i], got[i])) {
+			/* Ours, but torn, short, long or flipped. */
 			store_count(s, KVS_STORE_STAT_checksum_fail, 1);
 			(void)s->be->remove(s, names[i]);
 		}

@@ -1,11 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/store_file.c - the file backend of the storage tier (file:///dir):
- * one object per page, "{name}.bin" in the directory, as SGLang's file
- * backend keeps them.
+ * one object per page, "{name}.{fp}.kvs" in the directory, {fp} the
+ * namespace's fingerprint in 16 hex digits, so that the name holds every
+ * field of the namespace (two namespaces never share a file) and never
+ * meets SGLang's "{key}_{model}_{rank}_{size}.bin" files of raw bytes.
+ *
+ * Files are the owner's alone, 0600 in directories made 0700 (0640 and
+ * 0750 with KVS_STORE_SHARE_GROUP), before the umask; a directory that is
+ * already there keeps its mode.
+ *
+ * Nothing the store did not write is removed: a read opens with
+ * O_NONBLOCK | O_NOFOLLOW, so a FIFO or a link under an object's name
+ * never blocks it, and anything but a regular file is reported present
+ * with nothing read (a miss the core leaves alone); the core removes an
+ * object that does not verify only when its header is this namespace's;
+ * the size limit removes only files that begin with kvslab's magic.
  *
  * Writes never tear an object: it is written to a temporary name of its
- * own ("{name}.bin.tmp.{pid}.{counter}"), fsynced as attr.fsync says
+ * own ("{file}.tmp.{pid}.{counter}"), fsynced as attr.fsync says
  * (NONE: never; DATA: fdatasync before the rename; FULL: that, and an
  * fsync of the directory after it), and renamed over the final name, which
  * is atomic.  A writer killed midway leaves a temporary file that no reader
@@ -25,7 +38,7 @@
  *
  * Failures (a missing directory, a full disk, EFBIG, a short read, an I/O
  * error) are misses or objects not stored, counted in io_errors; a short
- * object is handed to the core as short, which removes it.
+ * object is handed to the core as short, which removes it if it is ours.
  *
  * Locking: f->lock guards the index, the LRU list and f->bytes; it is
  * taken around index updates and evictions (whose unlinks run under it, so
@@ -56,7 +69,7 @@ struct ent {
 	struct ent *prev, *next;	/* LRU list, most recent after the head */
 	uint64_t size;
 	uint64_t hash;
-	char name[];			/* the file name, ".bin" included */
+	char name[];			/* the file name, ".kvs" included */
 };
 
 struct fstore {
@@ -71,9 +84,33 @@ struct fstore {
 
 #define OBJ_PATH_MAX (STORE_NAME_MAX + 64)
 
-static void obj_path(char *buf, const char *name)
+/* The file of object @name: "{name}.{16 hex: the namespace's fingerprint}.kvs". */
+static void obj_path(const struct kvs_store *s, char *buf, const char *name)
 {
-	snprintf(buf, OBJ_PATH_MAX, "%s.bin", name);
+	snprintf(buf, OBJ_PATH_MAX, "%s.%016llx.kvs", name, (unsigned long long)s->ns_fp);
+}
+
+/* Open @file for reading without blocking on a FIFO or following a
+ * symbolic link; -1 with errno as openat(2). */
+static int obj_open(struct fstore *f, const char *file)
+{
+	return openat(f->dirfd, file, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+}
+
+/* Is @file a regular file that begins with kvslab's magic? */
+static bool obj_is_kvslab(struct fstore *f, const char *file)
+{
+	char m[8];
+	struct stat st;
+	bool ok;
+	int fd = obj_open(f, file);
+
+	if (fd < 0)
+		return false;
+	ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, m, 8, 0) == 8 &&
+	     memcmp(m, STORE_MAGIC, 8) == 0;
+	close(fd);
+	return ok;
 }
 
 /* ------------------------------------------------------------ the index */
@@ -181,8 +218,12 @@ static void evict_locked(struct kvs_store *s, struct fstore *f, uint64_t need,
 		if (e == &f->lru)
 			break;
 		/* One that cannot be removed leaves the index all the same:
-		 * counted, and never tried again in a loop. */
-		if (unlinkat(f->dirfd, e->name, 0) == 0)
+		 * counted, and never tried again in a loop.  A file that does
+		 * not carry kvslab's magic is not ours to remove: it only
+		 * leaves the index. */
+		if (!obj_is_kvslab(f, e->name))
+			; /* foreign, or gone */
+		else if (unlinkat(f->dirfd, e->name, 0) == 0)
 			store_count(s, KVS_STORE_STAT_evicted, 1);
 		else if (errno != ENOENT)
 			store_count(s, KVS_STORE_STAT_io_errors, 1);
@@ -238,8 +279,9 @@ static void idx_forget(struct kvs_store *s, const char *file)
 
 /* ------------------------------------------------------------ open */
 
-/* mkdir -p */
-static int make_dirs(const char *path)
+/* mkdir -p, each directory made with @mode (those there are left as they
+ * are). */
+static int make_dirs(const char *path, mode_t mode)
 {
 	char *p = strdup(path), *c;
 	int rc = 0;
@@ -250,13 +292,13 @@ static int make_dirs(const char *path)
 		if (*c != '/')
 			continue;
 		*c = 0;
-		if (mkdir(p, 0777) < 0 && errno != EEXIST)
+		if (mkdir(p, mode) < 0 && errno != EEXIST)
 			rc = -1;
 		*c = '/';
 		if (rc)
 			break;
 	}
-	if (!rc && mkdir(p, 0777) < 0 && errno != EEXIST)
+	if (!rc && mkdir(p, mode) < 0 && errno != EEXIST)
 		rc = -1;
 	free(p);
 	return rc;
@@ -266,8 +308,8 @@ static int make_dirs(const char *path)
  * it is older than STALE_TMP_S. */
 static bool tmp_stale(const char *name, const struct stat *st)
 {
-	const char *t = strstr(name, ".tmp.");
-	long pid = t ? strtol(t + 5, NULL, 10) : 0;
+	const char *t = strstr(name, ".kvs.tmp.");
+	long pid = t ? strtol(t + 9, NULL, 10) : 0;
 
 	if (time(NULL) - st->st_mtime > STALE_TMP_S)
 		return true;
@@ -317,12 +359,12 @@ static int scan_dir(struct kvs_store *s, struct fstore *f)
 		    fstatat(f->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;
-		if (strstr(de->d_name, ".bin.tmp.")) {
+		if (strstr(de->d_name, ".kvs.tmp.")) {
 			if (tmp_stale(de->d_name, &st))
 				(void)unlinkat(f->dirfd, de->d_name, 0);
 			continue;
 		}
-		if (len < 5 || strcmp(de->d_name + len - 4, ".bin") != 0)
+		if (len < 5 || strcmp(de->d_name + len - 4, ".kvs") != 0)
 			continue;
 		if (n == cap) {
 			cap = cap ? 2 * cap : 256;
@@ -385,7 +427,7 @@ static int file_open(struct kvs_store *s, const char *uri)
 
 	if (path[0] != '/')
 		return kvs_fail(EINVAL); /* file:///absolute/dir */
-	if (make_dirs(path) < 0)
+	if (make_dirs(path, s->attr.flags & KVS_STORE_SHARE_GROUP ? 0750 : 0700) < 0)
 		return -1;
 	f = calloc(1, sizeof(*f));
 	if (!f)
@@ -425,14 +467,18 @@ static size_t file_exists(struct kvs_store *s, const char *const *names, size_t 
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		obj_path(p, names[i]);
-		if (fstatat(f->dirfd, p, &st, 0) < 0) {
+		obj_path(s, p, names[i]);
+		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno != ENOENT)
 				store_count(s, KVS_STORE_STAT_io_errors, 1);
 			else
 				idx_forget(s, p);
 			break;
 		}
+		/* Something else under the name (a FIFO, a link, a file of
+		 * another size) is no page. */
+		if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != STORE_HDR_BYTES + s->attr.page_bytes)
+			break;
 		idx_touch(s, p, (uint64_t)st.st_size);
 	}
 	return i;
@@ -466,11 +512,13 @@ static void file_get(struct kvs_store *s, const char *const *names, size_t n, vo
 		bool ioerr = false;
 		int fd;
 
-		obj_path(p, names[i]);
+		obj_path(s, p, names[i]);
 		got[i] = -1;
-		fd = openat(f->dirfd, p, O_RDONLY | O_CLOEXEC);
+		fd = obj_open(f, p);
 		if (fd < 0) {
-			if (errno != ENOENT)
+			if (errno == ELOOP)
+				got[i] = 0; /* a symbolic link: present, not ours */
+			else if (errno != ENOENT)
 				store_count(s, KVS_STORE_STAT_io_errors, 1);
 			else
 				idx_forget(s, p);
@@ -479,6 +527,13 @@ static void file_get(struct kvs_store *s, const char *const *names, size_t n, vo
 		if (fstat(fd, &st) < 0) {
 			close(fd);
 			store_count(s, KVS_STORE_STAT_io_errors, 1);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			/* A FIFO, a device, a directory: present, nothing read,
+			 * so the core neither takes nor removes it. */
+			close(fd);
+			got[i] = 0;
 			continue;
 		}
 		while (have < want) {
@@ -570,11 +625,17 @@ static void file_set(struct kvs_store *s, const char *const *names, size_t n,
 	for (i = 0; i < n; i++) {
 		int fd;
 
-		obj_path(p, names[i]);
+		obj_path(s, p, names[i]);
 		res[i] = 0;
-		if (fstatat(f->dirfd, p, &st, 0) == 0) {
-			res[i] = 2;
-			idx_touch(s, p, (uint64_t)st.st_size);
+		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (S_ISREG(st.st_mode) && (uint64_t)st.st_size == size) {
+				res[i] = 2;
+				idx_touch(s, p, (uint64_t)st.st_size);
+			} else {
+				/* The name is taken by something that is not a
+				 * page of ours to replace: not stored. */
+				store_count(s, KVS_STORE_STAT_io_errors, 1);
+			}
 			continue;
 		}
 		if (!reserve(s, f, size)) {
@@ -583,7 +644,8 @@ static void file_set(struct kvs_store *s, const char *const *names, size_t n,
 		}
 		snprintf(t, sizeof(t), "%s.tmp.%ld.%llu", p, (long)getpid(),
 			 (unsigned long long)atomic_fetch_add(&f->seq, 1));
-		fd = openat(f->dirfd, t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		fd = openat(f->dirfd, t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+			    s->attr.flags & KVS_STORE_SHARE_GROUP ? 0640 : 0600);
 		if (fd < 0) {
 			settle(s, f, NULL, size);
 			store_count(s, KVS_STORE_STAT_io_errors, 1);
@@ -617,7 +679,7 @@ static int file_remove(struct kvs_store *s, const char *name)
 	char p[OBJ_PATH_MAX];
 	int rc;
 
-	obj_path(p, name);
+	obj_path(s, p, name);
 	rc = unlinkat(f->dirfd, p, 0);
 	if (rc < 0 && errno != ENOENT) {
 		store_count(s, KVS_STORE_STAT_io_errors, 1);

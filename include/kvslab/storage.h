@@ -39,6 +39,9 @@ typedef struct kvs_store kvs_store_t;
 #define KVS_FSYNC_DATA 1	/* each object before its rename (default) */
 #define KVS_FSYNC_FULL 2	/* the object and its directory after the rename */
 
+/* kvs_store_attr_t.flags. */
+#define KVS_STORE_SHARE_GROUP 0x1	/* file: objects 0640, directories 0750 (not 0600, 0700) */
+
 /** Attributes of kvs_store_open(); always start from kvs_store_attr_init(). */
 typedef struct kvs_store_attr {
 	/* The namespace: pages of another model, rank, layout or salt are
@@ -47,7 +50,7 @@ typedef struct kvs_store_attr {
 	const char *model;
 	uint32_t tp_rank, tp_size;	/* default 0 of 1 */
 	uint32_t layout;
-	uint32_t _pad;
+	uint32_t flags;			/* KVS_STORE_SHARE_GROUP, or 0 (default) */
 	const char *salt;		/* optional: a tenant's secret or id */
 	/* Bytes of one page's value (all buffers of all layers); every get
 	 * and set moves exactly this many.  Required (no default). */

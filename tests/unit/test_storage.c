@@ -111,13 +111,47 @@ static bool val_ok(const uint8_t *p, size_t n, unsigned seed)
 	return ok;
 }
 
-/* The file of @key in store namespace @ns ("_m_0_1"). */
+/* The file of @key in store namespace @ns ("_m_0_1"): the one whose name
+ * is the key's hex digits, @ns, a '.' and a suffix; "{hex}{ns}." when
+ * there is none. */
 static void obj_file(char *buf, size_t len, const kvs_page_key_t *key, const char *ns)
 {
-	char hex[65];
+	char hex[65], pfx[160];
+	struct dirent *de;
+	DIR *d = opendir(dir);
 
 	kvs_page_key_hex(key, hex);
-	snprintf(buf, len, "%s/%s%s.bin", dir, hex, ns);
+	snprintf(pfx, sizeof(pfx), "%s%s.", hex, ns);
+	snprintf(buf, len, "%s/%s", dir, pfx);
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (strncmp(de->d_name, pfx, strlen(pfx)) == 0 && !strstr(de->d_name, ".tmp.")) {
+			size_t dl = strlen(dir), nl = strlen(de->d_name);
+
+			ck_assert_uint_lt(dl + 1 + nl, len);
+			memcpy(buf, dir, dl);
+			buf[dl] = '/';
+			memcpy(buf + dl + 1, de->d_name, nl + 1);
+			break;
+		}
+	closedir(d);
+}
+
+/* Files in the directory whose name begins with @key's hex digits. */
+static int files_of(const kvs_page_key_t *key)
+{
+	char hex[65];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	kvs_page_key_hex(key, hex);
+	while ((de = readdir(d)))
+		n += strncmp(de->d_name, hex, 64) == 0;
+	closedir(d);
+	return n;
 }
 
 static bool file_there(const kvs_page_key_t *key, const char *ns)
@@ -282,32 +316,70 @@ START_TEST(test_namespace)
 	t = open_a(&b);
 	ck_assert_int_eq(kvs_store_exists(t, k, 1), 0);
 	kvs_store_close(t);
-	/* Names that sanitise alike ("m/x", "m?x" -> "m-x"): the header's
-	 * fingerprint tells them apart; a miss, counted, the object removed. */
-	b = a;
-	b.model = "m/x";
-	t = open_a(&b);
-	ck_assert_int_eq(kvs_store_set(t, k, 1, (const void *const *)v), 1);
-	kvs_store_close(t);
-	b.model = "m?x";
-	t = open_a(&b);
-	ck_assert_int_eq(kvs_store_exists(t, k, 1), 1); /* the name is there */
-	ck_assert_int_eq(kvs_store_get(t, k, 1, (void *const *)w), 0);
-	ck_assert_uint_eq(st(t, KVS_STORE_STAT_checksum_fail), 1);
-	ck_assert(!file_there(&k[0], "_m-x_0_1"));
-	kvs_store_close(t);
-	/* Another page size: the same names, another fingerprint. */
-	b = a;
-	b.page_bytes = PB / 2;
-	t = open_a(&b);
-	ck_assert_int_eq(kvs_store_get(t, k, 1, (void *const *)w), 0);
-	ck_assert_uint_eq(st(t, KVS_STORE_STAT_checksum_fail), 1);
-	kvs_store_close(t);
 	/* The first store's other pages are intact. */
 	ck_assert_int_eq(kvs_store_get(s, k + 1, 3, (void *const *)(w + 1)), 3);
 	for (i = 1; i < 4; i++)
 		ck_assert(val_ok(w[i], PB, (unsigned)i));
 	kvs_store_close(s);
+	for (i = 0; i < 4; i++) {
+		free(v[i]);
+		free(w[i]);
+	}
+	rm_tmp();
+}
+END_TEST
+
+/* Namespaces whose names once met: models that sanitise alike ("m/x",
+ * "m?x" -> "m-x"), models alike in their first 63 bytes, another page
+ * size.  Each keeps its own object beside the other's: neither reads the
+ * other's page, nor removes it as damaged. */
+START_TEST(test_ns_collide)
+{
+	kvs_page_key_t k[4];
+	kvs_store_attr_t a, b;
+	kvs_store_t *t;
+	uint8_t *v[4], *w[4];
+	int i;
+
+	mkdir_tmp();
+	mkkeys(k, 4, 1);
+	for (i = 0; i < 4; i++) {
+		v[i] = malloc(PB);
+		w[i] = malloc(PB);
+		fill_val(v[i], PB, (unsigned)i);
+	}
+	attr_of(&a, PB);
+	{
+		static const char long_a[] = "org/a-model-name-longer-than-the-sixty-three-bytes-kept-in-names-A",
+				  long_b[] = "org/a-model-name-longer-than-the-sixty-three-bytes-kept-in-names-B";
+		kvs_store_attr_t c = a;
+		kvs_store_t *u;
+
+		b = a;
+		switch (_i) {
+		case 0: b.model = "m/x"; c.model = "m?x"; break;
+		case 1: b.model = long_a; c.model = long_b; break;
+		default: b.model = c.model = "pb"; c.page_bytes = PB / 2; break;
+		}
+		t = open_a(&b);
+		u = open_a(&c);
+		ck_assert_int_eq(kvs_store_set(t, k + 3, 1, (const void *const *)(v + 3)), 1);
+		ck_assert_int_eq(kvs_store_get(u, k + 3, 1, (void *const *)w), 0);
+		ck_assert_msg(st(u, KVS_STORE_STAT_checksum_fail) == 0 && files_of(&k[3]) == 1,
+			      "case %d: the other's object removed", _i);
+		ck_assert_msg(kvs_store_exists(u, k + 3, 1) == 0, "case %d: the other's page seen", _i);
+		/* Its own, written beside; both read back whole. */
+		ck_assert_int_eq(kvs_store_set(u, k + 3, 1, (const void *const *)(v + 3)), 1);
+		ck_assert_uint_eq(st(u, KVS_STORE_STAT_set_stored), 1);
+		ck_assert_msg(kvs_store_get(t, k + 3, 1, (void *const *)(w + 3)) == 1,
+			      "case %d: the first page lost", _i);
+		ck_assert(val_ok(w[3], b.page_bytes, 3));
+		ck_assert_int_eq(kvs_store_get(u, k + 3, 1, (void *const *)(w + 3)), 1);
+		ck_assert_uint_eq(st(t, KVS_STORE_STAT_checksum_fail), 0);
+		ck_assert_uint_eq(st(u, KVS_STORE_STAT_checksum_fail), 0);
+		kvs_store_close(u);
+		kvs_store_close(t);
+	}
 	for (i = 0; i < 4; i++) {
 		free(v[i]);
 		free(w[i]);
@@ -970,17 +1042,17 @@ START_TEST(test_stale_tmp)
 	mkdir_tmp();
 	/* Ours (alive, fresh): kept.  pid 1 (alive) but old: removed.  A pid
 	 * that cannot exist: removed. */
-	snprintf(p, sizeof(p), "%s/a_m_0_1.bin.tmp.%ld.0", dir, (long)getpid());
+	snprintf(p, sizeof(p), "%s/a_m_0_1.kvs.tmp.%ld.0", dir, (long)getpid());
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
-	snprintf(p, sizeof(p), "%s/b_m_0_1.bin.tmp.1.0", dir);
+	snprintf(p, sizeof(p), "%s/b_m_0_1.kvs.tmp.1.0", dir);
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
 	old[0].tv_sec = old[1].tv_sec = time(NULL) - 3600;
 	ck_assert_int_eq(utimensat(AT_FDCWD, p, old, 0), 0);
-	snprintf(p, sizeof(p), "%s/c_m_0_1.bin.tmp.2147483646.0", dir);
+	snprintf(p, sizeof(p), "%s/c_m_0_1.kvs.tmp.2147483646.0", dir);
 	fd = open(p, O_CREAT | O_WRONLY, 0644);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
@@ -988,6 +1060,255 @@ START_TEST(test_stale_tmp)
 	ck_assert_int_eq(count_tmp(), 1);
 	ck_assert_uint_eq(st(s, KVS_STORE_STAT_bytes_stored), 0);
 	kvs_store_close(s);
+	rm_tmp();
+}
+END_TEST
+
+/* ------------------------------------------------------------ (g) sharing */
+
+/* The mode bits of @path (permissions only). */
+static unsigned mode_of(const char *path)
+{
+	struct stat sb;
+
+	ck_assert_msg(stat(path, &sb) == 0, "stat %s: %s", path, strerror(errno));
+	return (unsigned)(sb.st_mode & 07777);
+}
+
+/* Under umask 022 objects are 0600 in directories made 0700; with
+ * KVS_STORE_SHARE_GROUP 0640 and 0750; a directory already there keeps
+ * its mode; unknown flags are refused. */
+START_TEST(test_perms)
+{
+	kvs_page_key_t k[1];
+	kvs_store_attr_t a;
+	kvs_store_t *s;
+	uint8_t *v = malloc(PB);
+	const void *vv[1] = {v};
+	char sub[128], p[256];
+	mode_t old = umask(022);
+	int g;
+
+	mkdir_tmp();
+	mkkeys(k, 1, 21);
+	fill_val(v, PB, 21);
+	for (g = 0; g < 2; g++) {
+		attr_of(&a, PB);
+		a.flags = g ? KVS_STORE_SHARE_GROUP : 0;
+		/* Two levels made by the store. */
+		snprintf(sub, sizeof(sub), "%s/g%d", dir, g);
+		snprintf(uri, sizeof(uri), "file://%s/g%d/objs", dir, g);
+		s = open_a(&a);
+		ck_assert_int_eq(kvs_store_set(s, k, 1, vv), 1);
+		kvs_store_close(s);
+		ck_assert_uint_eq(mode_of(sub), (g ? 0750u : 0700u));
+		snprintf(p, sizeof(p), "%s/objs", sub);
+		ck_assert_uint_eq(mode_of(p), (g ? 0750u : 0700u));
+		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/g%d/objs", g);
+		obj_file(p, sizeof(p), &k[0], "_m_0_1");
+		*strrchr(dir, '/') = 0;
+		*strrchr(dir, '/') = 0;
+		ck_assert_msg(mode_of(p) == (g ? 0640u : 0600u), "%s: %o", p, mode_of(p));
+	}
+	/* The directory of mkdtemp (0700) keeps its mode, shared or not. */
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	attr_of(&a, PB);
+	a.flags = KVS_STORE_SHARE_GROUP;
+	s = open_a(&a);
+	kvs_store_close(s);
+	ck_assert_uint_eq(mode_of(dir), 0700);
+	a.flags = 0x2;
+	errno = 0;
+	ck_assert_ptr_null(kvs_store_open(uri, &a));
+	ck_assert_int_eq(errno, EINVAL);
+	umask(old);
+	free(v);
+	rm_tmp();
+}
+END_TEST
+
+/* A FIFO, a symbolic link, a directory under an object's name: get
+ * returns at once with a miss (in a child that SIGALRM ends if it
+ * blocks), exists does not count them, set does not replace them, and
+ * none is removed. */
+START_TEST(test_not_regular)
+{
+	kvs_page_key_t k[4];
+	kvs_store_t *s;
+	uint8_t *v = malloc(PB);
+	const void *vv[1] = {v};
+	char tgt[128], names[3][256];
+	struct stat sb;
+	pid_t pid;
+	int i, stt, fd;
+
+	mkdir_tmp();
+	mkkeys(k, 4, 22);
+	fill_val(v, PB, 22);
+	s = open_pb(PB);
+	/* Each name as the store writes it, then replaced. */
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 1);
+		obj_file(names[i], sizeof(names[i]), &k[i], "_m_0_1");
+		ck_assert_int_eq(unlink(names[i]), 0);
+	}
+	ck_assert_int_eq(kvs_store_set(s, k + 3, 1, vv), 1);
+	ck_assert_int_eq(mkfifo(names[0], 0600), 0);
+	snprintf(tgt, sizeof(tgt), "%s/target", dir);
+	fd = open(tgt, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, v, 100), 100);
+	close(fd);
+	ck_assert_int_eq(symlink(tgt, names[1]), 0);
+	ck_assert_int_eq(mkdir(names[2], 0700), 0);
+	for (i = 0; i < 3; i++) {
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			uint8_t *w = malloc(PB);
+			void *ww[1] = {w};
+
+			/* check's own SIGALRM handler, inherited, would kill
+			 * the whole test: the default action ends this child. */
+			signal(SIGALRM, SIG_DFL);
+			alarm(20);
+			_exit(kvs_store_get(s, k + i, 1, ww) == 0 &&
+				      st(s, KVS_STORE_STAT_checksum_fail) == 0
+			      ? 0
+			      : 1);
+		}
+		ck_assert_int_eq(waitpid(pid, &stt, 0), pid);
+		ck_assert_msg(WIFEXITED(stt), "get of name %d did not return (signal %d)", i,
+			      WIFSIGNALED(stt) ? WTERMSIG(stt) : 0);
+		ck_assert_msg(WEXITSTATUS(stt) == 0, "get of name %d was no clean miss", i);
+		ck_assert_int_eq(kvs_store_exists(s, k + i, 1), 0);
+		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 0);
+		ck_assert_int_eq(lstat(names[i], &sb), 0);
+		ck_assert(i == 0 ? S_ISFIFO(sb.st_mode) : i == 1 ? S_ISLNK(sb.st_mode)
+								 : S_ISDIR(sb.st_mode));
+	}
+	/* The link's target untouched, the real object still read. */
+	ck_assert_int_eq(stat(tgt, &sb), 0);
+	ck_assert_int_eq(sb.st_size, 100);
+	{
+		uint8_t *w = malloc(PB);
+		void *ww[1] = {w};
+
+		ck_assert_int_eq(kvs_store_get(s, k + 3, 1, ww), 1);
+		ck_assert(val_ok(w, PB, 22));
+		free(w);
+	}
+	kvs_store_close(s);
+	free(v);
+	rm_tmp();
+}
+END_TEST
+
+/* Files the store did not write are never removed: raw bytes under a
+ * kvslab name (of the right size, of another), SGLang's HiCacheFile pages
+ * ("{key}_{model}_{rank}_{size}.bin") in the same directory with a size
+ * limit that evicts. */
+START_TEST(test_foreign)
+{
+	const uint64_t obj = PB + 64;
+	kvs_page_key_t k[6];
+	kvs_store_attr_t a;
+	kvs_store_t *s;
+	uint8_t *v = malloc(PB + 64), *w = malloc(PB);
+	const void *vv[1] = {v};
+	void *ww[1] = {w};
+	char p[256], hex[65], sg[256];
+	struct stat sb;
+	int i, fd;
+
+	mkdir_tmp();
+	mkkeys(k, 6, 23);
+	fill_val(v, PB + 64, 23);
+	attr_of(&a, PB);
+	a.fsync = KVS_FSYNC_NONE;
+	s = open_a(&a);
+	/* Two names as the store writes them, then overwritten with raw
+	 * bytes, as another engine would write a page. */
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 1);
+		obj_file(p, sizeof(p), &k[i], "_m_0_1");
+		fd = open(p, O_WRONLY | O_TRUNC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, v, i ? PB : obj), i ? PB : (ssize_t)obj);
+		close(fd);
+		ck_assert_int_eq(kvs_store_get(s, k + i, 1, ww), 0);
+		ck_assert_msg(access(p, F_OK) == 0, "foreign file %d removed", i);
+		ck_assert_uint_eq(st(s, KVS_STORE_STAT_checksum_fail), 0);
+	}
+	kvs_store_close(s);
+	/* SGLang's file of page 2, raw bytes, beside ours; then a limit of two
+	 * objects and four sets: the store evicts its own, never that file. */
+	kvs_page_key_hex(&k[2], hex);
+	snprintf(sg, sizeof(sg), "%s/%s_m_0_1.bin", dir, hex);
+	fd = open(sg, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, v, PB), PB);
+	close(fd);
+	a.max_bytes = 2 * obj;
+	s = open_a(&a);
+	for (i = 2; i < 6; i++)
+		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 1);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_evicted), 2);
+	ck_assert_int_eq(stat(sg, &sb), 0);
+	ck_assert_int_eq(sb.st_size, PB);
+	for (i = 0; i < 2; i++) {
+		obj_file(p, sizeof(p), &k[i], "_m_0_1");
+		ck_assert_msg(access(p, F_OK) == 0, "foreign file %d evicted", i);
+	}
+	ck_assert_int_eq(files_of(&k[2]), 1);
+	ck_assert_int_eq(kvs_store_get(s, k + 4, 2, (void *[]){w, w}), 2);
+	kvs_store_close(s);
+	free(v);
+	free(w);
+	rm_tmp();
+}
+END_TEST
+
+/* A model and a salt of any length are accepted, and kept apart by the
+ * bytes past those the name keeps. */
+START_TEST(test_long_names)
+{
+	static char m1[1100], m2[1100], salt[1500];
+	kvs_page_key_t k[1];
+	kvs_store_attr_t a, b;
+	kvs_store_t *s, *t;
+	uint8_t *v = malloc(PB), *w = malloc(PB);
+	const void *vv[1] = {v};
+	void *ww[1] = {w};
+
+	mkdir_tmp();
+	mkkeys(k, 1, 24);
+	fill_val(v, PB, 24);
+	memset(m1, 'x', sizeof(m1) - 1);
+	memcpy(m2, m1, sizeof(m2));
+	m2[sizeof(m2) - 2] = 'y';
+	memset(salt, 's', sizeof(salt) - 1);
+	attr_of(&a, PB);
+	a.model = m1;
+	a.salt = salt;
+	s = kvs_store_open(uri, &a);
+	ck_assert_msg(s, "a model of %zu bytes and a salt of %zu: %s", strlen(m1), strlen(salt),
+		      strerror(errno));
+	ck_assert_int_eq(kvs_store_set(s, k, 1, vv), 1);
+	ck_assert_int_eq(kvs_store_get(s, k, 1, ww), 1);
+	ck_assert(val_ok(w, PB, 24));
+	b = a;
+	b.model = m2;
+	t = open_a(&b);
+	ck_assert_int_eq(kvs_store_exists(t, k, 1), 0);
+	ck_assert_int_eq(kvs_store_get(t, k, 1, ww), 0);
+	ck_assert_int_eq(kvs_store_set(t, k, 1, vv), 1);
+	ck_assert_uint_eq(st(t, KVS_STORE_STAT_set_stored), 1);
+	ck_assert_int_eq(kvs_store_get(s, k, 1, ww), 1);
+	kvs_store_close(t);
+	kvs_store_close(s);
+	free(v);
+	free(w);
 	rm_tmp();
 }
 END_TEST
@@ -1075,6 +1396,7 @@ static Suite *storage_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_keys);
 	tcase_add_test(tc, test_namespace);
+	tcase_add_loop_test(tc, test_ns_collide, 0, 3);
 	tcase_add_test(tc, test_calls);
 	tcase_add_loop_test(tc, test_pages, 0, 4);
 	tcase_add_test(tc, test_faults);
@@ -1085,6 +1407,10 @@ static Suite *storage_suite(void)
 	tcase_add_test(tc, test_crash);
 	tcase_add_test(tc, test_stale_tmp);
 	tcase_add_test(tc, test_threads);
+	tcase_add_test(tc, test_perms);
+	tcase_add_test(tc, test_not_regular);
+	tcase_add_test(tc, test_foreign);
+	tcase_add_test(tc, test_long_names);
 	suite_add_tcase(s, tc);
 	return s;
 }
