@@ -9,7 +9,7 @@
  * id as 4 bytes little-endian.  Chained, one key names a whole prefix.
  *
  * Names.  An object is named "{64 hex digits}_{model}_{tp_rank}_{tp_size}"
- * (SGLang's file backend names its files so, with ".bin"), then "_lf" when
+ * (SGLang's file backend's names, less its ".bin"), then "_lf" when
  * the store was opened for a LAYER_FIRST host pool, then "_s" and 16 hex
  * digits of SHA-256 of the salt when there is one.  The model name keeps
  * [A-Za-z0-9._-] and turns every other byte into '-'.
@@ -17,9 +17,13 @@
  * The envelope (lib/storage_be.h): a header with the key, a fingerprint
  * of the whole namespace (model, rank, size, layout, salt, page bytes),
  * the value's length and checksum.  A read verifies all four: a mismatch
- * (a torn or foreign object, a collision of sanitised names, a flipped
- * bit) is a miss, counted in checksum_fail, and the object is removed.
- * So a store never hands back KV that is not the page's.
+ * is a miss.  The object is removed (and counted in checksum_fail) only
+ * when its header carries the magic and this namespace's fingerprint: a
+ * torn object or a flipped bit of ours; another engine's file, another
+ * namespace's object, or one too short to tell, is left alone.  So a
+ * store never hands back KV that is not the page's, and never deletes
+ * what it did not write.  The file backend adds the fingerprint to its
+ * file names, so there two namespaces never even share a name.
  *
  * The value is the page in PAGE_FIRST order (layer 0 K, layer 0 V, layer
  * 1 K, ...) whatever the host pool's layout: kvs_store_get_pages() and
@@ -638,8 +642,9 @@ static ssize_t set_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
  * @bufs: n buffers of page_bytes each.
  *
  * Every value is verified (key, namespace, length, checksum): one that
- * does not verify is a miss, counted (checksum_fail), and removed.  A
- * buffer past the first miss may have been written.
+ * does not verify is a miss; one this namespace wrote is counted
+ * (checksum_fail) and removed, anything else left alone.  A buffer past
+ * the first miss may have been written.
  *
  * Context: MT-Safe.
  * Return: the pages read, consecutively from the first, or -1 with errno
