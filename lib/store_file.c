@@ -15,7 +15,9 @@
  * never blocks it, and anything but a regular file is reported present
  * with nothing read (a miss the core leaves alone); the core removes an
  * object that does not verify only when its header is this namespace's;
- * the size limit removes only files that begin with kvslab's magic.
+ * the size limit removes only files that begin with kvslab's magic.  A
+ * set writes over an empty regular file under its name (a crash's
+ * leftover, nothing to lose) and over nothing else.
  *
  * Writes never tear an object: it is written to a temporary name of its
  * own ("{file}.tmp.{pid}.{counter}"), fsynced as attr.fsync says
@@ -244,6 +246,9 @@ static bool idx_use_locked(struct fstore *f, const char *file, uint64_t size,
 		*added = idx_add(f, file, h, size);
 		return true;
 	}
+	/* Written over (an empty file replaced) since last seen. */
+	f->bytes += size - e->size;
+	e->size = size;
 	lru_unlink(e);
 	lru_front(f, e);
 	return false;
@@ -627,7 +632,8 @@ static void file_set(struct kvs_store *s, const char *const *names, size_t n,
 
 		obj_path(s, p, names[i]);
 		res[i] = 0;
-		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    !(S_ISREG(st.st_mode) && st.st_size == 0)) {
 			if (S_ISREG(st.st_mode) && (uint64_t)st.st_size == size) {
 				res[i] = 2;
 				idx_touch(s, p, (uint64_t)st.st_size);
@@ -638,6 +644,9 @@ static void file_set(struct kvs_store *s, const char *const *names, size_t n,
 			}
 			continue;
 		}
+		/* Absent, or an empty file: what a crash leaves of an object
+		 * renamed before its data reached the disk (fsync NONE).  It
+		 * holds nothing to lose; the rename below goes over it. */
 		if (!reserve(s, f, size)) {
 			store_count(s, KVS_STORE_STAT_io_errors, 1);
 			continue;

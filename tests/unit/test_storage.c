@@ -1222,7 +1222,7 @@ START_TEST(test_foreign)
 	uint8_t *v = malloc(PB + 64), *w = malloc(PB);
 	const void *vv[1] = {v};
 	void *ww[1] = {w};
-	char p[256], hex[65], sg[256];
+	char p[256], hex[65], sg[256], tmp[256];
 	struct stat sb;
 	int i, fd;
 
@@ -1254,8 +1254,15 @@ START_TEST(test_foreign)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(write(fd, v, PB), PB);
 	close(fd);
+	/* And one of SGLang's temporary files, of a writer that is gone: the
+	 * store removes only its own. */
+	snprintf(tmp, sizeof(tmp), "%s/%s_m_0_1.bin.tmp.2147483646.1.0", dir, hex);
+	fd = open(tmp, O_CREAT | O_WRONLY, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
 	a.max_bytes = 2 * obj;
 	s = open_a(&a);
+	ck_assert_msg(access(tmp, F_OK) == 0, "SGLang's temporary file removed");
 	for (i = 2; i < 6; i++)
 		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 1);
 	ck_assert_uint_eq(st(s, KVS_STORE_STAT_evicted), 2);
@@ -1265,8 +1272,60 @@ START_TEST(test_foreign)
 		obj_file(p, sizeof(p), &k[i], "_m_0_1");
 		ck_assert_msg(access(p, F_OK) == 0, "foreign file %d evicted", i);
 	}
-	ck_assert_int_eq(files_of(&k[2]), 1);
+	/* SGLang's two files of page 2 are all that is left of it. */
+	ck_assert_int_eq(files_of(&k[2]), 2);
+	ck_assert_int_eq(access(tmp, F_OK), 0);
 	ck_assert_int_eq(kvs_store_get(s, k + 4, 2, (void *[]){w, w}), 2);
+	kvs_store_close(s);
+	free(v);
+	free(w);
+	rm_tmp();
+}
+END_TEST
+
+/* An empty file under an object's name, as a crash leaves an object
+ * renamed before its data reached the disk (fsync NONE): a miss, not
+ * counted by exists, and the next set of the key writes over it (counted
+ * in bytes_stored by its new size).  A short file with content stays. */
+START_TEST(test_empty_obj)
+{
+	kvs_page_key_t k[2];
+	kvs_store_attr_t a;
+	kvs_store_t *s;
+	uint8_t *v = malloc(PB), *w = malloc(PB);
+	const void *vv[1] = {v};
+	void *ww[1] = {w};
+	char p[2][256];
+	int i, fd;
+
+	mkdir_tmp();
+	mkkeys(k, 2, 25);
+	fill_val(v, PB, 25);
+	attr_of(&a, PB);
+	a.fsync = KVS_FSYNC_NONE;
+	a.max_bytes = 16 * (PB + 64);
+	s = open_a(&a);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(kvs_store_set(s, k + i, 1, vv), 1);
+		obj_file(p[i], sizeof(p[i]), &k[i], "_m_0_1");
+		ck_assert_int_eq(truncate(p[i], i ? 20 : 0), 0);
+		ck_assert_int_eq(kvs_store_get(s, k + i, 1, ww), 0);
+		ck_assert_int_eq(kvs_store_exists(s, k + i, 1), 0);
+		ck_assert_int_eq(access(p[i], F_OK), 0);
+	}
+	/* The empty one: written over, read back whole. */
+	ck_assert_int_eq(kvs_store_set(s, k, 1, vv), 1);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_set_stored), 3);
+	ck_assert_int_eq(kvs_store_get(s, k, 1, ww), 1);
+	ck_assert(val_ok(w, PB, 25));
+	/* The short one with content: not ours to replace. */
+	ck_assert_int_eq(kvs_store_set(s, k + 1, 1, vv), 0);
+	fd = open(p[1], O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(lseek(fd, 0, SEEK_END), 20);
+	close(fd);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_checksum_fail), 0);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_bytes_stored), (PB + 64) + 20);
 	kvs_store_close(s);
 	free(v);
 	free(w);
@@ -1416,6 +1475,7 @@ static Suite *storage_suite(void)
 	tcase_add_test(tc, test_not_regular);
 	tcase_add_test(tc, test_foreign);
 	tcase_add_test(tc, test_long_names);
+	tcase_add_test(tc, test_empty_obj);
 	suite_add_tcase(s, tc);
 	return s;
 }
