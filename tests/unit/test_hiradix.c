@@ -1434,7 +1434,7 @@ END_TEST
  * none of them. */
 START_TEST(test_insert_refuses)
 {
-	int32_t a[8], b[8], locs[12], pl[8], got[8];
+	int32_t a[8], b[8], locs[8], pl[8], got[8];
 	kvs_hiradix_usage_t u0, u1;
 	kvs_hiradix_node_t *na;
 	struct env e;
