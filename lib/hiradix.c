@@ -91,8 +91,6 @@ struct kvs_hiradix_node {
 	uint32_t hlock;			/* host pages in use (L3 backup, prefetch anchor) */
 	struct hload *ld;
 	uint32_t lock_ref, hit_count, nchildren, ndev;
-	uint32_t ulock;			/* of lock_ref, the callers' locks (not backups', loads') */
-	struct kvs_hiradix *tree;	/* its cache: calls refuse another cache's nodes */
 	uint64_t access;
 	uint64_t hash;			/* chained hash of its last page (events only) */
 	bool on_dev, host_ok;
@@ -135,9 +133,6 @@ struct kvs_hiradix {
 	uint32_t ps, policy, threshold;
 	uint64_t lb_threshold, clock;
 	struct kvs_hiradix_node root;
-	uint64_t *dheld;		/* pool pages the tree holds on the device */
-	uint64_t *seen;			/* scratch: pages of one insert, left clear */
-	uint64_t npages;		/* the pool's pages (bits of both maps) */
 	struct evict_heap dheap, hheap;	/* the leaf sets */
 	size_t nnodes;			/* but the root: room in each heap */
 	struct kvs_hiradix_node *backups;
@@ -243,21 +238,10 @@ static void acct(kvs_hiradix_t *h, const node_t *x, int s)
 		h->use.host_tokens += len;
 }
 
-/* @x's device pages join (@on) or leave the tree's held map. */
-static void dev_mark(kvs_hiradix_t *h, node_t *x, bool on)
-{
-	for (size_t i = 0; i < x->len; i += h->ps) {
-		uint64_t pg = (uint64_t)x->locs[i] / h->ps;
-
-		bits_fill(h->dheld, pg, pg + 1, on);
-	}
-}
-
 static void set_dev(kvs_hiradix_t *h, node_t *x, bool on)
 {
 	if (x->on_dev == on)
 		return;
-	dev_mark(h, x, on);
 	acct(h, x, -1);
 	x->on_dev = on;
 	acct(h, x, 1);
@@ -275,22 +259,6 @@ static void lock_path(kvs_hiradix_t *h, node_t *x, int d)
 		x->lock_ref = (uint32_t)((int)x->lock_ref + d);
 		leaf_update(h, x);
 	}
-}
-
-/* A caller's lock (kvs_hiradix_lock(), the _lock() calls) or unlock: counted
- * apart as well, so that an unlock can be refused when no caller's lock is
- * there to undo, whatever backups and loads hold. */
-static void ulock_path(kvs_hiradix_t *h, node_t *x, int d)
-{
-	for (node_t *y = x; y; y = y->parent)
-		y->ulock = (uint32_t)((int)y->ulock + d);
-	lock_path(h, x, d);
-}
-
-/* Is @x a node of @h (its root included)? */
-static bool owned(const kvs_hiradix_t *h, const node_t *x)
-{
-	return x && (x == &h->root || x->tree == h);
 }
 
 /* ------------------------------------------------------------ nodes */
@@ -320,7 +288,6 @@ static node_t *node_new(kvs_hiradix_t *h, size_t len)
 		return NULL;
 	}
 	x->dk.idx = x->hk.idx = -1;
-	x->tree = h;
 	h->nnodes++;
 	return x;
 }
@@ -947,7 +914,6 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 	c->len -= k;
 	nn->on_dev = c->on_dev;
 	nn->lock_ref = c->lock_ref;
-	nn->ulock = c->ulock;
 	nn->hit_count = c->hit_count;
 	if (c->pkey) {
 		memcpy(nn->pkey, c->pkey, kp * sizeof(kvs_page_key_t));
@@ -1021,8 +987,6 @@ static void node_delete(kvs_hiradix_t *h, node_t *x)
 
 	dset(h, x, false);
 	hset(h, x, false);
-	if (x->on_dev)
-		dev_mark(h, x, false);
 	acct(h, x, -1);
 	child_del(p, x);
 	leaf_update(h, p);
@@ -1459,11 +1423,6 @@ static struct pf *pf_lookup(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
 		return NULL;
 	}
 	pthread_mutex_lock(&h->lock);
-	if (!h->store) {	/* EINVAL, as kvs_hiradix_prefetch() says */
-		pthread_mutex_unlock(&h->lock);
-		errno = EINVAL;
-		return NULL;
-	}
 	pf = pf_find(h, id, link);
 	if (!pf) {
 		pthread_mutex_unlock(&h->lock);
@@ -1897,21 +1856,9 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 		errno = ENOMEM;
 		return NULL;
 	}
-	h->npages = kvs_pool_capacity(pool) / kvs_pool_page_size(pool);
-	h->dheld = calloc((h->npages + 63) / 64, sizeof(uint64_t));
-	h->seen = calloc((h->npages + 63) / 64, sizeof(uint64_t));
-	if (!h->dheld || !h->seen) {
-		free(h->dheld);
-		free(h->seen);
-		free(h);
-		errno = ENOMEM;
-		return NULL;
-	}
 	h->l3q_tail = &h->l3q;
 	h->pfq_tail = &h->pfq;
 	if (pthread_mutex_init(&h->lock, NULL) != 0) {
-		free(h->dheld);
-		free(h->seen);
 		free(h);
 		errno = ENOMEM;
 		return NULL;
@@ -1931,14 +1878,11 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->sink.ps = h->ps;
 	h->root.on_dev = true;
 	h->root.host_ok = true;
-	h->root.tree = h;
 	h->root.dk.idx = h->root.hk.idx = -1;
 	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
 	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
 	if ((h->flags & KVS_HIRADIX_THREAD) && thread_start(h) < 0) {
 		pthread_mutex_destroy(&h->lock);
-		free(h->dheld);
-		free(h->seen);
 		free(h);
 		return NULL;
 	}
@@ -2000,8 +1944,6 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 	evict_heap_free(&h->dheap);
 	evict_heap_free(&h->hheap);
 	pthread_mutex_destroy(&h->lock);
-	free(h->dheld);
-	free(h->seen);
 	free(h);
 	return 0;
 }
@@ -2040,7 +1982,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	for (c = y; c != &h->root; c = c->parent)
 		dev += c->len;
 	if (lock)
-		ulock_path(h, x, 1);
+		lock_path(h, x, 1);
 	ST(h, matches, 1);
 	ST(h, match_device_tokens, dev);
 	ST(h, match_host_tokens, hit);
@@ -2103,49 +2045,17 @@ KVS_EXPORT ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, 
 	return match_impl(h, key, n, locs, m, true);
 }
 
-/* The shape of an insert's locations: each page's @ps locations one page of
- * the pool, in order, within the pool's range.  In 64 bits: a location
- * next to INT32_MAX must not overflow the comparison. */
 static bool locs_ok(const kvs_hiradix_t *h, const int32_t *locs, size_t n)
 {
-	uint64_t cap = kvs_pool_capacity(h->pool);
+	size_t i;
 
-	for (size_t i = 0; i < n; i++) {
-		int64_t v = locs[i];
-
-		if (v < 0 || (uint64_t)v >= cap)
+	for (i = 0; i < n; i++) {
+		if (locs[i] < 0)
 			return false;
-		if (i % h->ps == 0 ? v % h->ps != 0 : v != (int64_t)locs[i - 1] + 1)
+		if (i % h->ps == 0 ? locs[i] % (int32_t)h->ps != 0 : locs[i] != locs[i - 1] + 1)
 			return false;
 	}
 	return true;
-}
-
-/* The pages of an insert, as kvs_radix_insert() checks them: every page held
- * by the caller (a reference count above 0), none named twice, and none of
- * those the tree takes over (from token @from on: tombstones it
- * re-materialises and the new node) already the tree's.  h->lock held. */
-static bool pages_ok(kvs_hiradix_t *h, const int32_t *locs, size_t n, size_t from)
-{
-	kvs_slab_t *slab = kvs_pool_slab(h->pool);
-	size_t i, done;
-	bool ok = true;
-
-	for (i = 0; i < n && ok; i += h->ps) {
-		uint64_t pg = (uint64_t)locs[i] / h->ps;
-
-		if (!kvsi_slab_run_held(slab, (uint32_t)pg, 1) || bit_test(h->seen, pg) ||
-		    (i >= from && bit_test(h->dheld, pg)))
-			ok = false;
-		else
-			bit_set(h->seen, pg);
-	}
-	for (done = i, i = 0; i < done; i += h->ps) {
-		uint64_t pg = (uint64_t)locs[i] / h->ps;
-
-		bits_fill(h->seen, pg, pg + 1, false);
-	}
-	return ok;
 }
 
 static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
@@ -2169,18 +2079,6 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	x = walk(h, key, n, &pos);
 	if (!x)
 		goto nomem;
-	/* The device-resident prefix the caller keeps; the tree takes over
-	 * the pages past it. */
-	for (c = &h->root, p = 0; c != x; p += c->len) {
-		c = find_child(h, c, key + p);
-		if (!c->on_dev)
-			break;
-	}
-	if (!pages_ok(h, locs, n, p)) {
-		pthread_mutex_unlock(&h->lock);
-		errno = EINVAL;
-		return -1;
-	}
 	if (pos < n) {
 		nn = node_new(h, n - pos);
 		if (!nn)
@@ -2206,7 +2104,6 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	}
 	if (nn) {
 		nn->on_dev = true;
-		dev_mark(h, nn, true);
 		touch(h, nn);
 		child_add(x, nn);
 		acct(h, nn, 1);
@@ -2220,7 +2117,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	}
 	flush(h);
 	if (lock && x != &h->root)
-		ulock_path(h, x, 1);
+		lock_path(h, x, 1);
 	if (last)
 		*last = x == &h->root ? NULL : x;
 	ST(h, inserts, 1);
@@ -2295,12 +2192,12 @@ KVS_EXPORT ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key,
  */
 KVS_EXPORT int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
 {
-	if (!h || !owned(h, node)) {
+	if (!h || !node) {
 		errno = EINVAL;
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	ulock_path(h, node, 1);
+	lock_path(h, node, 1);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -2315,19 +2212,17 @@ KVS_EXPORT int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
  */
 KVS_EXPORT int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
 {
-	if (!h || !owned(h, node)) {
+	if (!h || !node) {
 		errno = EINVAL;
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	if (node->ulock == 0) {
-		/* No caller's lock to undo (a backup's or a load's is not
-		 * one): an unlock would take theirs. */
+	if (node->lock_ref == 0) {
 		pthread_mutex_unlock(&h->lock);
 		errno = EINVAL;
 		return -1;
 	}
-	ulock_path(h, node, -1);
+	lock_path(h, node, -1);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -2436,7 +2331,7 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 	node_t *y, *top = NULL;
 	int rc;
 
-	if (!h || !owned(h, node) || !xfer) {
+	if (!h || !node || !xfer) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -2659,7 +2554,7 @@ KVS_EXPORT kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h)
 KVS_EXPORT int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
 				     kvs_hiradix_node_info_t *info)
 {
-	if (!h || !owned(h, node) || !info) {
+	if (!h || !node || !info) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -2721,31 +2616,7 @@ KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
 
 struct vstate {
 	uint64_t nn, nd, nh, nb;
-	uint64_t dpages;		/* device pages of the tree's nodes */
 };
-
-/* @x's locks add up: its lock_ref is the locks of its children's subtrees
- * plus its own, and its own are its callers' (ulock less the children's)
- * plus one for a backup in flight and one for a load back ending at it.
- * An unlock that took a backup's lock, or a count gone below 0, breaks
- * this. */
-static bool locks_ok(const node_t *x)
-{
-	uint64_t sl = 0, su = 0, own, uown, internal;
-
-	for (const node_t *c = x->child; c; c = c->next) {
-		sl += c->lock_ref;
-		su += c->ulock;
-	}
-	if (x->lock_ref < sl || x->ulock < su || x->ulock > x->lock_ref)
-		return false;
-	own = x->lock_ref - sl;
-	uown = x->ulock - su;
-	if (own < uown)
-		return false;
-	internal = (x->bt != NULL) + (x->ld != NULL && x->ld->last == x);
-	return own - uown == internal;
-}
 
 /* @x's key @k is in the leaf set @set iff @want, and in its right place. */
 static bool member_ok(const struct evict_heap *set, const node_t *x, const struct evict_key *k,
@@ -2786,14 +2657,6 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->lock_ref > x->lock_ref && x != &h->root)
 			return false;
-		if (!locks_ok(c) || c->tree != h)
-			return false;
-		if (c->on_dev) {
-			for (size_t i = 0; i < c->len; i += h->ps)
-				if (!bit_test(h->dheld, (uint64_t)c->locs[i] / h->ps))
-					return false;
-			v->dpages += c->len / h->ps;
-		}
 		if (!member_ok(&h->dheap, c, &c->dk, is_dleaf(h, c)) ||
 		    !member_ok(&h->hheap, c, &c->hk, is_hleaf(h, c)))
 			return false;
@@ -2822,10 +2685,10 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
  */
 KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 {
-	struct vstate v = {0, 0, 0, 0, 0};
+	struct vstate v = {0, 0, 0, 0};
 	kvs_hiradix_usage_t u;
 	const node_t *x;
-	uint64_t nb = 0, held = 0;
+	uint64_t nb = 0;
 	bool ok;
 
 	if (!h) {
@@ -2833,11 +2696,7 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	ok = validate_walk(h, &h->root, &v) && locks_ok(&h->root);
-	/* The held map names exactly the device pages of the nodes. */
-	for (uint64_t w = 0; w < (h->npages + 63) / 64; w++)
-		held += (uint64_t)__builtin_popcountll(h->dheld[w]);
-	ok = ok && held == v.dpages;
+	ok = validate_walk(h, &h->root, &v);
 	/* The gauges kept as nodes change equal a count. */
 	memset(&u, 0, sizeof(u));
 	usage_walk(&h->root, &u);
