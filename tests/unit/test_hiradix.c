@@ -1510,6 +1510,11 @@ START_TEST(test_bad_input)
 	BAD(kvs_hiradix_usage(e.h, NULL), EINVAL);
 	BAD(kvs_hiradix_usage(NULL, &u), EINVAL);
 	BAD(kvs_hiradix_validate(NULL), EINVAL);
+	/* The storage tier's calls on a cache without a store. */
+	BAD(kvs_hiradix_prefetch(e.h, 1, k, 8), EINVAL);
+	BAD(kvs_hiradix_prefetch_done(e.h, 1, NULL), EINVAL);
+	BAD(kvs_hiradix_prefetch_revoke(e.h, 1), EINVAL);
+	BAD(kvs_hiradix_l3_wait(e.h), EINVAL);
 	errno = 0;
 	ck_assert_ptr_null(kvs_hiradix_root(NULL));
 	ck_assert_int_eq(errno, EINVAL);
@@ -1519,6 +1524,160 @@ START_TEST(test_bad_input)
 	env_close(&e);
 	env_close(&o);
 #undef BAD
+}
+END_TEST
+
+/* ------------------------------------------------------------ guards */
+
+/* An insert refuses locations that would corrupt the tree: out of the
+ * pool's range, free, named twice, or the tree's own under another key;
+ * nothing changes, and no match hands them out. */
+START_TEST(test_insert_guard)
+{
+	int32_t k1[8], k2[8], locs[8], bad[8], got[8];
+	uint64_t avail;
+	size_t i;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k1, 8, 100);
+	keyseq(k2, 8, 500);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	avail = kvs_pool_available(e.pool);
+	/* Past the pool's range (256 tokens): its first location and one
+	 * a run crossing INT32_MAX would overflow in a signed check. */
+	for (i = 0; i < 8; i++)
+		bad[i] = (int32_t)kvs_pool_capacity(e.pool) + (int32_t)i;
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	bad[0] = INT32_MAX - 3;
+	bad[1] = INT32_MAX - 2;
+	bad[2] = INT32_MAX;
+	bad[3] = INT32_MIN;
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 4, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* The same page twice in one call. */
+	memcpy(bad, locs, 4 * sizeof(int32_t));
+	memcpy(bad + 4, locs, 4 * sizeof(int32_t));
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Free pages. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, bad), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 8, bad), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	/* The tree's own pages under another key. */
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k2, 8, got, NULL), 0);
+	/* ... but under its own key they are the device prefix, the
+	 * caller's duplicates: accepted, nothing taken over. */
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k1, 8, got, NULL), 8);
+	ck_assert_int_eq(memcmp(got, locs, sizeof(got)), 0);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	/* A tombstone re-materialised takes fresh pages; once evicted, its
+	 * old pages are no longer the tree's. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k1, 8, got, NULL), 8);
+	ck_assert_int_eq(memcmp(got, locs, sizeof(got)), 0);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* A node of another cache is refused by every call taking a node. */
+START_TEST(test_foreign_node)
+{
+	int32_t k[8], locs[8];
+	kvs_hiradix_node_info_t ni;
+	kvs_hiradix_node_t *n;
+	kvs_hpool_xfer_t *x;
+	struct env e, o;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	env_open(&o, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k, 8, 7);
+	ck_assert_int_eq(kvs_pool_alloc(o.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(o.h, k, 8, locs, &n), 0);
+	settle_all(&o);
+	ck_assert_int_eq(kvs_hiradix_evict_device(o.h, 8), 8);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_lock(o.h, n), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_unlock(o.h, n), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, n, 0, NULL, &x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_node_info(e.h, n, &ni), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, kvs_hiradix_root(o.h)), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	valid(&o);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(usage(&o).tombstone_tokens, 8);
+	/* Both caches still evict and load back. */
+	ck_assert_int_eq(kvs_hiradix_evict_host(o.h, 8), 8);
+	env_close(&e);
+	env_close(&o);
+}
+END_TEST
+
+/* Unlocking a node the caller never locked is refused while a backup
+ * holds it locked: lock_ref does not underflow. */
+START_TEST(test_unlock_unowned)
+{
+	int32_t k[8], locs[8];
+	kvs_hiradix_match_t m;
+	kvs_hiradix_node_t *n;
+	struct env e;
+
+	x_flags = KVS_HIRADIX_DEFER;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	keyseq(k, 8, 9);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k, 8, locs, &n), 0);
+	ck_assert(info(&e, n).backup_pending);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 1);
+	valid(&e);
+	/* The caller's own lock, on top, is undone once only. */
+	ck_assert_int_eq(kvs_hiradix_match_lock(e.h, k, 8, NULL, &m), 8);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 2);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
+	settle_all(&e);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 0);
+	ck_assert(info(&e, n).on_host);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	env_close(&e);
 }
 END_TEST
 
@@ -1548,6 +1707,9 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
+	tcase_add_loop_test(tc, test_insert_guard, 0, nb);
+	tcase_add_loop_test(tc, test_foreign_node, 0, nb);
+	tcase_add_loop_test(tc, test_unlock_unowned, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
