@@ -1342,8 +1342,9 @@ static void l3_stop(kvs_hiradix_t *h)
 
 /**
  * kvs_hiradix_l3_attr_init() - the defaults: best effort, a threshold of
- * 256 tokens, timeout 1000 ms + 250 ms per 1024 tokens capped at 10 s,
- * chunks of 16 pages, host copies backed up to the store.
+ * 256 tokens, timeout 2000 ms + 100 ms per 1024 tokens capped at 30 s
+ * (SGLang's prefetch_timeout_base, _per_ki_token and _max), chunks of 16
+ * pages, host copies backed up to the store.
  * @attr: attributes.
  *
  * Context: any thread.
@@ -1358,9 +1359,9 @@ KVS_EXPORT int kvs_hiradix_l3_attr_init(kvs_hiradix_l3_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->prefetch_policy = KVS_PREFETCH_BEST_EFFORT;
 	attr->prefetch_threshold = 256;
-	attr->timeout_base_ms = 1000;
-	attr->timeout_per_ktoken_ms = 250;
-	attr->timeout_max_ms = 10000;
+	attr->timeout_base_ms = 2000;
+	attr->timeout_per_ktoken_ms = 100;
+	attr->timeout_max_ms = 30000;
 	attr->chunk_pages = 16;
 	attr->backup = 1;
 	return 0;
@@ -1854,7 +1855,7 @@ static void thread_stop(kvs_hiradix_t *h)
 
 /**
  * kvs_hiradix_attr_init() - defaults: write through, selective threshold 2,
- * no load back threshold.
+ * a load back threshold of 10 tokens (SGLang's load_back_threshold).
  * @attr: attributes.
  *
  * Context: any thread.
@@ -1869,6 +1870,7 @@ KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->write_policy = KVS_WRITE_THROUGH;
 	attr->hit_threshold = 2;
+	attr->load_back_threshold = 10;
 	attr->poll_us = 1000;
 	return 0;
 }
@@ -1894,7 +1896,8 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	}
 	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
 	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0) ||
-	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD)) ||
+	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD |
+				       KVS_HIRADIX_REMAT_HIT | KVS_HIRADIX_QUOTA_CHAIN)) ||
 	    ((attr->flags & KVS_HIRADIX_THREAD) && attr->poll_us == 0)) {
 		errno = EINVAL;
 		return NULL;
@@ -2207,6 +2210,11 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 			set_dev(h, c, true);
 			node_events(h, c, KVS_KV_STORED, KVS_MEDIUM_GPU);
 			ST(h, remat_tokens, c->len);
+			/* Recomputed, not hit (SGLang's _insert_helper). */
+			if (!(h->flags & KVS_HIRADIX_REMAT_HIT)) {
+				p += c->len;
+				continue;
+			}
 		}
 		p += c->len;
 		inc_hit(h, c);
@@ -2251,7 +2259,9 @@ nomem:
  * @last: receives the node holding the last token (may be NULL); not
  *        locked.
  *
- * Every node on the path (and the new one) counts a hit; under the write
+ * Every device node on the path (and the new one) counts a hit; a
+ * tombstone re-materialised does not (recomputed, as in SGLang's
+ * _insert_helper), unless KVS_HIRADIX_REMAT_HIT; under the write
  * through policies a node reaching the threshold without a host copy is
  * backed up (its ancestors first), best effort: a host pool too full or a
  * copy that cannot be submitted leaves the node without a copy.
@@ -2415,7 +2425,11 @@ static node_t *chain_cut(kvs_hiradix_t *h, node_t *node, size_t total, size_t wa
  * the device.
  * @h: cache.
  * @node: the last node of a match (kvs_hiradix_match_t.last_node).
- * @quota: the most device tokens to use (0: no limit).
+ * @quota: the most device tokens the load may take from what the caller
+ *         could still use (0: no limit): the chain's tokens plus those of
+ *         its anchor's path that the load locks anew (unlocked device
+ *         nodes, evictable until now), as SGLang's mem_quota + delta; the
+ *         chain's alone with KVS_HIRADIX_QUOTA_CHAIN.
  * @locs: receives the new device locations, top node first (room for
  *        the match's host_hit), or NULL.
  * @xfer: receives the transfer, to wait on per layer with
@@ -2442,7 +2456,7 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 {
 	int32_t *dloc = NULL;
 	struct hload *ld = NULL;
-	size_t total = 0, p, k;
+	size_t total = 0, p, k, newly = 0;
 	node_t *y, *top = NULL;
 	int rc;
 
@@ -2471,7 +2485,13 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 			}
 		}
 	}
-	if (total == 0 || total < h->lb_threshold || (quota && total > quota)) {
+	/* The anchor's tokens this load would lock anew count against the
+	 * quota (SGLang's mem_quota + delta of inc_lock_ref()). */
+	if (!(h->flags & KVS_HIRADIX_QUOTA_CHAIN))
+		for (y = node; y != &h->root; y = y->parent)
+			if (y->on_dev && y->lock_ref == 0)
+				newly += y->len;
+	if (total == 0 || total < h->lb_threshold || (quota && total + newly > quota)) {
 		if (total)
 			ST(h, load_skipped, 1);
 		pthread_mutex_unlock(&h->lock);

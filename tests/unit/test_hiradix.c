@@ -75,6 +75,7 @@ static void env_open_drv(struct env *e, kvs_drv_t *d, uint32_t ps, uint32_t poli
 	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
 	a.write_policy = policy;
 	a.hit_threshold = threshold;
+	a.load_back_threshold = 0; /* the tests load back single pages */
 	a.flags = x_flags;
 	if (x_poll_us)
 		a.poll_us = x_poll_us;
@@ -1462,7 +1463,7 @@ START_TEST(test_bad_input)
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_int_eq(kvs_hiradix_destroy(NULL), 0);
 	kvs_hiradix_attr_init(&a);
-	a.flags = 0x4;
+	a.flags = 0x100;
 	errno = 0;
 	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
 	ck_assert_int_eq(errno, EINVAL);
@@ -1681,6 +1682,167 @@ START_TEST(test_unlock_unowned)
 }
 END_TEST
 
+/* ------------------------------------------------------------ SGLang */
+
+/* Insert @n tokens of @k: the device prefix's locations from a match, the
+ * rest fresh; returns the insert's result. */
+static ssize_t insert_fresh(struct env *e, const int32_t *k, size_t n, kvs_hiradix_node_t **last)
+{
+	int32_t locs[MAXT];
+	ssize_t dev = kvs_hiradix_match(e->h, k, n, locs, NULL);
+
+	ck_assert_int_ge(dev, 0);
+	if ((size_t)dev < n)
+		ck_assert_int_eq(kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev), 0);
+	return kvs_hiradix_insert(e->h, k, n, locs, last);
+}
+
+/*
+ * SGLang's HiRadixCache._insert_helper: a tombstone an insert makes
+ * device-resident again is recomputed KV, neither part of the prefix the
+ * insert returns nor a hit (KVS_HIRADIX_REMAT_HIT: kvslab's former count).
+ * Scenario: A = k[0, 8), B = k[8, 16) under it; B evicted to a tombstone;
+ * the request inserts k[0, 16) again.
+ */
+static void remat_scenario(int be, uint32_t flags, uint32_t want_b_hits)
+{
+	int32_t k[16];
+	kvs_hiradix_node_t *a, *b;
+	struct env e;
+
+	x_flags = flags;
+	env_open(&e, be, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	keyseq(k, 16, 40);
+	ck_assert_int_eq(insert_fresh(&e, k, 8, &a), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 16, &b), 8);
+	ck_assert_uint_eq(info(&e, a).hit_count, 2);
+	ck_assert_uint_eq(info(&e, b).hit_count, 1);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8); /* B, the device leaf */
+	ck_assert(!info(&e, b).on_device);
+	ck_assert(info(&e, a).on_device);
+	/* A is a prefix hit, B is recomputed. */
+	ck_assert_int_eq(insert_fresh(&e, k, 16, NULL), 8);
+	ck_assert(info(&e, b).on_device);
+	ck_assert_uint_eq(info(&e, a).hit_count, 3);
+	ck_assert_uint_eq(info(&e, b).hit_count, want_b_hits);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_remat_tokens), 8);
+	/* Both on the device now: the whole key is a prefix hit. */
+	ck_assert_int_eq(insert_fresh(&e, k, 16, NULL), 16);
+	ck_assert_uint_eq(info(&e, b).hit_count, want_b_hits + 1);
+	valid(&e);
+	env_close(&e);
+}
+
+START_TEST(test_sglang_remat)
+{
+	remat_scenario(_i, 0, 1);
+	remat_scenario(_i, KVS_HIRADIX_REMAT_HIT, 2);
+}
+END_TEST
+
+/*
+ * SGLang's HiRadixCache.load_back: the quota is compared with the chain
+ * less the ancestor tokens the load newly locks (mem_quota + delta, delta
+ * = -tokens inc_lock_ref() makes protected), and chains below the default
+ * threshold of 10 tokens are not loaded.  Scenario: A = k[0, 8) on the
+ * device, B = k[8, 16) a tombstone below it.
+ */
+static void quota_setup(struct env *e, int be, uint32_t flags, const int32_t *k,
+			kvs_hiradix_node_t **a, kvs_hiradix_match_t *m)
+{
+	x_flags = flags;
+	env_open(e, be, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	ck_assert_int_eq(insert_fresh(e, k, 8, a), 0);
+	ck_assert_int_eq(insert_fresh(e, k, 16, NULL), 8);
+	settle_all(e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e->h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e->h, k, 16, NULL, m), 8);
+	ck_assert_uint_eq(m->host_hit, 8);
+}
+
+START_TEST(test_sglang_load_quota)
+{
+	int32_t k[16], nl[16];
+	kvs_hiradix_node_t *a;
+	kvs_hiradix_match_t m, m2;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+
+	keyseq(k, 16, 70);
+	/* A unlocked: loading B locks its 8 tokens anew, so it needs a
+	 * quota of 16; 15 is refused. */
+	quota_setup(&e, _i, 0, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 15, nl, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_skipped), 1);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 16, nl, &x), 8);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+	/* A already locked by the request: nothing locked anew, 8 do. */
+	quota_setup(&e, _i, 0, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_match_lock(e.h, k, 8, NULL, &m2), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 7, nl, &x), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 8, nl, &x), 8);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m2.last_node), 0);
+	valid(&e);
+	env_close(&e);
+	/* KVS_HIRADIX_QUOTA_CHAIN: the chain alone against the quota. */
+	quota_setup(&e, _i, KVS_HIRADIX_QUOTA_CHAIN, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 7, nl, &x), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 8, nl, &x), 8);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* The defaults are SGLang's: a load back threshold of 10 tokens, prefetch
+ * timeouts of 2 s + 0.1 s per 1024 tokens capped at 30 s. */
+START_TEST(test_sglang_defaults)
+{
+	int32_t k[16], nl[16];
+	kvs_hiradix_l3_attr_t l3;
+	kvs_hiradix_attr_t a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+
+	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
+	ck_assert_uint_eq(a.load_back_threshold, 10);
+	ck_assert_uint_eq(a.flags, 0);
+	ck_assert_int_eq(kvs_hiradix_l3_attr_init(&l3), 0);
+	ck_assert_uint_eq(l3.timeout_base_ms, 2000);
+	ck_assert_uint_eq(l3.timeout_per_ktoken_ms, 100);
+	ck_assert_uint_eq(l3.timeout_max_ms, 30000);
+	/* A cache made with the defaults skips an 8-token chain, loads a
+	 * 12-token one. */
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(e.h), 0);
+	e.h = kvs_hiradix_create(e.pool, e.hp, NULL);
+	ck_assert_ptr_nonnull(e.h);
+	keyseq(k, 16, 90);
+	ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 12, NULL), 4);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 12, NULL, &m), 4);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_skipped), 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 4), 4);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 12, NULL, &m), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 12);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *hiradix_suite(void)
 {
 	Suite *s = suite_create("hiradix");
@@ -1710,6 +1872,9 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_insert_guard, 0, nb);
 	tcase_add_loop_test(tc, test_foreign_node, 0, nb);
 	tcase_add_loop_test(tc, test_unlock_unowned, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_remat, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_load_quota, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_defaults, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
