@@ -2788,6 +2788,17 @@ static bool locks_ok(const kvs_hiradix_t *h, const node_t *x)
 	return sum == x->lock_ref && x->tree == h;
 }
 
+/* Every device page of @x is marked in h->held. */
+static bool held_all(const kvs_hiradix_t *h, const node_t *x)
+{
+	size_t i;
+
+	for (i = 0; i < x->len; i += h->ps)
+		if (!bit_test(h->held, (uint64_t)(uint32_t)x->locs[i] / h->ps))
+			return false;
+	return true;
+}
+
 static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate *v)
 {
 	const node_t *c;
@@ -2820,6 +2831,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->lock_ref > x->lock_ref && x != &h->root)
 			return false;
+		if (c->on_dev && !held_all(h, c))
+			return false;
 		if (!member_ok(&h->dheap, c, &c->dk, is_dleaf(h, c)) ||
 		    !member_ok(&h->hheap, c, &c->hk, is_hleaf(h, c)))
 			return false;
@@ -2839,7 +2852,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
  * kvs_hiradix_validate() - check the tree's invariants: device and host
  * copies form prefixes from the root, every node is on the device or a
  * valid tombstone, child counts, locks (each lock_ref the sum of the
- * locks on the node and below: locks_ok()), the backup list against the nodes'
+ * locks on the node and below: locks_ok()), the pool pages marked as the
+ * tree's (exactly the device nodes'), the backup list against the nodes'
  * states, and the leaf sets' heaps: heap order, and every node in a heap
  * iff it is a leaf of that level.
  * @h: cache.
@@ -2852,7 +2866,7 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	struct vstate v = {0, 0, 0, 0};
 	kvs_hiradix_usage_t u;
 	const node_t *x;
-	uint64_t nb = 0;
+	uint64_t nb = 0, marked = 0, w;
 	bool ok;
 
 	if (!h) {
@@ -2864,6 +2878,10 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	/* The gauges kept as nodes change equal a count. */
 	memset(&u, 0, sizeof(u));
 	usage_walk(&h->root, &u);
+	/* h->held marks the device nodes' pages (each checked), no more. */
+	for (w = 0; w < (h->cap / h->ps + 63) / 64 + 1; w++)
+		marked += (uint64_t)__builtin_popcountll(h->held[w]);
+	ok = ok && marked * h->ps == u.device_tokens;
 	ok = ok && u.nodes == h->use.nodes && u.device_tokens == h->use.device_tokens &&
 	     u.host_tokens == h->use.host_tokens && u.tombstone_tokens == h->use.tombstone_tokens;
 	for (x = h->backups; x; x = x->bnext)
