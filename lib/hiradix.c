@@ -36,7 +36,14 @@
  * Locks on nodes (lock_ref) count on the node and every ancestor, as
  * SGLang's inc_lock_ref does: a backup in flight locks its node, a load
  * back locks the last node loaded (so the chain and its anchor), the caller
- * locks what its requests use.
+ * locks what its requests use.  The caller's share is counted apart too
+ * (ulock), so that its unlock can never undo a lock of the cache's.
+ *
+ * Pages.  An insert's locations are checked as the radix cache checks
+ * them: in the pool's range, held by the caller, none twice, and none the
+ * tree would take over already on the device in it (h->held, a bit per
+ * pool page, kept by set_dev() and the insert and delete of device nodes).
+ * Calls taking a node refuse one of another cache (node->tree).
  *
  * Leaf sets, kept as a node changes (leaf_update()), not found by a walk:
  * dheap, the device leaves (on_dev, unlocked, no child on the device), and
@@ -82,6 +89,7 @@ struct hbatch;
 
 struct kvs_hiradix_node {
 	struct kvs_hiradix_node *parent, *child, *prev, *next; /* children list */
+	struct kvs_hiradix *tree;	/* the cache it belongs to */
 	struct evict_key dk, hk;	/* in the device and host leaf sets */
 	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
 	int32_t *key, *locs, *host;
@@ -91,6 +99,7 @@ struct kvs_hiradix_node {
 	uint32_t hlock;			/* host pages in use (L3 backup, prefetch anchor) */
 	struct hload *ld;
 	uint32_t lock_ref, hit_count, nchildren, ndev;
+	uint32_t ulock;			/* the caller's share of lock_ref */
 	uint64_t access;
 	uint64_t hash;			/* chained hash of its last page (events only) */
 	bool on_dev, host_ok;
@@ -130,6 +139,9 @@ struct kvs_hiradix {
 	pthread_mutex_t lock;
 	kvs_pool_t *pool;
 	kvs_hpool_t *hp;
+	kvs_slab_t *slab;		/* the pool's: which pages are held */
+	uint64_t cap;			/* the pool's tokens */
+	uint64_t *held, *seen;		/* pages on the device nodes hold; an insert's scratch */
 	uint32_t ps, policy, threshold;
 	uint64_t lb_threshold, clock;
 	struct kvs_hiradix_node root;
@@ -238,10 +250,26 @@ static void acct(kvs_hiradix_t *h, const node_t *x, int s)
 		h->use.host_tokens += len;
 }
 
+/* Mark @x's device pages in h->held (@on) or clear them. */
+static void held_mark(kvs_hiradix_t *h, const node_t *x, bool on)
+{
+	size_t i;
+
+	for (i = 0; i < x->len; i += h->ps) {
+		uint64_t pg = (uint64_t)(uint32_t)x->locs[i] / h->ps;
+
+		if (on)
+			bit_set(h->held, pg);
+		else
+			bit_clear(h->held, pg);
+	}
+}
+
 static void set_dev(kvs_hiradix_t *h, node_t *x, bool on)
 {
 	if (x->on_dev == on)
 		return;
+	held_mark(h, x, on);
 	acct(h, x, -1);
 	x->on_dev = on;
 	acct(h, x, 1);
@@ -259,6 +287,17 @@ static void lock_path(kvs_hiradix_t *h, node_t *x, int d)
 		x->lock_ref = (uint32_t)((int)x->lock_ref + d);
 		leaf_update(h, x);
 	}
+}
+
+/* A lock of the caller's (kvs_hiradix_lock(), the _lock calls): counted in
+ * lock_ref and, apart, in ulock, so that an unlock can only undo one. */
+static void ulock_path(kvs_hiradix_t *h, node_t *x, int d)
+{
+	node_t *y;
+
+	for (y = x; y; y = y->parent)
+		y->ulock = (uint32_t)((int)y->ulock + d);
+	lock_path(h, x, d);
 }
 
 /* ------------------------------------------------------------ nodes */
@@ -288,6 +327,7 @@ static node_t *node_new(kvs_hiradix_t *h, size_t len)
 		return NULL;
 	}
 	x->dk.idx = x->hk.idx = -1;
+	x->tree = h;
 	h->nnodes++;
 	return x;
 }
@@ -914,6 +954,7 @@ static node_t *split(kvs_hiradix_t *h, node_t *c, size_t k)
 	c->len -= k;
 	nn->on_dev = c->on_dev;
 	nn->lock_ref = c->lock_ref;
+	nn->ulock = c->ulock;
 	nn->hit_count = c->hit_count;
 	if (c->pkey) {
 		memcpy(nn->pkey, c->pkey, kp * sizeof(kvs_page_key_t));
@@ -987,6 +1028,8 @@ static void node_delete(kvs_hiradix_t *h, node_t *x)
 
 	dset(h, x, false);
 	hset(h, x, false);
+	if (x->on_dev)
+		held_mark(h, x, false);
 	acct(h, x, -1);
 	child_del(p, x);
 	leaf_update(h, p);
@@ -1299,8 +1342,9 @@ static void l3_stop(kvs_hiradix_t *h)
 
 /**
  * kvs_hiradix_l3_attr_init() - the defaults: best effort, a threshold of
- * 256 tokens, timeout 1000 ms + 250 ms per 1024 tokens capped at 10 s,
- * chunks of 16 pages, host copies backed up to the store.
+ * 256 tokens, timeout 2000 ms + 100 ms per 1024 tokens capped at 30 s
+ * (SGLang's prefetch_timeout_base, _per_ki_token and _max), chunks of 16
+ * pages, host copies backed up to the store.
  * @attr: attributes.
  *
  * Context: any thread.
@@ -1315,9 +1359,9 @@ KVS_EXPORT int kvs_hiradix_l3_attr_init(kvs_hiradix_l3_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->prefetch_policy = KVS_PREFETCH_BEST_EFFORT;
 	attr->prefetch_threshold = 256;
-	attr->timeout_base_ms = 1000;
-	attr->timeout_per_ktoken_ms = 250;
-	attr->timeout_max_ms = 10000;
+	attr->timeout_base_ms = 2000;
+	attr->timeout_per_ktoken_ms = 100;
+	attr->timeout_max_ms = 30000;
 	attr->chunk_pages = 16;
 	attr->backup = 1;
 	return 0;
@@ -1412,8 +1456,8 @@ static struct pf *pf_find(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
 	return NULL;
 }
 
-/* Lock @h and find operation @id; NULL, unlocked, with errno EINVAL or
- * ENOENT. */
+/* Lock @h and find operation @id; NULL, unlocked, with errno EINVAL (no
+ * cache, or no store) or ENOENT. */
 static struct pf *pf_lookup(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
 {
 	struct pf *pf;
@@ -1423,6 +1467,11 @@ static struct pf *pf_lookup(kvs_hiradix_t *h, uint64_t id, struct pf ***link)
 		return NULL;
 	}
 	pthread_mutex_lock(&h->lock);
+	if (!h->store) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EINVAL;
+		return NULL;
+	}
 	pf = pf_find(h, id, link);
 	if (!pf) {
 		pthread_mutex_unlock(&h->lock);
@@ -1634,8 +1683,8 @@ static size_t pf_insert(kvs_hiradix_t *h, struct pf *pf, size_t d)
  * the host pages are freed, and @id is forgotten.
  *
  * Context: MT-Safe (takes h->lock); never waits for the store.
- * Return: 1 over, 0 not yet (call again later), or -1 with errno EINVAL or
- * ENOENT (no such operation).
+ * Return: 1 over, 0 not yet (call again later), or -1 with errno EINVAL
+ * (no store) or ENOENT (no such operation).
  */
 KVS_EXPORT int kvs_hiradix_prefetch_done(kvs_hiradix_t *h, uint64_t id, size_t *tokens)
 {
@@ -1690,7 +1739,7 @@ KVS_EXPORT int kvs_hiradix_prefetch_done(kvs_hiradix_t *h, uint64_t id, size_t *
  * @id: the operation.
  *
  * Context: MT-Safe (takes h->lock); never waits for the store.
- * Return: 0, or -1 with errno EINVAL or ENOENT.
+ * Return: 0, or -1 with errno EINVAL (no store) or ENOENT.
  */
 KVS_EXPORT int kvs_hiradix_prefetch_revoke(kvs_hiradix_t *h, uint64_t id)
 {
@@ -1806,7 +1855,7 @@ static void thread_stop(kvs_hiradix_t *h)
 
 /**
  * kvs_hiradix_attr_init() - defaults: write through, selective threshold 2,
- * no load back threshold.
+ * a load back threshold of 10 tokens (SGLang's load_back_threshold).
  * @attr: attributes.
  *
  * Context: any thread.
@@ -1821,6 +1870,7 @@ KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->write_policy = KVS_WRITE_THROUGH;
 	attr->hit_threshold = 2;
+	attr->load_back_threshold = 10;
 	attr->poll_us = 1000;
 	return 0;
 }
@@ -1846,7 +1896,8 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	}
 	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
 	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0) ||
-	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD)) ||
+	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD |
+				       KVS_HIRADIX_REMAT_HIT | KVS_HIRADIX_QUOTA_CHAIN)) ||
 	    ((attr->flags & KVS_HIRADIX_THREAD) && attr->poll_us == 0)) {
 		errno = EINVAL;
 		return NULL;
@@ -1866,6 +1917,18 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->pool = pool;
 	h->hp = hp;
 	h->ps = kvs_pool_page_size(pool);
+	h->slab = kvs_pool_slab(pool);
+	h->cap = kvs_pool_capacity(pool);
+	h->held = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
+	h->seen = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
+	if (!h->slab || !h->held || !h->seen) {
+		free(h->held);
+		free(h->seen);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		errno = ENOMEM;
+		return NULL;
+	}
 	h->policy = attr->write_policy;
 	h->threshold = attr->write_policy == KVS_WRITE_THROUGH ? 1 : attr->hit_threshold;
 	h->lb_threshold = attr->load_back_threshold;
@@ -1876,6 +1939,7 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->sink.cb = attr->event_cb;
 	h->sink.arg = attr->event_arg;
 	h->sink.ps = h->ps;
+	h->root.tree = h;
 	h->root.on_dev = true;
 	h->root.host_ok = true;
 	h->root.dk.idx = h->root.hk.idx = -1;
@@ -1883,6 +1947,8 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
 	if ((h->flags & KVS_HIRADIX_THREAD) && thread_start(h) < 0) {
 		pthread_mutex_destroy(&h->lock);
+		free(h->held);
+		free(h->seen);
 		free(h);
 		return NULL;
 	}
@@ -1944,6 +2010,8 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 	evict_heap_free(&h->dheap);
 	evict_heap_free(&h->hheap);
 	pthread_mutex_destroy(&h->lock);
+	free(h->held);
+	free(h->seen);
 	free(h);
 	return 0;
 }
@@ -1982,7 +2050,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	for (c = y; c != &h->root; c = c->parent)
 		dev += c->len;
 	if (lock)
-		lock_path(h, x, 1);
+		ulock_path(h, x, 1);
 	ST(h, matches, 1);
 	ST(h, match_device_tokens, dev);
 	ST(h, match_host_tokens, hit);
@@ -2045,40 +2113,84 @@ KVS_EXPORT ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, 
 	return match_impl(h, key, n, locs, m, true);
 }
 
-static bool locs_ok(const kvs_hiradix_t *h, const int32_t *locs, size_t n)
+/*
+ * Check the locations an insert of @n tokens (whole pages) is handed, as
+ * kvs_radix_insert() does, before anything changes: a maximal run of
+ * consecutive locations (kvsi_run_len(), unsigned: no overflow) starts a
+ * page with an aligned location, holds whole pages and lies in the pool's
+ * range (a negative location, read unsigned, lies past it); every page is
+ * held by the caller (kvsi_slab_run_held()) and named once (the scratch
+ * bitmap h->seen, left clear).  With h->lock.  True if they pass.
+ */
+static bool locs_ok(kvs_hiradix_t *h, const int32_t *locs, size_t n)
+{
+	const uint32_t *u = (const uint32_t *)(const void *)locs;
+	size_t at = 0, i;
+	bool ok = true;
+
+	while (at < n) {
+		size_t len = kvsi_run_len(u + at, n - at);
+		uint64_t v = u[at], first = v / h->ps, np = len / h->ps;
+
+		if (v % h->ps || len % h->ps || v + len > h->cap ||
+		    !kvsi_slab_run_held(h->slab, (uint32_t)first, (uint32_t)np) ||
+		    bits_any(h->seen, first, first + np)) {
+			ok = false;
+			break;
+		}
+		bits_fill(h->seen, first, first + np, true);
+		at += len;
+	}
+	for (i = 0; i < at; i += h->ps)
+		bit_clear(h->seen, (uint64_t)u[i] / h->ps);
+	return ok;
+}
+
+/* None of the pages of locs[@from .. n), those the tree would take over,
+ * is on the device in the tree already (under this key or another). */
+static bool locs_new(const kvs_hiradix_t *h, const int32_t *locs, size_t from, size_t n)
 {
 	size_t i;
 
-	for (i = 0; i < n; i++) {
-		if (locs[i] < 0)
+	for (i = from; i < n; i += h->ps)
+		if (bit_test(h->held, (uint64_t)(uint32_t)locs[i] / h->ps))
 			return false;
-		if (i % h->ps == 0 ? locs[i] % (int32_t)h->ps != 0 : locs[i] != locs[i - 1] + 1)
-			return false;
-	}
 	return true;
 }
 
 static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
 			   kvs_hiradix_node_t **last, bool lock)
 {
-	node_t *x, *c, *nn = NULL;
-	size_t pos, p;
+	node_t *x, *c, *y, *nn = NULL;
+	size_t pos, p, dev = 0;
 	ssize_t ret = 0;
 	bool seen_tomb = false;
 
-	if (!h || (n && (!key || !locs))) {
+	if (!h || (n && (!key || !locs)) || n > UINT32_MAX) {
 		errno = EINVAL;
 		return -1;
 	}
-	n -= n % kvs_pool_page_size(h->pool);
-	if (!locs_ok(h, locs, n)) {
-		errno = EINVAL;
-		return -1;
-	}
+	n -= n % h->ps;
 	pthread_mutex_lock(&h->lock);
+	if (!locs_ok(h, locs, n)) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EINVAL;
+		return -1;
+	}
 	x = walk(h, key, n, &pos);
 	if (!x)
 		goto nomem;
+	/* The tree takes over the pages past its device prefix: none may be
+	 * its own already. */
+	for (y = x; y != &h->root && !y->on_dev; y = y->parent)
+		;
+	for (; y != &h->root; y = y->parent)
+		dev += y->len;
+	if (!locs_new(h, locs, dev, n)) {
+		pthread_mutex_unlock(&h->lock);
+		errno = EINVAL;
+		return -1;
+	}
 	if (pos < n) {
 		nn = node_new(h, n - pos);
 		if (!nn)
@@ -2098,12 +2210,18 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 			set_dev(h, c, true);
 			node_events(h, c, KVS_KV_STORED, KVS_MEDIUM_GPU);
 			ST(h, remat_tokens, c->len);
+			/* Recomputed, not hit (SGLang's _insert_helper). */
+			if (!(h->flags & KVS_HIRADIX_REMAT_HIT)) {
+				p += c->len;
+				continue;
+			}
 		}
 		p += c->len;
 		inc_hit(h, c);
 	}
 	if (nn) {
 		nn->on_dev = true;
+		held_mark(h, nn, true);
 		touch(h, nn);
 		child_add(x, nn);
 		acct(h, nn, 1);
@@ -2117,7 +2235,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 	}
 	flush(h);
 	if (lock && x != &h->root)
-		lock_path(h, x, 1);
+		ulock_path(h, x, 1);
 	if (last)
 		*last = x == &h->root ? NULL : x;
 	ST(h, inserts, 1);
@@ -2141,7 +2259,9 @@ nomem:
  * @last: receives the node holding the last token (may be NULL); not
  *        locked.
  *
- * Every node on the path (and the new one) counts a hit; under the write
+ * Every device node on the path (and the new one) counts a hit; a
+ * tombstone re-materialised does not (recomputed, as in SGLang's
+ * _insert_helper), unless KVS_HIRADIX_REMAT_HIT; under the write
  * through policies a node reaching the threshold without a host copy is
  * backed up (its ancestors first), best effort: a host pool too full or a
  * copy that cannot be submitted leaves the node without a copy.
@@ -2188,16 +2308,16 @@ KVS_EXPORT ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key,
  * @node: a node of @h (the root: nothing to do).
  *
  * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL.
+ * Return: 0, or -1 with errno EINVAL (NULL, or a node of another cache).
  */
 KVS_EXPORT int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
 {
-	if (!h || !node) {
+	if (!h || !node || node->tree != h) {
 		errno = EINVAL;
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	lock_path(h, node, 1);
+	ulock_path(h, node, 1);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -2207,22 +2327,27 @@ KVS_EXPORT int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
  * @h: cache.
  * @node: a node of @h.
  *
+ * Only the caller's locks (kvs_hiradix_lock(), kvs_hiradix_match_lock(),
+ * kvs_hiradix_insert_lock()) can be undone: those the cache takes itself
+ * (a backup or a load back in flight) are not the caller's.
+ *
  * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL (NULL, or @node not locked).
+ * Return: 0, or -1 with errno EINVAL (NULL, a node of another cache, or
+ * @node not locked by the caller).
  */
 KVS_EXPORT int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
 {
-	if (!h || !node) {
+	if (!h || !node || node->tree != h) {
 		errno = EINVAL;
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
-	if (node->lock_ref == 0) {
+	if (node->ulock == 0) {
 		pthread_mutex_unlock(&h->lock);
 		errno = EINVAL;
 		return -1;
 	}
-	lock_path(h, node, -1);
+	ulock_path(h, node, -1);
 	pthread_mutex_unlock(&h->lock);
 	return 0;
 }
@@ -2300,7 +2425,11 @@ static node_t *chain_cut(kvs_hiradix_t *h, node_t *node, size_t total, size_t wa
  * the device.
  * @h: cache.
  * @node: the last node of a match (kvs_hiradix_match_t.last_node).
- * @quota: the most device tokens to use (0: no limit).
+ * @quota: the most device tokens the load may take from what the caller
+ *         could still use (0: no limit): the chain's tokens plus those of
+ *         its anchor's path that the load locks anew (unlocked device
+ *         nodes, evictable until now), as SGLang's mem_quota + delta; the
+ *         chain's alone with KVS_HIRADIX_QUOTA_CHAIN.
  * @locs: receives the new device locations, top node first (room for
  *        the match's host_hit), or NULL.
  * @xfer: receives the transfer, to wait on per layer with
@@ -2327,11 +2456,11 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 {
 	int32_t *dloc = NULL;
 	struct hload *ld = NULL;
-	size_t total = 0, p, k;
+	size_t total = 0, p, k, newly = 0;
 	node_t *y, *top = NULL;
 	int rc;
 
-	if (!h || !node || !xfer) {
+	if (!h || !node || !xfer || node->tree != h) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -2356,7 +2485,13 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 			}
 		}
 	}
-	if (total == 0 || total < h->lb_threshold || (quota && total > quota)) {
+	/* The anchor's tokens this load would lock anew count against the
+	 * quota (SGLang's mem_quota + delta of inc_lock_ref()). */
+	if (!(h->flags & KVS_HIRADIX_QUOTA_CHAIN))
+		for (y = node; y != &h->root; y = y->parent)
+			if (y->on_dev && y->lock_ref == 0)
+				newly += y->len;
+	if (total == 0 || total < h->lb_threshold || (quota && total + newly > quota)) {
 		if (total)
 			ST(h, load_skipped, 1);
 		pthread_mutex_unlock(&h->lock);
@@ -2549,12 +2684,12 @@ KVS_EXPORT kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h)
  * @info: receives it.
  *
  * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL.
+ * Return: 0, or -1 with errno EINVAL (NULL, or a node of another cache).
  */
 KVS_EXPORT int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
 				     kvs_hiradix_node_info_t *info)
 {
-	if (!h || !node || !info) {
+	if (!h || !node || !info || node->tree != h) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -2628,10 +2763,49 @@ static bool member_ok(const struct evict_heap *set, const node_t *x, const struc
 	       k->last_access == x->access;
 }
 
+/*
+ * @x's locks add up: lock_ref counts the locks on @x and its descendants,
+ * so it is the sum of its children's, plus its own: the caller's (ulock
+ * less the children's ulock, never negative), its backup's, and the loads
+ * back ending at it.  An unbalanced unlock or a count gone below zero
+ * breaks the sum.
+ */
+static bool locks_ok(const kvs_hiradix_t *h, const node_t *x)
+{
+	uint64_t sum = 0, usum = 0;
+	const struct hload *ld;
+	const node_t *c;
+
+	for (c = x->child; c; c = c->next) {
+		sum += c->lock_ref;
+		usum += c->ulock;
+	}
+	if (usum > x->ulock)
+		return false;
+	sum += x->ulock - usum + (x->bt != NULL);
+	for (ld = h->loads; ld; ld = ld->next)
+		sum += ld->last == x;
+	return sum == x->lock_ref && x->tree == h;
+}
+
+/* Every device page of @x is marked in h->held. */
+static bool held_all(const kvs_hiradix_t *h, const node_t *x)
+{
+	size_t i;
+
+	for (i = 0; i < x->len; i += h->ps)
+		if (!bit_test(h->held, (uint64_t)(uint32_t)x->locs[i] / h->ps))
+			return false;
+	return true;
+}
+
 static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate *v)
 {
 	const node_t *c;
 	uint32_t nc = 0, ndev = 0;
+
+	if (!locks_ok(h, x))
+		return false;
 
 	for (c = x->child; c; c = c->next) {
 		nc++;
@@ -2657,6 +2831,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->lock_ref > x->lock_ref && x != &h->root)
 			return false;
+		if (c->on_dev && !held_all(h, c))
+			return false;
 		if (!member_ok(&h->dheap, c, &c->dk, is_dleaf(h, c)) ||
 		    !member_ok(&h->hheap, c, &c->hk, is_hleaf(h, c)))
 			return false;
@@ -2675,7 +2851,9 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 /**
  * kvs_hiradix_validate() - check the tree's invariants: device and host
  * copies form prefixes from the root, every node is on the device or a
- * valid tombstone, child counts, locks, the backup list against the nodes'
+ * valid tombstone, child counts, locks (each lock_ref the sum of the
+ * locks on the node and below: locks_ok()), the pool pages marked as the
+ * tree's (exactly the device nodes'), the backup list against the nodes'
  * states, and the leaf sets' heaps: heap order, and every node in a heap
  * iff it is a leaf of that level.
  * @h: cache.
@@ -2688,7 +2866,7 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	struct vstate v = {0, 0, 0, 0};
 	kvs_hiradix_usage_t u;
 	const node_t *x;
-	uint64_t nb = 0;
+	uint64_t nb = 0, marked = 0, w;
 	bool ok;
 
 	if (!h) {
@@ -2700,6 +2878,10 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 	/* The gauges kept as nodes change equal a count. */
 	memset(&u, 0, sizeof(u));
 	usage_walk(&h->root, &u);
+	/* h->held marks the device nodes' pages (each checked), no more. */
+	for (w = 0; w < (h->cap / h->ps + 63) / 64 + 1; w++)
+		marked += (uint64_t)__builtin_popcountll(h->held[w]);
+	ok = ok && marked * h->ps == u.device_tokens;
 	ok = ok && u.nodes == h->use.nodes && u.device_tokens == h->use.device_tokens &&
 	     u.host_tokens == h->use.host_tokens && u.tombstone_tokens == h->use.tombstone_tokens;
 	for (x = h->backups; x; x = x->bnext)

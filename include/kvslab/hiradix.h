@@ -32,6 +32,9 @@ typedef struct kvs_hiradix_node kvs_hiradix_node_t;
 /* Controller flags (kvs_hiradix_attr_t.flags). */
 #define KVS_HIRADIX_DEFER 0x1	/* queue copies until kvs_hiradix_submit() or a poll */
 #define KVS_HIRADIX_THREAD 0x2	/* a background thread submits and polls */
+/* kvslab's former choices, where SGLang's HiCache (the default) differs: */
+#define KVS_HIRADIX_REMAT_HIT 0x4	/* a tombstone an insert re-materialises counts a hit */
+#define KVS_HIRADIX_QUOTA_CHAIN 0x8	/* load back's quota bounds the chain alone */
 
 /* What the agree hook is asked to agree on (the minimum across ranks). */
 #define KVS_AGREE_WRITE_ACKS 1	/* completed backup batches to take in */
@@ -44,8 +47,8 @@ typedef uint64_t (*kvs_hiradix_agree_cb)(void *arg, int what, uint64_t value);
 typedef struct kvs_hiradix_attr {
 	uint32_t write_policy;		/* default KVS_WRITE_THROUGH */
 	uint32_t hit_threshold;		/* WRITE_THROUGH_SELECTIVE's, default 2 */
-	uint64_t load_back_threshold;	/* tokens below which load back is skipped, default 0 */
-	uint32_t flags;			/* KVS_HIRADIX_DEFER, KVS_HIRADIX_THREAD; default 0 */
+	uint64_t load_back_threshold;	/* tokens below which load back is skipped, default 10 */
+	uint32_t flags;			/* KVS_HIRADIX_DEFER, _THREAD, _REMAT_HIT, _QUOTA_CHAIN; default 0 */
 	uint32_t poll_us;		/* the thread's period, default 1000 */
 	kvs_hiradix_agree_cb agree;	/* tensor-parallel ranks agree on a minimum; optional */
 	void *agree_arg;
@@ -117,9 +120,9 @@ int kvs_hiradix_poll(kvs_hiradix_t *h);
 typedef struct kvs_hiradix_l3_attr {
 	uint32_t prefetch_policy;	/* default KVS_PREFETCH_BEST_EFFORT */
 	uint32_t prefetch_threshold;	/* tokens; fewer are not fetched (256) */
-	uint32_t timeout_base_ms;	/* KVS_PREFETCH_TIMEOUT: base (1000) */
-	uint32_t timeout_per_ktoken_ms;	/* plus this per 1024 tokens (250) */
-	uint32_t timeout_max_ms;	/* capped at (10000) */
+	uint32_t timeout_base_ms;	/* KVS_PREFETCH_TIMEOUT: base (2000) */
+	uint32_t timeout_per_ktoken_ms;	/* plus this per 1024 tokens (100) */
+	uint32_t timeout_max_ms;	/* capped at (30000) */
 	uint32_t chunk_pages;		/* pages per read of the store (16) */
 	uint32_t backup;		/* 1: back valid host copies up to the store (1) */
 	uint32_t _pad;

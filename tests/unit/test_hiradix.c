@@ -75,6 +75,7 @@ static void env_open_drv(struct env *e, kvs_drv_t *d, uint32_t ps, uint32_t poli
 	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
 	a.write_policy = policy;
 	a.hit_threshold = threshold;
+	a.load_back_threshold = 0; /* the tests load back single pages */
 	a.flags = x_flags;
 	if (x_poll_us)
 		a.poll_us = x_poll_us;
@@ -1462,7 +1463,7 @@ START_TEST(test_bad_input)
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_int_eq(kvs_hiradix_destroy(NULL), 0);
 	kvs_hiradix_attr_init(&a);
-	a.flags = 0x4;
+	a.flags = 0x100;
 	errno = 0;
 	ck_assert_ptr_null(kvs_hiradix_create(e.pool, e.hp, &a));
 	ck_assert_int_eq(errno, EINVAL);
@@ -1510,6 +1511,11 @@ START_TEST(test_bad_input)
 	BAD(kvs_hiradix_usage(e.h, NULL), EINVAL);
 	BAD(kvs_hiradix_usage(NULL, &u), EINVAL);
 	BAD(kvs_hiradix_validate(NULL), EINVAL);
+	/* The storage tier's calls on a cache without a store. */
+	BAD(kvs_hiradix_prefetch(e.h, 1, k, 8), EINVAL);
+	BAD(kvs_hiradix_prefetch_done(e.h, 1, NULL), EINVAL);
+	BAD(kvs_hiradix_prefetch_revoke(e.h, 1), EINVAL);
+	BAD(kvs_hiradix_l3_wait(e.h), EINVAL);
 	errno = 0;
 	ck_assert_ptr_null(kvs_hiradix_root(NULL));
 	ck_assert_int_eq(errno, EINVAL);
@@ -1519,6 +1525,321 @@ START_TEST(test_bad_input)
 	env_close(&e);
 	env_close(&o);
 #undef BAD
+}
+END_TEST
+
+/* ------------------------------------------------------------ guards */
+
+/* An insert refuses locations that would corrupt the tree: out of the
+ * pool's range, free, named twice, or the tree's own under another key;
+ * nothing changes, and no match hands them out. */
+START_TEST(test_insert_guard)
+{
+	int32_t k1[8], k2[8], locs[8], bad[8], got[8];
+	uint64_t avail;
+	size_t i;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k1, 8, 100);
+	keyseq(k2, 8, 500);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	avail = kvs_pool_available(e.pool);
+	/* Past the pool's range (256 tokens): its first location and one
+	 * a run crossing INT32_MAX would overflow in a signed check. */
+	for (i = 0; i < 8; i++)
+		bad[i] = (int32_t)kvs_pool_capacity(e.pool) + (int32_t)i;
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	bad[0] = INT32_MAX - 3;
+	bad[1] = INT32_MAX - 2;
+	bad[2] = INT32_MAX;
+	bad[3] = INT32_MIN;
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 4, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* The same page twice in one call. */
+	memcpy(bad, locs, 4 * sizeof(int32_t));
+	memcpy(bad + 4, locs, 4 * sizeof(int32_t));
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Free pages. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, bad), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 8, bad), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, bad, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail);
+	/* The tree's own pages under another key. */
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k2, 8, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k2, 8, got, NULL), 0);
+	/* ... but under its own key they are the device prefix, the
+	 * caller's duplicates: accepted, nothing taken over. */
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k1, 8, got, NULL), 8);
+	ck_assert_int_eq(memcmp(got, locs, sizeof(got)), 0);
+	ck_assert_uint_eq(usage(&e).nodes, 1);
+	/* A tombstone re-materialised takes fresh pages; once evicted, its
+	 * old pages are no longer the tree's. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k1, 8, locs, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k1, 8, got, NULL), 8);
+	ck_assert_int_eq(memcmp(got, locs, sizeof(got)), 0);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* A node of another cache is refused by every call taking a node. */
+START_TEST(test_foreign_node)
+{
+	int32_t k[8], locs[8];
+	kvs_hiradix_node_info_t ni;
+	kvs_hiradix_node_t *n;
+	kvs_hpool_xfer_t *x;
+	struct env e, o;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	env_open(&o, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k, 8, 7);
+	ck_assert_int_eq(kvs_pool_alloc(o.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(o.h, k, 8, locs, &n), 0);
+	settle_all(&o);
+	ck_assert_int_eq(kvs_hiradix_evict_device(o.h, 8), 8);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_lock(o.h, n), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hiradix_unlock(o.h, n), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, n, 0, NULL, &x), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_node_info(e.h, n, &ni), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_lock(e.h, kvs_hiradix_root(o.h)), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	valid(&o);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	ck_assert_uint_eq(usage(&o).tombstone_tokens, 8);
+	/* Both caches still evict and load back. */
+	ck_assert_int_eq(kvs_hiradix_evict_host(o.h, 8), 8);
+	env_close(&e);
+	env_close(&o);
+}
+END_TEST
+
+/* Unlocking a node the caller never locked is refused while a backup
+ * holds it locked: lock_ref does not underflow. */
+START_TEST(test_unlock_unowned)
+{
+	int32_t k[8], locs[8];
+	kvs_hiradix_match_t m;
+	kvs_hiradix_node_t *n;
+	struct env e;
+
+	x_flags = KVS_HIRADIX_DEFER;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	keyseq(k, 8, 9);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k, 8, locs, &n), 0);
+	ck_assert(info(&e, n).backup_pending);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, n), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 1);
+	valid(&e);
+	/* The caller's own lock, on top, is undone once only. */
+	ck_assert_int_eq(kvs_hiradix_match_lock(e.h, k, 8, NULL, &m), 8);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 2);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_submit(e.h, NULL), 0);
+	settle_all(&e);
+	ck_assert_uint_eq(info(&e, n).lock_ref, 0);
+	ck_assert(info(&e, n).on_host);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* ------------------------------------------------------------ SGLang */
+
+/* Insert @n tokens of @k: the device prefix's locations from a match, the
+ * rest fresh; returns the insert's result. */
+static ssize_t insert_fresh(struct env *e, const int32_t *k, size_t n, kvs_hiradix_node_t **last)
+{
+	int32_t locs[MAXT];
+	ssize_t dev = kvs_hiradix_match(e->h, k, n, locs, NULL);
+
+	ck_assert_int_ge(dev, 0);
+	if ((size_t)dev < n)
+		ck_assert_int_eq(kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev), 0);
+	return kvs_hiradix_insert(e->h, k, n, locs, last);
+}
+
+/*
+ * SGLang's HiRadixCache._insert_helper: a tombstone an insert makes
+ * device-resident again is recomputed KV, neither part of the prefix the
+ * insert returns nor a hit (KVS_HIRADIX_REMAT_HIT: kvslab's former count).
+ * Scenario: A = k[0, 8), B = k[8, 16) under it; B evicted to a tombstone;
+ * the request inserts k[0, 16) again.
+ */
+static void remat_scenario(int be, uint32_t flags, uint32_t want_b_hits)
+{
+	int32_t k[16];
+	kvs_hiradix_node_t *a, *b;
+	struct env e;
+
+	x_flags = flags;
+	env_open(&e, be, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	keyseq(k, 16, 40);
+	ck_assert_int_eq(insert_fresh(&e, k, 8, &a), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 16, &b), 8);
+	ck_assert_uint_eq(info(&e, a).hit_count, 2);
+	ck_assert_uint_eq(info(&e, b).hit_count, 1);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8); /* B, the device leaf */
+	ck_assert(!info(&e, b).on_device);
+	ck_assert(info(&e, a).on_device);
+	/* A is a prefix hit, B is recomputed. */
+	ck_assert_int_eq(insert_fresh(&e, k, 16, NULL), 8);
+	ck_assert(info(&e, b).on_device);
+	ck_assert_uint_eq(info(&e, a).hit_count, 3);
+	ck_assert_uint_eq(info(&e, b).hit_count, want_b_hits);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_remat_tokens), 8);
+	/* Both on the device now: the whole key is a prefix hit. */
+	ck_assert_int_eq(insert_fresh(&e, k, 16, NULL), 16);
+	ck_assert_uint_eq(info(&e, b).hit_count, want_b_hits + 1);
+	valid(&e);
+	env_close(&e);
+}
+
+START_TEST(test_sglang_remat)
+{
+	remat_scenario(_i, 0, 1);
+	remat_scenario(_i, KVS_HIRADIX_REMAT_HIT, 2);
+}
+END_TEST
+
+/*
+ * SGLang's HiRadixCache.load_back: the quota is compared with the chain
+ * less the ancestor tokens the load newly locks (mem_quota + delta, delta
+ * = -tokens inc_lock_ref() makes protected), and chains below the default
+ * threshold of 10 tokens are not loaded.  Scenario: A = k[0, 8) on the
+ * device, B = k[8, 16) a tombstone below it.
+ */
+static void quota_setup(struct env *e, int be, uint32_t flags, const int32_t *k,
+			kvs_hiradix_node_t **a, kvs_hiradix_match_t *m)
+{
+	x_flags = flags;
+	env_open(e, be, 4, KVS_WRITE_THROUGH, 0);
+	x_flags = 0;
+	ck_assert_int_eq(insert_fresh(e, k, 8, a), 0);
+	ck_assert_int_eq(insert_fresh(e, k, 16, NULL), 8);
+	settle_all(e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e->h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e->h, k, 16, NULL, m), 8);
+	ck_assert_uint_eq(m->host_hit, 8);
+}
+
+START_TEST(test_sglang_load_quota)
+{
+	int32_t k[16], nl[16];
+	kvs_hiradix_node_t *a;
+	kvs_hiradix_match_t m, m2;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+
+	keyseq(k, 16, 70);
+	/* A unlocked: loading B locks its 8 tokens anew, so it needs a
+	 * quota of 16; 15 is refused. */
+	quota_setup(&e, _i, 0, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 15, nl, &x), 0);
+	ck_assert_ptr_null(x);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_skipped), 1);
+	ck_assert_uint_eq(info(&e, a).lock_ref, 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 16, nl, &x), 8);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+	/* A already locked by the request: nothing locked anew, 8 do. */
+	quota_setup(&e, _i, 0, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_match_lock(e.h, k, 8, NULL, &m2), 8);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 7, nl, &x), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 8, nl, &x), 8);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m2.last_node), 0);
+	valid(&e);
+	env_close(&e);
+	/* KVS_HIRADIX_QUOTA_CHAIN: the chain alone against the quota. */
+	quota_setup(&e, _i, KVS_HIRADIX_QUOTA_CHAIN, k, &a, &m);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 7, nl, &x), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 8, nl, &x), 8);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* The defaults are SGLang's: a load back threshold of 10 tokens, prefetch
+ * timeouts of 2 s + 0.1 s per 1024 tokens capped at 30 s. */
+START_TEST(test_sglang_defaults)
+{
+	int32_t k[16], nl[16];
+	kvs_hiradix_l3_attr_t l3;
+	kvs_hiradix_attr_t a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+
+	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
+	ck_assert_uint_eq(a.load_back_threshold, 10);
+	ck_assert_uint_eq(a.flags, 0);
+	ck_assert_int_eq(kvs_hiradix_l3_attr_init(&l3), 0);
+	ck_assert_uint_eq(l3.timeout_base_ms, 2000);
+	ck_assert_uint_eq(l3.timeout_per_ktoken_ms, 100);
+	ck_assert_uint_eq(l3.timeout_max_ms, 30000);
+	/* A cache made with the defaults skips an 8-token chain, loads a
+	 * 12-token one. */
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(e.h), 0);
+	e.h = kvs_hiradix_create(e.pool, e.hp, NULL);
+	ck_assert_ptr_nonnull(e.h);
+	keyseq(k, 16, 90);
+	ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 12, NULL), 4);
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 8), 8);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 12, NULL, &m), 4);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 0);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_load_skipped), 1);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 4), 4);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 12, NULL, &m), 0);
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, nl, &x), 12);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
 }
 END_TEST
 
@@ -1548,6 +1869,12 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
+	tcase_add_loop_test(tc, test_insert_guard, 0, nb);
+	tcase_add_loop_test(tc, test_foreign_node, 0, nb);
+	tcase_add_loop_test(tc, test_unlock_unowned, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_remat, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_load_quota, 0, nb);
+	tcase_add_loop_test(tc, test_sglang_defaults, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }

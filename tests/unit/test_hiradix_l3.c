@@ -67,6 +67,7 @@ static void inst_open(struct inst *e, int be, const char *model, uint32_t policy
 	e->hp = kvs_hpool_create(e->pool, &ha);
 	ck_assert_ptr_nonnull(e->hp);
 	kvs_hiradix_attr_init(&a);
+	a.load_back_threshold = 0; /* the tests load back single pages */
 	a.agree = i_agree;
 	e->h = kvs_hiradix_create(e->pool, e->hp, &a);
 	ck_assert_ptr_nonnull(e->h);
