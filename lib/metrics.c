@@ -25,7 +25,8 @@
  * as the slab family's sample of its slab, so adding a pool adds its slab;
  * adding that slab again is refused.  Two objects of one family with the
  * same label (or both without one) would write duplicate series, and are
- * refused too.
+ * refused too, as is a label that is not UTF-8: the format has no escape
+ * for a raw byte, and replacing it could make two labels one.
  *
  * Locking: one mutex (m->lock) guards the list and is held for the whole of
  * kvs_metrics_write(), write_cb included, so kvs_metrics_remove() returns
@@ -197,13 +198,59 @@ static bool same_series(const struct entry *e, enum fam fam, const char *label)
 	return strcmp(e->label, label) == 0;
 }
 
+/* Well-formed UTF-8 (RFC 3629): no stray continuation byte, no truncated
+ * sequence, no overlong form, no surrogate, nothing past U+10FFFF.  The
+ * text format's label values are UTF-8; one byte that is not makes the
+ * whole scrape unparsable, and no escape spells a raw byte. */
+static bool utf8_ok(const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+
+	while (*s) {
+		unsigned char c = *s;
+		unsigned int lo = 0x80, hi = 0xbf;
+		int more, i;
+
+		if (c < 0x80) {
+			s++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf) {
+			more = 1;
+		} else if (c >= 0xe0 && c <= 0xef) {
+			more = 2;
+			if (c == 0xe0)
+				lo = 0xa0;	/* overlong */
+			else if (c == 0xed)
+				hi = 0x9f;	/* surrogates */
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			more = 3;
+			if (c == 0xf0)
+				lo = 0x90;	/* overlong */
+			else if (c == 0xf4)
+				hi = 0x8f;	/* past U+10FFFF */
+		} else {
+			return false;		/* 0x80-0xc1, 0xf5-0xff */
+		}
+		for (i = 1; i <= more; i++) {
+			/* The NUL ends the loop here: a truncated sequence. */
+			if (s[i] < lo || s[i] > hi)
+				return false;
+			lo = 0x80;
+			hi = 0xbf;
+		}
+		s += more + 1;
+	}
+	return true;
+}
+
 static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
 {
 	struct entry *e;
 	char *copy = NULL;
 	int err = 0;
 
-	if (!m || !obj)
+	if (!m || !obj || (label && !utf8_ok(label)))
 		return kvs_fail(EINVAL);
 	if (label && !(copy = strdup(label)))
 		return kvs_fail(ENOMEM);
@@ -250,8 +297,9 @@ static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
  * @label: the value of its "instance" label (copied), or NULL for none.
  *
  * Context: any thread; takes m->lock.
- * Return: 0, or -1 with errno EINVAL (NULL @m or object), EEXIST (the object
- * is registered, or one of its family has the same label), ENOMEM.
+ * Return: 0, or -1 with errno EINVAL (NULL @m or object, a @label that is
+ * not UTF-8), EEXIST (the object is registered, or one of its family has
+ * the same label), ENOMEM.
  */
 KVS_EXPORT int kvs_metrics_add_drv(kvs_metrics_t *m, kvs_drv_t *drv, const char *label)
 {

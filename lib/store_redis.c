@@ -34,6 +34,22 @@
  * call connects again (reconnects, when it works; when it does not, that
  * call's pages fail as well).
  *
+ * Back-off.  A connect that fails (refused, timed out, AUTH or SELECT
+ * refused, a self-connection) opens a window of attr.retry_ms (default
+ * 100 ms) in which calls fail at once, every page counted in io_errors,
+ * without touching the network; each further failed connect doubles the
+ * window, up to 64 times retry_ms; a connect that works closes it.  So a
+ * dead server costs at most one connect a window, however many calls
+ * come, rather than one a call.
+ *
+ * Self-connection.  Connecting to 127.0.0.1:P where nothing listens and P
+ * is in the ephemeral port range can pick P as the local port too: the
+ * SYN meets itself (TCP's simultaneous open) and the socket is connected
+ * to itself.  It would answer our PING with the PING itself, and it holds
+ * port P, so the server cannot come back on it.  A TCP connection whose
+ * local address is its peer's is closed at once and is a failed connect
+ * (ECONNREFUSED: nobody listens there).
+ *
  * Locking: one connection per store behind rs->lock, held for a whole
  * call; the reply functions run under it (they read rs->dest).  Calls are
  * MT-Safe; a call waits for the one before it.
@@ -48,6 +64,9 @@
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
+
+#include <netinet/in.h>
 
 #include <hiredis/hiredis.h>
 
@@ -82,6 +101,10 @@ struct rstore {
 	char *user, *password;		/* AUTH: the URI's (attr.password wins) */
 	struct timeval tv;
 	int err;			/* why the last connection failed, an errno */
+	/* Back-off: connect failures in a row; no connect before retry_at
+	 * (CLOCK_MONOTONIC, ns) while fails > 0; the first window, in ns. */
+	unsigned int fails;
+	uint64_t retry_at, retry_ns;
 	/* Command bytes of the call being sent. */
 	char *buf;
 	size_t len, cap;
@@ -355,8 +378,34 @@ static int reply_errno(const struct rrep *r, int other)
 	return other;
 }
 
+/* Whether TCP socket @fd is connected to itself: its local address (the
+ * port included) is its peer's. */
+static bool self_connected(int fd)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t lm = sizeof(me), lp = sizeof(peer);
+
+	if (getsockname(fd, (struct sockaddr *)&me, &lm) != 0 ||
+	    getpeername(fd, (struct sockaddr *)&peer, &lp) != 0 || lm != lp ||
+	    me.ss_family != peer.ss_family)
+		return false;
+	if (me.ss_family == AF_INET) {
+		const struct sockaddr_in *a = (void *)&me, *b = (void *)&peer;
+
+		return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+	}
+	if (me.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (void *)&me, *b = (void *)&peer;
+
+		return a->sin6_port == b->sin6_port &&
+		       memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
+	}
+	return false;
+}
+
 /* Connect, AUTH, SELECT and PING (which a server wanting a password
- * refuses); 0, or -1 with errno. */
+ * refuses); 0, or -1 with errno: ECONNREFUSED for a socket connected to
+ * itself. */
 static int rconn(struct kvs_store *s, struct rstore *rs)
 {
 	const char *pass = s->attr.password ? s->attr.password : rs->password;
@@ -373,6 +422,10 @@ static int rconn(struct kvs_store *s, struct rstore *rs)
 		e = c->err == REDIS_ERR_IO && errno ? errno : EIO;
 		redisFree(c);
 		return kvs_fail(e);
+	}
+	if (!rs->unix_sock && self_connected(c->fd)) {
+		redisFree(c);
+		return kvs_fail(ECONNREFUSED);
 	}
 	if (redisSetTimeout(c, rs->tv) != REDIS_OK) {
 		redisFree(c);
@@ -422,14 +475,37 @@ nomem:
 	return kvs_fail(ENOMEM);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Back-off windows double at most this many times. */
+#define RETRY_DOUBLINGS 6
+
 /* A connection for this call: the one there is, or a new one (counted as
- * a reconnect: open made the first).  false if none could be made. */
+ * a reconnect: open made the first).  false if none could be made, or if
+ * a back-off window is open (then nothing is tried). */
 static bool conn_up(struct kvs_store *s, struct rstore *rs)
 {
+	unsigned int k;
+
 	if (rs->c)
 		return true;
-	if (rconn(s, rs) < 0)
+	if (rs->fails && now_ns() < rs->retry_at)
 		return false;
+	if (rconn(s, rs) < 0) {
+		/* The window starts when the attempt has ended: one that took
+		 * timeout_ms does not use it up. */
+		k = rs->fails < RETRY_DOUBLINGS ? rs->fails : RETRY_DOUBLINGS;
+		rs->retry_at = now_ns() + (rs->retry_ns << k);
+		rs->fails++;
+		return false;
+	}
+	rs->fails = 0;
 	store_count(s, KVS_STORE_STAT_reconnects, 1);
 	return true;
 }
@@ -598,6 +674,7 @@ static int redis_open_as(struct kvs_store *s, const char *uri, bool unix_sock)
 	}
 	rs->tv.tv_sec = ms / 1000;
 	rs->tv.tv_usec = (ms % 1000) * 1000;
+	rs->retry_ns = (uint64_t)(s->attr.retry_ms ? s->attr.retry_ms : 100) * 1000000u;
 	if ((unix_sock ? parse_unix(rs, uri + strlen("redis+unix://"))
 		       : parse_tcp(rs, uri + strlen("redis://"))) < 0 ||
 	    rconn(s, rs) < 0) {

@@ -63,7 +63,10 @@ typedef struct kvs_store_attr {
 	 * (0: none). */
 	uint32_t timeout_ms;
 	uint32_t ttl_s;
-	uint32_t _pad2;
+	/* redis: after a failed connect, calls make no connection for this
+	 * many ms, doubled after each further failure up to 64 times it (0:
+	 * the default, 100). */
+	uint32_t retry_ms;
 	const char *password;		/* redis AUTH, or NULL (also in the URI) */
 	const char *key_prefix;		/* redis: prepended to every key, or NULL */
 	uint64_t _reserved[8];

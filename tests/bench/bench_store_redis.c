@@ -12,6 +12,12 @@
  * same key over and over with a value of 'x's.  Exit 77 when redis-server
  * or redis-benchmark is missing.
  *
+ * A figure that cannot be measured is printed as "-", with the reason on
+ * stderr, and the rest go on: redis-benchmark printing nothing that
+ * parses (its output is shown then) leaves its columns and the ratios
+ * empty.  Exit 1 only when kvs_store itself failed (an open, or a set or
+ * get that came short).
+ *
  * Usage: bench_store_redis [MiB per size and round, default 256]; the
  * environment's REDIS_SERVER names the server to run.
  */
@@ -123,18 +129,24 @@ static void flushall(int port)
 		redisFree(c);
 }
 
-/* redis-benchmark's requests per second for SET and GET. */
-static int run_benchmark(int port, size_t size, size_t n, double *set_rps, double *get_rps)
+/* redis-benchmark's requests per second for SET and GET; -1 when it gave
+ * neither, its last line of output (progress lines cut) in @why. */
+static int run_benchmark(int port, size_t size, size_t n, double *set_rps, double *get_rps,
+			 char *why, size_t why_n)
 {
 	char cmd[1024], line[512];
 	FILE *f;
+	int st;
 
 	snprintf(cmd, sizeof(cmd), "'%s' -h 127.0.0.1 -p %d -t set,get -d %zu -P %d -n %zu -q 2>&1",
 		 benchmark, port, size, BATCH, n);
-	f = popen(cmd, "r");
-	if (!f)
-		return -1;
 	*set_rps = *get_rps = 0;
+	snprintf(why, why_n, "no output");
+	f = popen(cmd, "r");
+	if (!f) {
+		snprintf(why, why_n, "popen: %s", strerror(errno));
+		return -1;
+	}
 	while (fgets(line, sizeof(line), f)) {
 		/* "SET: 1234.56 requests per second, p50=..."; progress lines
 		 * end in \r and come first. */
@@ -142,13 +154,30 @@ static int run_benchmark(int port, size_t size, size_t n, double *set_rps, doubl
 		double v;
 
 		p = p ? p + 1 : line;
-		if (sscanf(p, "SET: %lf requests per second", &v) == 1)
+		p[strcspn(p, "\n")] = 0;
+		if (sscanf(p, "SET: %lf requests per second", &v) == 1 && v > 0)
 			*set_rps = v;
-		else if (sscanf(p, "GET: %lf requests per second", &v) == 1)
+		else if (sscanf(p, "GET: %lf requests per second", &v) == 1 && v > 0)
 			*get_rps = v;
+		else if (*p && strspn(p, " ") < strlen(p))
+			snprintf(why, why_n, "%s", p);
 	}
-	pclose(f);
-	return *set_rps > 0 && *get_rps > 0 ? 0 : -1;
+	st = pclose(f);
+	if (*set_rps > 0 && *get_rps > 0)
+		return 0;
+	if (st != 0 && strcmp(why, "no output") == 0)
+		snprintf(why, why_n, "exit status %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	return -1;
+}
+
+/* A figure, or "-" where there is none. */
+static const char *fig(char *buf, size_t n, double v, bool have)
+{
+	if (have)
+		snprintf(buf, n, "%.2f", v);
+	else
+		snprintf(buf, n, "-");
+	return buf;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -197,6 +226,9 @@ int main(int argc, char **argv)
 		size_t size = sizes[si], n = (mib << 20) / size, i, b, r;
 		double set_gbs[ROUNDS], get_gbs[ROUNDS], rbs[ROUNDS], rbg[ROUNDS], rb_set, rb_get;
 		double s_gbs, g_gbs;
+		char why[256], f[4][32];
+		size_t rb_ok = 0;
+		bool have;
 		kvs_page_key_t *keys;
 		void *bufs[BATCH];
 		kvs_store_attr_t a;
@@ -244,24 +276,32 @@ int main(int argc, char **argv)
 		qsort(get_gbs, ROUNDS, sizeof(double), cmp_d);
 		s_gbs = set_gbs[ROUNDS / 2];
 		g_gbs = get_gbs[ROUNDS / 2];
-		/* redis-benchmark: the median of as many runs. */
+		/* redis-benchmark: the median of the runs that gave numbers;
+		 * none: its columns stay empty, and the reason is told. */
 		for (r = 0; r < ROUNDS; r++) {
-			if (run_benchmark(port, size, n, &rbs[r], &rbg[r]) < 0) {
-				fprintf(stderr, "bench_store_redis: redis-benchmark gave no numbers\n");
-				rc = 1;
-				rbs[r] = rbg[r] = 0;
-			}
+			if (run_benchmark(port, size, n, &rbs[rb_ok], &rbg[rb_ok], why,
+					  sizeof(why)) == 0)
+				rb_ok++;
+			else
+				fprintf(stderr,
+					"bench_store_redis: %zu KiB: redis-benchmark gave no "
+					"numbers (%s)\n",
+					size >> 10, why);
 			flushall(port);
 		}
-		qsort(rbs, ROUNDS, sizeof(double), cmp_d);
-		qsort(rbg, ROUNDS, sizeof(double), cmp_d);
-		rb_set = rbs[ROUNDS / 2];
-		rb_get = rbg[ROUNDS / 2];
-		rb_set = rb_set * (double)size / 1e9;
-		rb_get = rb_get * (double)size / 1e9;
-		printf("%5zu KiB %6zu | %6.2f GB/s %6.2f GB/s | %8.2f GB/s %8.2f GB/s | %6.2f %6.2f\n",
-		       size >> 10, n, s_gbs, g_gbs, rb_set, rb_get, rb_set > 0 ? s_gbs / rb_set : 0,
-		       rb_get > 0 ? g_gbs / rb_get : 0);
+		have = rb_ok > 0;
+		rb_set = rb_get = 0;
+		if (have) {
+			qsort(rbs, rb_ok, sizeof(double), cmp_d);
+			qsort(rbg, rb_ok, sizeof(double), cmp_d);
+			rb_set = rbs[rb_ok / 2] * (double)size / 1e9;
+			rb_get = rbg[rb_ok / 2] * (double)size / 1e9;
+		}
+		printf("%5zu KiB %6zu | %6.2f GB/s %6.2f GB/s | %8s GB/s %8s GB/s | %6s %6s\n",
+		       size >> 10, n, s_gbs, g_gbs, fig(f[0], sizeof(f[0]), rb_set, have),
+		       fig(f[1], sizeof(f[1]), rb_get, have),
+		       fig(f[2], sizeof(f[2]), have ? s_gbs / rb_set : 0, have),
+		       fig(f[3], sizeof(f[3]), have ? g_gbs / rb_get : 0, have));
 		fflush(stdout);
 		flushall(port);
 		for (b = 0; b < BATCH; b++)

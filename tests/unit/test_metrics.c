@@ -370,6 +370,64 @@ START_TEST(test_write_all)
 }
 END_TEST
 
+/* A label that is not UTF-8 is refused (the scrape would be unparsable,
+ * and the format has no escape for a raw byte) and changes nothing; one
+ * that is UTF-8, multi-byte and 4-byte sequences included, is written as
+ * it is and parses. */
+START_TEST(test_label_utf8)
+{
+	static const char *const bad[] = {
+		"gpu\xff",		/* never in UTF-8 */
+		"\x80gpu",		/* a stray continuation byte */
+		"gpu\xc3",		/* truncated at the end */
+		"g\xe6\x97u",		/* truncated inside */
+		"\xc0\xaf",		/* overlong '/' */
+		"\xe0\x80\xaf",	/* overlong, 3 bytes */
+		"\xf0\x80\x80\xaf",	/* overlong, 4 bytes */
+		"\xed\xa0\x80",	/* a surrogate, U+D800 */
+		"\xf4\x90\x80\x80",	/* past U+10FFFF */
+		"\xf8\x88\x80\x80\x80", /* a 5-byte form */
+	};
+	/* "gpu-é-日-😀", and the highest code point. */
+	static const char good[] = "gpu-\xc3\xa9-\xe6\x97\xa5-\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
+	char dir[] = "/tmp/kvs_metrics_XXXXXX", h[512], *samples, *line;
+	struct objs o = {0};
+	struct buf b = {0};
+	kvs_metrics_t *m;
+	int status;
+
+	open_all(&o, dir);
+	m = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		ck_assert_msg(kvs_metrics_add_store(m, o.st, bad[i]) == -1, "label %zu accepted", i);
+		ck_assert_int_eq(errno, EINVAL);
+		errno = 0;
+		ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, bad[i]), -1);
+		ck_assert_int_eq(errno, EINVAL);
+	}
+	/* Nothing was registered. */
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_int_eq(kvs_metrics_add_store(m, o.st, good), 0);
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_uint_gt(b.len, 0);
+	samples = prom_check(b.p, b.len, &status);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prom_check.py failed on:\n%s",
+		      b.p);
+	/* Every sample carries the label, byte for byte. */
+	hex(good, h);
+	line = strstr(samples, "kvslab_store_io_errors_total\t");
+	ck_assert_ptr_nonnull(line);
+	ck_assert_int_eq(strncmp(line + strlen("kvslab_store_io_errors_total\t"), h, strlen(h)), 0);
+	free(samples);
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	close_all(&o, dir);
+	free(b.p);
+}
+END_TEST
+
 /* The checker itself refuses what the format forbids. */
 START_TEST(test_checker_strict)
 {
@@ -408,6 +466,7 @@ static Suite *metrics_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_write_all);
 	tcase_add_test(tc, test_checker_strict);
+	tcase_add_test(tc, test_label_utf8);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -6,12 +6,19 @@
  * round trips bit for bit with values full of CR, LF and NUL bytes, pages
  * of 4 KiB to 2 MiB in batches of 1 to 256, NX, key prefixes and TTLs,
  * AUTH, SELECT, URIs, values corrupted in Redis, a server stopped or
- * killed between calls and during one, and restarted, the fault wrapper
- * over a redis store, and several threads on one store.
+ * killed between calls and during one, and restarted, the back-off after
+ * a failed connect, a connection to itself, the fault wrapper over a redis
+ * store, and several threads on one store.
  *
- * A second, raw hiredis connection looks at what the store wrote.  Exit 77
- * when no redis-server is installed.
+ * A second, raw hiredis connection looks at what the store wrote.  The
+ * suite defines connect(2), which hiredis's calls reach before libc's: it
+ * counts the connects to one port and can turn the next one into a real
+ * self-connection.  Exit 77 when no redis-server is installed.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -31,6 +38,37 @@
 #include <hiredis/hiredis.h>
 
 #include "testutil.h"
+
+/* ------------------------------------------------------------ connect */
+
+/* Connects to 127.0.0.1:hook_port are counted in hook_calls; with
+ * hook_self set, the next one binds the socket to that very address first,
+ * so that the connect meets itself (TCP's simultaneous open), which is
+ * what happens by chance when nothing listens on an ephemeral port. */
+static _Atomic int hook_port, hook_calls;
+static _Atomic bool hook_self;
+
+int connect(int fd, const struct sockaddr *a, socklen_t l)
+{
+	static int (*real)(int, const struct sockaddr *, socklen_t);
+	const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+
+	if (!real)
+		*(void **)&real = dlsym(RTLD_NEXT, "connect");
+	if (a && a->sa_family == AF_INET && l >= sizeof(*in) && hook_port &&
+	    ntohs(in->sin_port) == hook_port) {
+		hook_calls++;
+		if (hook_self) {
+			int one = 1;
+
+			hook_self = false;
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			if (bind(fd, a, l) != 0)
+				return -1;
+		}
+	}
+	return real(fd, a, l);
+}
 
 /* ------------------------------------------------------------ servers */
 
@@ -237,12 +275,15 @@ static char *uri_of(const struct srv *v, char *buf, size_t n)
 	return buf;
 }
 
+static uint32_t retry_ms;	/* attr.retry_ms of the next open_store() */
+
 static kvs_store_t *open_store(const char *uri, size_t page_bytes, const char *prefix,
 			       uint32_t ttl, const char *pass, uint32_t timeout_ms)
 {
 	kvs_store_attr_t a;
 
 	kvs_store_attr_init(&a);
+	a.retry_ms = retry_ms;
 	a.page_bytes = page_bytes;
 	a.key_prefix = prefix;
 	a.ttl_s = ttl;
@@ -635,7 +676,9 @@ START_TEST(test_kill_restart)
 
 	srv_tcp(&v, NULL);
 	pages_make(&p, 32, 64 << 10, 81);
+	retry_ms = 1; /* the back-off's window: short, waited out below */
 	s = open_store(uri_of(&v, uri, sizeof(uri)), 64 << 10, NULL, 0, NULL, 0);
+	retry_ms = 0;
 	ck_assert_ptr_nonnull(s);
 	ck_assert_int_eq(set_all(s, &p), 32);
 	srv_kill(&v);
@@ -650,12 +693,171 @@ START_TEST(test_kill_restart)
 	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 0);
 	ck_assert_uint_eq(st(s, KVS_STORE_STAT_get_misses), 32);
 	srv_start(&v);
-	ck_assert_int_eq(kvs_store_exists(s, p.keys, 32), 0); /* no persistence */
+	/* Calls fail at once until the back-off's window closes. */
+	for (int i = 0; i < 10000 && st(s, KVS_STORE_STAT_reconnects) == 0; i++) {
+		ck_assert_int_eq(kvs_store_exists(s, p.keys, 32), 0); /* no persistence */
+		usleep(1000);
+	}
 	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 1);
+	io = st(s, KVS_STORE_STAT_io_errors);
 	ck_assert_int_eq(set_all(s, &p), 32);
 	ck_assert_int_eq(get_all(s, &p), 32);
 	check_same(&p, 32);
-	ck_assert_uint_eq(st(s, KVS_STORE_STAT_io_errors), io + 64);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_io_errors), io);
+	kvs_store_close(s);
+	pages_free(&p);
+	srv_cleanup(&v);
+}
+END_TEST
+
+/* A server gone: after a failed connect, calls make no connection until
+ * the back-off's window closes, however many come; then one connect a
+ * window; one that works ends it. */
+START_TEST(test_backoff)
+{
+	char uri[64];
+	struct srv v;
+	struct pages p;
+	kvs_store_t *s;
+	uint64_t io;
+	int i, n = 0;
+
+	srv_tcp(&v, NULL);
+	pages_make(&p, 4, 4096, 121);
+	uri_of(&v, uri, sizeof(uri));
+	retry_ms = 3600u * 1000u; /* an hour: every call below is inside it */
+	s = open_store(uri, 4096, NULL, 0, NULL, 0);
+	retry_ms = 0;
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(set_all(s, &p), 4);
+	srv_kill(&v);
+	hook_calls = 0;
+	hook_port = v.port;
+	/* The first call finds its connection dead (no connect); the next
+	 * connects, is refused, and opens the window. */
+	for (i = 0; i < 30; i++) {
+		ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0);
+		ck_assert_int_eq(get_all(s, &p), 0);
+		make_keys(p.keys, 4, 122 + (uint64_t)i);
+		ck_assert_int_eq(set_all(s, &p), 0);
+		n += 12;
+	}
+	ck_assert_int_eq(hook_calls, 1);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_io_errors), (uint64_t)n);
+	/* Back on its port, but the window is still open: no connect yet. */
+	srv_start(&v);
+	hook_calls = 0;
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0);
+	ck_assert_int_eq(hook_calls, 0);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 0);
+	kvs_store_close(s);
+
+	/* A short window closes: connects come again, one a window, and one
+	 * that works ends the back-off. */
+	retry_ms = 1;
+	s = open_store(uri, 4096, NULL, 0, NULL, 0);
+	retry_ms = 0;
+	ck_assert_ptr_nonnull(s);
+	srv_kill(&v);
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0); /* the dead connection */
+	hook_calls = 0;
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0); /* refused */
+	ck_assert_int_eq(hook_calls, 1);
+	for (i = 0; i < 10000 && hook_calls < 3; i++) {
+		ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0);
+		usleep(1000);
+	}
+	ck_assert_int_ge(hook_calls, 3);
+	srv_start(&v);
+	for (i = 0; i < 10000 && st(s, KVS_STORE_STAT_reconnects) == 0; i++) {
+		kvs_store_exists(s, p.keys, 4);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 1);
+	io = st(s, KVS_STORE_STAT_io_errors);
+	ck_assert_int_eq(set_all(s, &p), 4);
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 4);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_io_errors), io);
+	hook_port = 0;
+	kvs_store_close(s);
+	pages_free(&p);
+	srv_cleanup(&v);
+}
+END_TEST
+
+/* The suite's way of making a self-connection works: a socket bound to a
+ * port and connected to its own address is connected to itself. */
+START_TEST(test_self_connect_raw)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)},
+			   me, peer;
+	socklen_t l = sizeof(a), lm = sizeof(me), lp = sizeof(peer);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&me, &lm), 0);
+	ck_assert_int_eq(getpeername(fd, (struct sockaddr *)&peer, &lp), 0);
+	ck_assert_int_eq(me.sin_port, peer.sin_port);
+	ck_assert_int_eq(me.sin_addr.s_addr, peer.sin_addr.s_addr);
+	close(fd);
+}
+END_TEST
+
+/* The server's port, nothing listening on it, and the store's reconnect
+ * connected to itself: refused and closed, not taken for the server (it
+ * would echo the PING), so the port is free and the server comes back on
+ * it; open refuses a self-connection as well (ECONNREFUSED). */
+START_TEST(test_self_connect)
+{
+	char uri[64];
+	struct srv v;
+	struct pages p;
+	kvs_store_t *s;
+	int i;
+
+	srv_tcp(&v, NULL);
+	pages_make(&p, 4, 4096, 131);
+	uri_of(&v, uri, sizeof(uri));
+	retry_ms = 1;
+	s = open_store(uri, 4096, NULL, 0, NULL, 0);
+	retry_ms = 0;
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(set_all(s, &p), 4);
+	srv_kill(&v);
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0); /* the dead connection */
+	hook_calls = 0;
+	hook_port = v.port;
+	hook_self = true;
+	ck_assert_int_eq(kvs_store_exists(s, p.keys, 4), 0);
+	ck_assert_int_eq(hook_calls, 1);
+	ck_assert(!hook_self);
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 0);
+	hook_port = 0;
+	srv_start(&v); /* the port is free */
+	for (i = 0; i < 10000 && st(s, KVS_STORE_STAT_reconnects) == 0; i++) {
+		kvs_store_exists(s, p.keys, 4);
+		usleep(1000);
+	}
+	ck_assert_uint_eq(st(s, KVS_STORE_STAT_reconnects), 1);
+	ck_assert_int_eq(set_all(s, &p), 4);
+	ck_assert_int_eq(get_all(s, &p), 4);
+	check_same(&p, 4);
+	kvs_store_close(s);
+	/* Open. */
+	srv_kill(&v);
+	hook_port = v.port;
+	hook_self = true;
+	errno = 0;
+	ck_assert_ptr_null(open_store(uri, 4096, NULL, 0, NULL, 0));
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	ck_assert(!hook_self);
+	hook_port = 0;
+	srv_start(&v);
+	s = open_store(uri, 4096, NULL, 0, NULL, 0);
+	ck_assert_ptr_nonnull(s);
 	kvs_store_close(s);
 	pages_free(&p);
 	srv_cleanup(&v);
@@ -899,6 +1101,9 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_unix);
 	tcase_add_test(tc, test_kill_restart);
 	tcase_add_test(tc, test_stall_and_kill_in_flight);
+	tcase_add_test(tc, test_backoff);
+	tcase_add_test(tc, test_self_connect_raw);
+	tcase_add_test(tc, test_self_connect);
 	tcase_add_test(tc, test_corrupt);
 	tcase_add_test(tc, test_fault_wrapper);
 	tcase_add_test(tc, test_threads);
