@@ -88,7 +88,7 @@ static const struct stat_def pool_defs[] = {
 /* kvs_hcache_stats_t, field by field (window_hit_ratio is the one double). */
 #define HC_U64(f, k, d) {#f, KVS_M_KIND_##k, d}
 static const struct stat_def hcache_defs[] = {
-	HC_U64(queries, counter, "kvs_hcache_lookup() calls"),
+	HC_U64(queries, counter, "requests looked up (lookup and admit calls)"),
 	HC_U64(query_blocks, counter, "blocks those lookups could have hit"),
 	HC_U64(hit_blocks, counter, "blocks those lookups hit"),
 	HC_U64(window_queries, gauge, "lookups over the last window requests"),
@@ -99,6 +99,10 @@ static const struct stat_def hcache_defs[] = {
 	HC_U64(free_queue_blocks, gauge, "cached blocks of refcount 0"),
 	HC_U64(used_blocks, gauge, "blocks of refcount > 0"),
 	HC_U64(evictions, counter, "cached blocks evicted"),
+	HC_U64(query_tokens, counter, "the requests' tokens (vLLM's prefix-cache queries)"),
+	HC_U64(hit_tokens, counter, "their hit blocks' tokens (vLLM's prefix-cache hits)"),
+	HC_U64(window_query_tokens, gauge, "query_tokens over the last window requests"),
+	HC_U64(window_hit_tokens, gauge, "hit_tokens over the last window requests"),
 };
 static const size_t hcache_off[] = {
 	offsetof(kvs_hcache_stats_t, queries),
@@ -112,6 +116,10 @@ static const size_t hcache_off[] = {
 	offsetof(kvs_hcache_stats_t, free_queue_blocks),
 	offsetof(kvs_hcache_stats_t, used_blocks),
 	offsetof(kvs_hcache_stats_t, evictions),
+	offsetof(kvs_hcache_stats_t, query_tokens),
+	offsetof(kvs_hcache_stats_t, hit_tokens),
+	offsetof(kvs_hcache_stats_t, window_query_tokens),
+	offsetof(kvs_hcache_stats_t, window_hit_tokens),
 };
 _Static_assert(sizeof(hcache_defs) / sizeof(hcache_defs[0]) ==
 		       sizeof(hcache_off) / sizeof(hcache_off[0]),

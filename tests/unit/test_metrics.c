@@ -111,6 +111,10 @@ static void expect_all(struct exps *x, const struct objs *o)
 	expect(x, "hcache", "hit_blocks", 1, o->lhc, hs.hit_blocks);
 	expect(x, "hcache", "cached_blocks", 0, o->lhc, hs.cached_blocks);
 	expect(x, "hcache", "used_blocks", 0, o->lhc, hs.used_blocks);
+	expect(x, "hcache", "query_tokens", 1, o->lhc, hs.query_tokens);
+	expect(x, "hcache", "hit_tokens", 1, o->lhc, hs.hit_tokens);
+	expect(x, "hcache", "window_query_tokens", 0, o->lhc, hs.window_query_tokens);
+	expect(x, "hcache", "window_hit_tokens", 0, o->lhc, hs.window_hit_tokens);
 	for (int i = 0; i < KVS_HPOOL_STAT__COUNT; i++)
 		expect(x, "hpool", kvs_hpool_stat_name(i), hpool_kind[i], o->lhp,
 		       kvs_hpool_stat(o->hp, i));
