@@ -1428,6 +1428,24 @@ START_TEST(test_split_in_flight)
 }
 END_TEST
 
+/* An insert of locations near INT32_MAX, for a page size whose aligned locations reach INT32_MAX inside a
+ * page (2147483646 is a multiple of 3): the third location is compared
+ * with INT32_MAX + 1, which the check must not compute in int32_t (UBSan
+ * reports the overflow of the check before this fix). */
+START_TEST(test_insert_int32_max)
+{
+	int32_t k[3] = {1, 2, 3}, locs[3] = {INT32_MAX - 1, INT32_MAX, 0};
+	struct env e;
+
+	env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 3, KVS_WRITE_THROUGH, 0, 64, 64);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert(e.h, k, 3, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_bad_input)
 {
 	int32_t k[8] = {1, 2, 3, 4, 5, 6, 7, 8}, locs[8];
@@ -1869,6 +1887,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
+	tcase_add_loop_test(tc, test_insert_int32_max, 0, nb);
 	tcase_add_loop_test(tc, test_insert_guard, 0, nb);
 	tcase_add_loop_test(tc, test_foreign_node, 0, nb);
 	tcase_add_loop_test(tc, test_unlock_unowned, 0, nb);

@@ -95,7 +95,7 @@ static void usage(FILE *f)
 		"                          memory (64G) or R times the device budget (2x)\n"
 		"      --write-policy=P    write_through, write_through_selective or write_back\n"
 		"                                                                  [write_through]\n"
-		"      --load-back-threshold=N  host hits below N tokens are recomputed   [0]\n"
+		"      --load-back-threshold=N  host hits below N tokens are recomputed  [10]\n"
 		"      --storage=URI       a store (L3) under the host tier: file:///DIR,\n"
 		"                          redis://HOST:PORT; replays sharing it share L3\n"
 		"      --prefetch-threshold=N  fewer tokens in the store are not fetched [256]\n"
