@@ -4,8 +4,10 @@
  * hiredis: "redis://[[user]:password@]host[:port][/db]" and
  * "redis+unix:///path/to/socket[?db=N]".
  *
- * One key per object: attr.key_prefix (if any) then the object name the
- * core passes; the value is the object itself, the 64-byte header then the
+ * One key per object: attr.key_prefix (if any), the object name the core
+ * passes, then "." and the namespace's fingerprint in 16 hex digits, so
+ * that namespaces whose names agree (another page size, a model name alike
+ * in its first 63 sanitized bytes) never share a key; the value is the object itself, the 64-byte header then the
  * page's value, binary as it is.  Every call is one pipeline: EXISTS, GET
  * or "SET key value NX [EX ttl]" for each page, sent together, the replies
  * read in order.  A key already present is not rewritten (NX).
@@ -271,14 +273,27 @@ static int buf_str(struct rstore *rs, const char *a)
 	return buf_arg(rs, a, strlen(a), "", 0);
 }
 
-/* "{cmd} {key}": the key is attr.key_prefix and @name. */
-static int buf_keycmd(struct kvs_store *s, struct rstore *rs, const char *cmd, const char *name)
+/* The key of object @name as one argument: attr.key_prefix, @name, "." and
+ * the namespace's fingerprint (16 hex digits). */
+static int buf_key(struct kvs_store *s, struct rstore *rs, const char *name)
 {
 	const char *pre = s->attr.key_prefix ? s->attr.key_prefix : "";
+	size_t np = strlen(pre), nn = strlen(name);
+	char fp[18];
 
+	snprintf(fp, sizeof(fp), ".%016llx", (unsigned long long)s->ns_fp);
+	if (buf_fmt(rs, "$", np + nn + 17) < 0 || buf_put(rs, pre, np) < 0 ||
+	    buf_put(rs, name, nn) < 0 || buf_put(rs, fp, 17) < 0)
+		return -1;
+	return buf_put(rs, "\r\n", 2);
+}
+
+/* "{cmd} {key}". */
+static int buf_keycmd(struct kvs_store *s, struct rstore *rs, const char *cmd, const char *name)
+{
 	if (buf_fmt(rs, "*", 2) < 0 || buf_str(rs, cmd) < 0)
 		return -1;
-	return buf_arg(rs, pre, strlen(pre), name, strlen(name));
+	return buf_key(s, rs, name);
 }
 
 /* Send every byte of @iov (it is consumed); 0, or -1 with errno.  The
@@ -811,7 +826,6 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 		      const void *const *hdr, const void *const *val, int *res)
 {
 	struct rstore *rs = s->be_priv;
-	const char *pre = s->attr.key_prefix ? s->attr.key_prefix : "";
 	size_t i, failed = 0, *cut = NULL;
 	struct iovec *iov = NULL;
 	char ttl[16];
@@ -836,7 +850,7 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 	rs->len = 0;
 	for (i = 0; i < n; i++) {
 		if (buf_fmt(rs, "*", s->attr.ttl_s ? 6 : 4) < 0 || buf_str(rs, "SET") < 0 ||
-		    buf_arg(rs, pre, strlen(pre), names[i], strlen(names[i])) < 0 ||
+		    buf_key(s, rs, names[i]) < 0 ||
 		    buf_fmt(rs, "$", STORE_HDR_BYTES + s->attr.page_bytes) < 0) {
 			failed = n;
 			goto out;

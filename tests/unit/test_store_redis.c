@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
+#include <openssl/sha.h>
 
 #include "testutil.h"
 
@@ -330,13 +331,25 @@ static uint64_t st(kvs_store_t *s, enum kvs_store_stat i)
 	return kvs_store_stat(s, i);
 }
 
-/* The Redis key of @k: prefix, 64 hex digits, the default namespace. */
-static void key_name(char *buf, size_t n, const char *prefix, const kvs_page_key_t *k)
+/* The Redis key of @k in the default namespace with pages of @page_bytes:
+ * prefix, 64 hex digits, the namespace, and "." and its fingerprint: the
+ * first 8 bytes, little-endian, of SHA-256 of
+ * "{model}\n{rank}\n{size}\n{layout}\n{page_bytes}\n{salt}". */
+static void key_name(char *buf, size_t n, const char *prefix, const kvs_page_key_t *k,
+		     size_t page_bytes)
 {
-	char hex[2 * KVS_PAGE_KEY_BYTES + 1];
+	char hex[2 * KVS_PAGE_KEY_BYTES + 1], ns[128];
+	unsigned char d[SHA256_DIGEST_LENGTH];
+	uint64_t fp;
+	int len;
 
 	kvs_page_key_hex(k, hex);
-	snprintf(buf, n, "%s%s_default_0_1", prefix ? prefix : "", hex);
+	len = snprintf(ns, sizeof(ns), "default\n0\n1\n%d\n%zu\n", KVS_HPOOL_PAGE_FIRST,
+		       page_bytes);
+	SHA256((const unsigned char *)ns, (size_t)len, d);
+	memcpy(&fp, d, 8);
+	snprintf(buf, n, "%s%s_default_0_1.%016llx", prefix ? prefix : "", hex,
+		 (unsigned long long)fp);
 }
 
 static long long raw_int(redisContext *c, const char *cmd, const char *key)
@@ -488,7 +501,7 @@ START_TEST(test_prefix_ttl)
 	ck_assert_ptr_nonnull(s);
 	ck_assert_int_eq(set_all(s, &p), 3);
 	for (i = 0; i < 3; i++) {
-		key_name(key, sizeof(key), "pfx:", &p.keys[i]);
+		key_name(key, sizeof(key), "pfx:", &p.keys[i], 8192);
 		ck_assert_int_eq(raw_int(c, "EXISTS", key), 1);
 		ck_assert_int_eq(raw_int(c, "STRLEN", key), 64 + 8192);
 		ttl = raw_int(c, "TTL", key);
@@ -502,13 +515,13 @@ START_TEST(test_prefix_ttl)
 	ck_assert_ptr_nonnull(s3);
 	ck_assert_int_eq(kvs_store_exists(s3, p.keys, 3), 0);
 	ck_assert_int_eq(set_all(s3, &p), 3);
-	key_name(key, sizeof(key), NULL, &p.keys[0]);
+	key_name(key, sizeof(key), NULL, &p.keys[0], 8192);
 	ck_assert_int_eq(raw_int(c, "TTL", key), -1); /* no TTL: none set */
 	ck_assert_int_eq(get_all(s2, &p), 0);
 	ck_assert_int_eq(get_all(s3, &p), 3);
 	check_same(&p, 3);
 	for (i = 0; i < 3; i++) {
-		key_name(key, sizeof(key), NULL, &p.keys[i]);
+		key_name(key, sizeof(key), NULL, &p.keys[i], 8192);
 		raw_int(c, "DEL", key);
 	}
 	kvs_store_close(s);
@@ -615,7 +628,7 @@ START_TEST(test_uri)
 	kvs_store_close(s);
 	c = raw_connect(&main_srv);
 	ck_assert_ptr_nonnull(c);
-	key_name(key, sizeof(key), "db:", &p.keys[0]);
+	key_name(key, sizeof(key), "db:", &p.keys[0], 4096);
 	ck_assert_int_eq(raw_int(c, "EXISTS", key), 0);
 	r = redisCommand(c, "SELECT 5");
 	freeReplyObject(r);
@@ -964,7 +977,7 @@ START_TEST(test_corrupt)
 		redisReply *r;
 		char *v;
 
-		key_name(key, sizeof(key), "bad:", &p.keys[k]);
+		key_name(key, sizeof(key), "bad:", &p.keys[k], 16 << 10);
 		r = redisCommand(c, "GET %s", key);
 		ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
 		ck_assert_uint_eq(r->len, len);
@@ -986,7 +999,7 @@ START_TEST(test_corrupt)
 		ck_assert_int_eq(raw_int(c, "EXISTS", key), 0);
 	}
 	/* A key of another type: a failed read, not a bad value. */
-	key_name(key, sizeof(key), "bad:", &p.keys[NCASE]);
+	key_name(key, sizeof(key), "bad:", &p.keys[NCASE], 16 << 10);
 	raw_int(c, "DEL", key);
 	freeReplyObject(redisCommand(c, "LPUSH %s x", key));
 	ck_assert_int_eq(kvs_store_get(s, &p.keys[NCASE], 1, (void *const *)&p.out[NCASE]), 0);
@@ -995,6 +1008,44 @@ START_TEST(test_corrupt)
 	raw_int(c, "DEL", key);
 	kvs_store_close(s);
 	pages_free(&p);
+	redisFree(c);
+}
+END_TEST
+
+/* Two namespaces whose names agree (the default model, rank and layout) but
+ * whose pages differ in size share no key: each stores and reads its own
+ * pages (with one key, the second's SET NX found the first's and its gets
+ * missed). */
+START_TEST(test_ns_keys)
+{
+	char uri[64], key[256];
+	struct pages p1, p2;
+	kvs_store_t *s1, *s2;
+	redisContext *c = raw_connect(&main_srv);
+
+	ck_assert_ptr_nonnull(c);
+	pages_make(&p1, 3, 4096, 131);
+	pages_make(&p2, 3, 8192, 131); /* the same page keys */
+	s1 = open_store(uri_of(&main_srv, uri, sizeof(uri)), 4096, "ns:", 0, NULL, 0);
+	s2 = open_store(uri, 8192, "ns:", 0, NULL, 0);
+	ck_assert(s1 && s2);
+	ck_assert_int_eq(set_all(s1, &p1), 3);
+	ck_assert_int_eq(set_all(s2, &p2), 3);
+	ck_assert_int_eq(kvs_store_exists(s2, p2.keys, 3), 3);
+	ck_assert_int_eq(get_all(s1, &p1), 3);
+	check_same(&p1, 3);
+	ck_assert_int_eq(get_all(s2, &p2), 3);
+	check_same(&p2, 3);
+	for (size_t i = 0; i < 3; i++) {
+		key_name(key, sizeof(key), "ns:", &p1.keys[i], 4096);
+		ck_assert_int_eq(raw_int(c, "DEL", key), 1);
+		key_name(key, sizeof(key), "ns:", &p2.keys[i], 8192);
+		ck_assert_int_eq(raw_int(c, "DEL", key), 1);
+	}
+	kvs_store_close(s1);
+	kvs_store_close(s2);
+	pages_free(&p1);
+	pages_free(&p2);
 	redisFree(c);
 }
 END_TEST
@@ -1021,7 +1072,7 @@ START_TEST(test_fault_wrapper)
 	ck_assert_int_eq(kvs_store_fault_fail_nth(f, KVS_SOP_GET, 1, KVS_SFAULT_CORRUPT), 0);
 	ck_assert_int_eq(get_all(f, &p), 0);
 	ck_assert_uint_eq(st(f, KVS_STORE_STAT_checksum_fail), 1);
-	key_name(key, sizeof(key), "flt:", &p.keys[0]);
+	key_name(key, sizeof(key), "flt:", &p.keys[0], 8192);
 	ck_assert_int_eq(raw_int(c, "EXISTS", key), 0); /* removed through the backend */
 	ck_assert_int_eq(kvs_store_exists(f, p.keys, 4), 0);
 	ck_assert_int_eq(kvs_store_exists(f, p.keys + 1, 3), 3);
@@ -1106,6 +1157,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, test_self_connect);
 	tcase_add_test(tc, test_corrupt);
 	tcase_add_test(tc, test_fault_wrapper);
+	tcase_add_test(tc, test_ns_keys);
 	tcase_add_test(tc, test_threads);
 	suite_add_tcase(s, tc);
 	return s;
