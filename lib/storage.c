@@ -11,8 +11,11 @@
  * Names.  An object is named "{64 hex digits}_{model}_{tp_rank}_{tp_size}"
  * (SGLang's file backend's names, less its ".bin"), then "_lf" when
  * the store was opened for a LAYER_FIRST host pool, then "_s" and 16 hex
- * digits of SHA-256 of the salt when there is one.  The model name keeps
- * [A-Za-z0-9._-] and turns every other byte into '-'.
+ * digits of SHA-256 of the salt when there is one, then "." and the
+ * namespace's fingerprint (below) in 16 hex digits.  The model name keeps
+ * [A-Za-z0-9._-] and turns every other byte into '-'; the fingerprint
+ * holds what the name loses (the model past 63 bytes, the page bytes), so
+ * two namespaces never share a name.
  *
  * The envelope (lib/storage_be.h): a header with the key, a fingerprint
  * of the whole namespace (model, rank, size, layout, salt, page bytes),
@@ -22,8 +25,7 @@
  * torn object or a flipped bit of ours; another engine's file, another
  * namespace's object, or one too short to tell, is left alone.  So a
  * store never hands back KV that is not the page's, and never deletes
- * what it did not write.  The file backend adds the fingerprint to its
- * file names, so there two namespaces never even share a name.
+ * what it did not write.
  *
  * The value is the page in PAGE_FIRST order (layer 0 K, layer 0 V, layer
  * 1 K, ...) whatever the host pool's layout: kvs_store_get_pages() and
@@ -313,26 +315,8 @@ static void store_free(struct kvs_store *s)
 	free(s);
 }
 
-/* SHA-256 of @n bytes. */
-static int sha_bytes(const void *p, size_t n, uint8_t out[32])
-{
-#ifdef KVS_HAVE_LIBCRYPTO
-	SHA256_CTX c;
-
-	SHA256_Init(&c);
-	SHA256_Update(&c, p, n);
-	SHA256_Final(out, &c);
-	return 0;
-#else
-	(void)p;
-	(void)n;
-	(void)out;
-	return kvs_fail(ENOTSUP);
-#endif
-}
-
 /* SHA-256 of the string @a, @n bytes of @mid, and the string @b. */
-static int sha_parts(const char *a, const char *mid, size_t n, const char *b, uint8_t out[32])
+static int sha_parts(const char *a, const void *mid, size_t n, const char *b, uint8_t out[32])
 {
 #ifdef KVS_HAVE_LIBCRYPTO
 	SHA256_CTX c;
@@ -351,6 +335,12 @@ static int sha_parts(const char *a, const char *mid, size_t n, const char *b, ui
 	(void)out;
 	return kvs_fail(ENOTSUP);
 #endif
+}
+
+/* SHA-256 of @n bytes at @p. */
+static int sha_bytes(const void *p, size_t n, uint8_t out[32])
+{
+	return sha_parts("", p, n, "", out);
 }
 
 /* The namespace: its name suffix and fingerprint.  Any length of model
@@ -377,7 +367,7 @@ static int make_ns(struct kvs_store *s)
 		snprintf(salt_fp, sizeof(salt_fp), "_s%02x%02x%02x%02x%02x%02x%02x%02x", d[0], d[1],
 			 d[2], d[3], d[4], d[5], d[6], d[7]);
 	}
-	/* At most 1 + 63 + 2 * 11 + 3 + 18 bytes: always fits. */
+	/* At most 1 + 63 + 2 * 11 + 3 + 18 bytes, 17 more below: always fits. */
 	snprintf(s->ns, sizeof(s->ns), "_%s_%u_%u%s%s", model, s->attr.tp_rank, s->attr.tp_size,
 		 s->attr.layout == KVS_HPOOL_LAYER_FIRST ? "_lf" : "", salt_fp);
 	/* The fingerprint covers what the name may have lost: the full model
@@ -390,6 +380,10 @@ static int make_ns(struct kvs_store *s)
 	if (sha_parts(s->model, mid, (size_t)n, s->salt ? s->salt : "", d) < 0)
 		return -1;
 	s->ns_fp = rd64(d);
+	/* And the fingerprint ends the name, so that no two namespaces share
+	 * a name in any backend: 17 more bytes, which fit as well. */
+	n = (int)strlen(s->ns);
+	snprintf(s->ns + n, sizeof(s->ns) - (size_t)n, ".%016llx", (unsigned long long)s->ns_fp);
 	return 0;
 }
 

@@ -67,7 +67,7 @@ struct kvs_store {
 	void *be_priv;
 	kvs_store_attr_t attr;		/* strings below are copies */
 	char *model, *salt, *password, *key_prefix;
-	char ns[160];			/* "_{model}_{rank}_{size}[_{layout}][_{salt fp}]" */
+	char ns[160];			/* "_{model}_{rank}_{size}[_lf][_s{salt fp}].{fp}" */
 	uint64_t ns_fp;
 	_Atomic uint64_t st[KVS_STORE_STAT__COUNT];
 };

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/store_file.c - the file backend of the storage tier (file:///dir):
- * one object per page, "{name}.{fp}.kvs" in the directory, {fp} the
- * namespace's fingerprint in 16 hex digits, so that the name holds every
- * field of the namespace (two namespaces never share a file) and never
- * meets SGLang's "{key}_{model}_{rank}_{size}.bin" files of raw bytes.
+ * one object per page, "{name}.kvs" in the directory; the core's name
+ * ends with the namespace's fingerprint (".{16 hex}"), so two namespaces
+ * never share a file, and ".kvs" never meets SGLang's
+ * "{key}_{model}_{rank}_{size}.bin" files of raw bytes.
  *
  * Files are the owner's alone, 0600 in directories made 0700 (0640 and
  * 0750 with KVS_STORE_SHARE_GROUP), before the umask; a directory that is
@@ -86,10 +86,10 @@ struct fstore {
 
 #define OBJ_PATH_MAX (STORE_NAME_MAX + 64)
 
-/* The file of object @name: "{name}.{16 hex: the namespace's fingerprint}.kvs". */
-static void obj_path(const struct kvs_store *s, char *buf, const char *name)
+/* The file of object @name: "{name}.kvs". */
+static void obj_path(char *buf, const char *name)
 {
-	snprintf(buf, OBJ_PATH_MAX, "%s.%016llx.kvs", name, (unsigned long long)s->ns_fp);
+	snprintf(buf, OBJ_PATH_MAX, "%s.kvs", name);
 }
 
 /* Open @file for reading without blocking on a FIFO or following a
@@ -472,7 +472,7 @@ static size_t file_exists(struct kvs_store *s, const char *const *names, size_t 
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		obj_path(s, p, names[i]);
+		obj_path(p, names[i]);
 		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			if (errno != ENOENT)
 				store_count(s, KVS_STORE_STAT_io_errors, 1);
@@ -517,7 +517,7 @@ static void file_get(struct kvs_store *s, const char *const *names, size_t n, vo
 		bool ioerr = false;
 		int fd;
 
-		obj_path(s, p, names[i]);
+		obj_path(p, names[i]);
 		got[i] = -1;
 		fd = obj_open(f, p);
 		if (fd < 0) {
@@ -630,7 +630,7 @@ static void file_set(struct kvs_store *s, const char *const *names, size_t n,
 	for (i = 0; i < n; i++) {
 		int fd;
 
-		obj_path(s, p, names[i]);
+		obj_path(p, names[i]);
 		res[i] = 0;
 		if (fstatat(f->dirfd, p, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 		    !(S_ISREG(st.st_mode) && st.st_size == 0)) {
@@ -688,7 +688,7 @@ static int file_remove(struct kvs_store *s, const char *name)
 	char p[OBJ_PATH_MAX];
 	int rc;
 
-	obj_path(s, p, name);
+	obj_path(p, name);
 	rc = unlinkat(f->dirfd, p, 0);
 	if (rc < 0 && errno != ENOENT) {
 		store_count(s, KVS_STORE_STAT_io_errors, 1);

@@ -4,11 +4,10 @@
  * hiredis: "redis://[[user]:password@]host[:port][/db]" and
  * "redis+unix:///path/to/socket[?db=N]".
  *
- * One key per object: attr.key_prefix (if any), the object name the core
- * passes, then "." and the namespace's fingerprint in 16 hex digits, so
- * that namespaces whose names agree (another page size, a model name alike
- * in its first 63 sanitized bytes) never share a key; the value is the object itself, the 64-byte header then the
- * page's value, binary as it is.  Every call is one pipeline: EXISTS, GET
+ * One key per object: attr.key_prefix (if any) then the object name the
+ * core passes, which ends with the namespace's fingerprint, so two
+ * namespaces never share a key; the value is the object itself, the
+ * 64-byte header then the page's value, binary as it is.  Every call is one pipeline: EXISTS, GET
  * or "SET key value NX [EX ttl]" for each page, sent together, the replies
  * read in order.  A key already present is not rewritten (NX).
  *
@@ -66,7 +65,6 @@
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/un.h>
-#include <time.h>
 
 #include <netinet/in.h>
 
@@ -273,19 +271,12 @@ static int buf_str(struct rstore *rs, const char *a)
 	return buf_arg(rs, a, strlen(a), "", 0);
 }
 
-/* The key of object @name as one argument: attr.key_prefix, @name, "." and
- * the namespace's fingerprint (16 hex digits). */
+/* The key of object @name as one argument: attr.key_prefix and @name. */
 static int buf_key(struct kvs_store *s, struct rstore *rs, const char *name)
 {
 	const char *pre = s->attr.key_prefix ? s->attr.key_prefix : "";
-	size_t np = strlen(pre), nn = strlen(name);
-	char fp[18];
 
-	snprintf(fp, sizeof(fp), ".%016llx", (unsigned long long)s->ns_fp);
-	if (buf_fmt(rs, "$", np + nn + 17) < 0 || buf_put(rs, pre, np) < 0 ||
-	    buf_put(rs, name, nn) < 0 || buf_put(rs, fp, 17) < 0)
-		return -1;
-	return buf_put(rs, "\r\n", 2);
+	return buf_arg(rs, pre, strlen(pre), name, strlen(name));
 }
 
 /* "{cmd} {key}". */
@@ -490,14 +481,6 @@ nomem:
 	return kvs_fail(ENOMEM);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Back-off windows double at most this many times. */
 #define RETRY_DOUBLINGS 6
 
@@ -510,13 +493,13 @@ static bool conn_up(struct kvs_store *s, struct rstore *rs)
 
 	if (rs->c)
 		return true;
-	if (rs->fails && now_ns() < rs->retry_at)
+	if (rs->fails && kvs_now_ns() < rs->retry_at)
 		return false;
 	if (rconn(s, rs) < 0) {
 		/* The window starts when the attempt has ended: one that took
 		 * timeout_ms does not use it up. */
 		k = rs->fails < RETRY_DOUBLINGS ? rs->fails : RETRY_DOUBLINGS;
-		rs->retry_at = now_ns() + (rs->retry_ns << k);
+		rs->retry_at = kvs_now_ns() + (rs->retry_ns << k);
 		rs->fails++;
 		return false;
 	}
