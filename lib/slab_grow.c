@@ -793,6 +793,7 @@ int slab_teardown(struct kvs_slab *s)
 {
 	uint64_t i, token;
 	uint32_t b, j;
+	struct chunkset *parked;
 	int err = 0;
 
 	/* Every page is dropped now, held or not: one fence covers them. */
@@ -833,19 +834,22 @@ int slab_teardown(struct kvs_slab *s)
 	}
 	if (s->parked && retry_parked_locked(s) < 0)
 		err = EIO;
-	/* What the driver still refuses is handed to it, parked: it tries
-	 * again at its next allocations and gives it back at its close. */
-	while (s->parked) {
-		struct chunkset *cs = s->parked;
+	parked = s->parked;
+	s->parked = NULL;
+	pthread_mutex_unlock(&s->lock);
+	/* What the driver still refuses is handed to it, parked (no lock of
+	 * ours held across its calls): it tries again at its next allocations
+	 * and gives it back at its close. */
+	while (parked) {
+		struct chunkset *cs = parked;
 
-		s->parked = cs->next;
+		parked = cs->next;
 		for (b = 0; b < s->nbuf; b++)
 			if (cs->c[b])
 				kvsi_drv_park(s->drv, 0, 0, false, cs->c[b], NULL);
 		chunkset_free(s, cs);
 		err = EIO;
 	}
-	pthread_mutex_unlock(&s->lock);
 	for (j = 0; j < s->nstreams; j++)
 		if (s->fence_ev[j])
 			kvs_event_destroy(s->fence_ev[j]);
