@@ -166,6 +166,12 @@ struct host_be {
 	size_t total;
 	size_t gran;
 	bool populate, lazy;
+	/* The memory cgroup, found once at open (cgroup_locate()): the
+	 * directory of the process's cgroup (NULL: no memory controller),
+	 * the length of its mount's part, and whether it is cgroup v1. */
+	char *cg_dir;
+	size_t cg_base;
+	bool cg_v1;
 
 	pthread_mutex_t alock;		/* arenas and chunk table */
 	struct host_arena *arenas;
@@ -192,6 +198,8 @@ static struct host_be *hb_of(struct kvs_drv *d)
 {
 	return d->priv;
 }
+
+static void cgroup_locate(struct host_be *hb);
 
 static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 {
@@ -221,6 +229,8 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 	hb->populate = !hb->lazy && !(attr && (attr->flags & KVS_DRV_F_NO_POPULATE));
 	hb->gran = gran;
 	hb->free_slot = NO_SLOT;
+	if (!hb->lazy)
+		cgroup_locate(hb);
 	pthread_mutex_init(&hb->alock, NULL);
 	pthread_mutex_init(&hb->qlock, NULL);
 	pthread_cond_init(&hb->qwork, NULL);
@@ -256,6 +266,7 @@ static void host_close(struct kvs_drv *d)
 	free(hb->arenas);
 	free(hb->chunks);
 	free(hb->res);
+	free(hb->cg_dir);
 	pthread_cond_destroy(&hb->qwork);
 	pthread_cond_destroy(&hb->qdone);
 	pthread_mutex_destroy(&hb->qlock);
@@ -263,7 +274,7 @@ static void host_close(struct kvs_drv *d)
 	free(hb);
 }
 
-static size_t mem_available(void);
+static size_t mem_available(const struct host_be *hb);
 
 /* Free: what the backend's total leaves, within what the machine can still
  * commit (MemAvailable: free RAM plus the page cache it can reclaim; free
@@ -274,7 +285,7 @@ static int host_mem_info(struct kvs_drv *d, size_t *free_bytes, size_t *total_by
 	struct host_be *hb = hb_of(d);
 	uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
 	size_t f = hb->total > used ? hb->total - used : 0;
-	size_t avail = mem_available();
+	size_t avail = mem_available(hb);
 
 	if (avail < f)
 		f = avail;
@@ -635,26 +646,23 @@ static unsigned long long cg_stat(const char *dir, const char *key)
 }
 
 /*
- * Bytes the process's memory cgroup still lets it charge: for its cgroup
- * and each ancestor with a limit, the limit less the usage it could not
- * reclaim (the inactive page cache is reclaimable), the least of them;
- * SIZE_MAX when no limit applies or none can be read.  cgroup v2 (the
- * "0::" line of /proc/self/cgroup) first, else v1's memory controller.
+ * Find the process's memory cgroup, once, at open: cgroup v2 (the "0::"
+ * line of /proc/self/cgroup) where its hierarchy (the mount, or a hybrid's
+ * "unified") has the memory controller, else v1's memory controller.
  * Inside a cgroup namespace the process's path may not exist under the
- * mount, whose root is then its own cgroup: the walk starts at the
- * deepest directory that exists.
+ * mount, whose root is then its own cgroup: the walk starts at the deepest
+ * directory that exists.  Leaves hb->cg_dir NULL when there is none (or
+ * no memory for its name: then no limit is checked, as before).
  *
  * KVSLAB_CGROUP_ROOT and KVSLAB_CGROUP_PROC stand for /sys/fs/cgroup and
  * /proc/self/cgroup, for tests (kvs_drv_open(3), ENVIRONMENT).
  */
-static size_t cgroup_headroom(void)
+static void cgroup_locate(struct host_be *hb)
 {
 	const char *root = secure_getenv("KVSLAB_CGROUP_ROOT");
 	const char *proc = secure_getenv("KVSLAB_CGROUP_PROC");
 	char line[4096], v2path[4096] = "", v1path[4096] = "", base[4096], dir[8192];
-	unsigned long long lim, use, best = ULLONG_MAX;
 	bool have2 = false, have1 = false, v1;
-	size_t baselen;
 	FILE *f;
 
 	if (!root || !*root)
@@ -663,7 +671,7 @@ static size_t cgroup_headroom(void)
 		proc = "/proc/self/cgroup";
 	f = fopen(proc, "re");
 	if (!f)
-		return SIZE_MAX;
+		return;
 	while (fgets(line, sizeof(line), f)) {
 		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 
@@ -684,8 +692,6 @@ static size_t cgroup_headroom(void)
 		}
 	}
 	fclose(f);
-	/* v2 where its hierarchy has the memory controller (the mount, or
-	 * a hybrid's "unified"); else v1's memory controller. */
 	v1 = true;
 	if (have2) {
 		for (int i = 0; i < 2 && v1; i++) {
@@ -697,13 +703,32 @@ static size_t cgroup_headroom(void)
 	}
 	if (v1) {
 		if (!have1)
-			return SIZE_MAX;
+			return;
 		snprintf(base, sizeof(base), "%s/memory", root);
 	}
-	baselen = strlen(base);
 	snprintf(dir, sizeof(dir), "%s%s", base, v1 ? v1path : v2path);
 	if (access(dir, R_OK) != 0)
 		snprintf(dir, sizeof(dir), "%s", base);
+	hb->cg_dir = strdup(dir);
+	hb->cg_base = strlen(base);
+	hb->cg_v1 = v1;
+}
+
+/*
+ * Bytes the process's memory cgroup still lets it charge now: for its
+ * cgroup (hb->cg_dir) and each ancestor with a limit, the limit less the
+ * usage it could not reclaim (the inactive page cache is reclaimable), the
+ * least of them; SIZE_MAX when no limit applies or none can be read.
+ */
+static size_t cgroup_headroom(const struct host_be *hb)
+{
+	unsigned long long lim, use, best = ULLONG_MAX;
+	char dir[8192];
+	bool v1 = hb->cg_v1;
+
+	if (!hb->cg_dir)
+		return SIZE_MAX;
+	snprintf(dir, sizeof(dir), "%s", hb->cg_dir);
 	for (;;) {
 		char *slash;
 
@@ -718,9 +743,9 @@ static size_t cgroup_headroom(void)
 			if (room < best)
 				best = room;
 		}
-		if (strlen(dir) <= baselen)
+		if (strlen(dir) <= hb->cg_base)
 			break;
-		slash = strrchr(dir + baselen, '/');
+		slash = strrchr(dir + hb->cg_base, '/');
 		if (!slash)
 			break;
 		*slash = 0;
@@ -730,9 +755,9 @@ static size_t cgroup_headroom(void)
 
 /* Bytes this process can still commit: the machine's, within its memory
  * cgroup's limit. */
-static size_t mem_available(void)
+static size_t mem_available(const struct host_be *hb)
 {
-	size_t m = machine_available(), c = cgroup_headroom();
+	size_t m = machine_available(), c = cgroup_headroom(hb);
 
 	return c < m ? c : m;
 }
@@ -754,7 +779,7 @@ static int commit_check(struct kvs_drv *d, struct host_be *hb, size_t size)
 				    size, avail);
 		return kvs_fail(ENOMEM);
 	}
-	avail = cgroup_headroom();
+	avail = cgroup_headroom(hb);
 	if (size > avail) {
 		kvsi_drv_set_detail(d, "host: %zu bytes more than the %zu the memory cgroup's "
 				    "limit leaves", size, avail);
