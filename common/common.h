@@ -11,22 +11,22 @@
  * essay says how it keeps to it; each function's Context: line names what
  * it takes).  A thread may take a lock only while holding locks above it:
  *
- *  0. pool->elastic (lib/elastic.c): serializes kvs_pool_set_limit() and
+ *  0. pool->elastic (lib/elastic/elastic.c): serializes kvs_pool_set_limit() and
  *     kvs_pool_compact() on one pool.  Takes radix->wlock and slab->lock
  *     under it, and waits for fences with neither held.
- *  1. flow->lock (lib/flow.c): serializes one flow object's calls.
- *  2. radix->wlock (lib/radix.c): the prefix cache's single writer.  Held
+ *  1. flow->lock (lib/flow/flow.c): serializes one flow object's calls.
+ *  2. radix->wlock (lib/cache/radix.c): the prefix cache's single writer.  Held
  *     across frees of evicted pages (so it comes before slab->lock) and
  *     across KV-event callbacks, which may only read (kvs_radix_match_ro).
- *     hc->lock (lib/hashcache.c), the hashed block cache's writer lock,
+ *     hc->lock (lib/cache/hashcache.c), the hashed block cache's writer lock,
  *     sits at the same level: the two caches never nest.  The KV event
- *     publisher's queue lock (lib/kvpub.c) is taken inside either, for an
+ *     publisher's queue lock (lib/ops/kvpub.c) is taken inside either, for an
  *     event's copy only.  RCU readers take no lock and may be inside any
- *     of these.  h->lock (lib/hiradix.c), the hierarchical radix
+ *     of these.  h->lock (lib/cache/hiradix.c), the hierarchical radix
  *     cache's mutex around every call, sits at this level too: it calls
  *     the host pool and the device pool under it, and waits for transfers
  *     under it (those waits take no library lock).
- *  3. hp->lock (lib/hostpool.c): the host pool's free pages, page states
+ *  3. hp->lock (lib/tier/hostpool.c): the host pool's free pages, page states
  *     and busy counts, its transfers' states and its counters.  Taken
  *     inside the locks above (a tiered cache calls the host pool from its
  *     writer section); never held across a driver call or a wait for the
@@ -84,7 +84,7 @@ static inline int kvs_fail(int err)
 /*
  * Parse SIZE: decimal digits, then an optional K, M, G or T (powers of
  * 1024, either case) and an optional "B" or "iB".  0, or -1 with errno
- * EINVAL or ERANGE.  For the control socket (lib/ctl.c) and its client
+ * EINVAL or ERANGE.  For the control socket (lib/ops/ctl.c) and its client
  * (tools/ctl_client.c), which must agree on it.
  */
 static inline int kvs_parse_size(const char *s, uint64_t *out)

@@ -161,7 +161,7 @@ static inline void *kvsi_grow(void *arr, size_t *cap, size_t n, size_t size)
 	return nw;
 }
 
-/* A text grown as it is written (lib/ctl.c's responses, lib/metrics.c's
+/* A text grown as it is written (lib/ops/ctl.c's responses, lib/ops/metrics.c's
  * scrape): after a failed growth it takes nothing more and says so in
  * nomem.  Zeroed to start; @first is the first capacity (0: 4096). */
 struct kvsi_buf {
@@ -218,25 +218,25 @@ static inline uint64_t gcd_u64(uint64_t a, uint64_t b)
 	return a;
 }
 
-/* lib/slab.c, for kvs_pool_free(): free the pages of token locations with
+/* lib/mem/slab.c, for kvs_pool_free(): free the pages of token locations with
  * no allocation (see there). */
 struct kvs_slab;
 int kvsi_slab_free_locs(struct kvs_slab *s, size_t n, const int32_t *locs, uint32_t ps);
-/* lib/slab.c, for the radix cache's checks and slab-aware eviction: over
+/* lib/mem/slab.c, for the radix cache's checks and slab-aware eviction: over
  * pages [first, first + n), whether every one is held (count > 0), and how
  * many are held exactly once.  Lock-free reads, stale at once. */
 bool kvsi_slab_run_held(struct kvs_slab *s, uint32_t first, uint32_t n);
 uint32_t kvsi_slab_run_sole(struct kvs_slab *s, uint32_t first, uint32_t n);
 uint64_t kvsi_slab_share_gen(struct kvs_slab *s);
-/* lib/slab.c, for the radix cache's eviction: kvs_slab_free_bulk() of the
+/* lib/mem/slab.c, for the radix cache's eviction: kvs_slab_free_bulk() of the
  * pages of @n runs of consecutive pages, found once by the caller. */
 struct kvsi_page_run {
 	uint32_t first, len;
 };
 int kvsi_slab_free_page_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs);
 
-/* lib/slab_limit.c, for elastic memory (lib/elastic.c) and slab-aware
- * eviction (lib/radix.c): the run-time limit, a census of the slabs, giving
+/* lib/mem/slab_limit.c, for elastic memory (lib/elastic/elastic.c) and slab-aware
+ * eviction (lib/cache/radix.c): the run-time limit, a census of the slabs, giving
  * slabs back down to a limit, and reading slabs' occupancy. */
 #define KVSI_SLAB_UNMAPPED UINT32_MAX		/* census: no memory behind it */
 #define KVSI_SLAB_STUCK (UINT32_MAX - 1)	/* census: in flight or broken */
@@ -252,7 +252,7 @@ uint32_t kvsi_slab_inuse_locked(struct kvs_slab *s, uint64_t i);
 uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
 void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to);
 
-/* lib/radix.c, for kvs_pool_set_limit() and kvs_pool_compact(): the pages
+/* lib/cache/radix.c, for kvs_pool_set_limit() and kvs_pool_compact(): the pages
  * of unlocked nodes, and evicting what holds pages of chosen slabs. */
 struct kvs_radix;
 int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages);
@@ -262,8 +262,8 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 			void *arg);
 
 /* Every statistic of an object in one snapshot (v[] has the family's
- * __COUNT entries), for lib/metrics.c's scrapes: lib/slab_stat.c,
- * lib/radix.c, lib/hostpool.c, lib/hiradix.c. */
+ * __COUNT entries), for lib/ops/metrics.c's scrapes: lib/mem/slab_stat.c,
+ * lib/cache/radix.c, lib/tier/hostpool.c, lib/cache/hiradix.c. */
 struct kvs_hiradix;
 struct kvs_hpool;
 void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v);
@@ -271,7 +271,7 @@ void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v);
 void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v);
 void kvsi_hiradix_stats_fill(struct kvs_hiradix *h, uint64_t *v);
 
-/* lib/hostpool.c, for the store (lib/storage.c) and lib/hiradix.c: the
+/* lib/tier/hostpool.c, for the store (lib/tier/storage.c) and lib/cache/hiradix.c: the
  * bytes of a host page (every buffer's piece, whatever the layout), and
  * copying held page @page to (@to_buf) or from one page-first buffer of
  * that many bytes; @buf NULL only checks that the page is held.  0, or -1
@@ -280,14 +280,14 @@ struct kvs_hpool;
 size_t kvsi_hpool_page_bytes(const struct kvs_hpool *hp);
 int kvsi_hpool_page_copy(struct kvs_hpool *hp, int32_t page, void *buf, bool to_buf);
 
-/* lib/pool.c, for the host pool (lib/hostpool.c): the driver a pool was
+/* lib/mem/pool.c, for the host pool (lib/tier/hostpool.c): the driver a pool was
  * built on and its model's shape. */
 struct kvs_pool;
 struct kvs_drv;
 struct kvs_model;
 struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p);
 const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p);
-/* ... and, for lib/elastic.c, the lock its calls take (level 0). */
+/* ... and, for lib/elastic/elastic.c, the lock its calls take (level 0). */
 pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p);
 
 /*

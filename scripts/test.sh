@@ -13,7 +13,7 @@ tests/check-install.sh
 make -j"$(nproc)" distcheck
 # One closing line for CI: the libcheck totals of the unit suites.
 total=0 bad=0
-for log in tests/unit/test_*.log; do
+for log in tests/*/test_*.log; do
 	line=$(grep -h -E '^[0-9]+%: Checks: ' "$log" | tail -1)
 	[ -n "$line" ] || continue
 	c=$(echo "$line" | sed -E 's/.*Checks: ([0-9]+).*/\1/')

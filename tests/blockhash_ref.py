@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Reference block hashes for tests/unit/test_blockhash.c, computed the way
+"""Reference block hashes for tests/cache/test_blockhash.c, computed the way
 vLLM v1 does (vllm/v1/core/kv_cache_utils.py: generate_block_hash_extra_keys,
 hash_block_tokens, init_none_hash; vllm/utils/hashing.py: sha256_cbor,
 xxhash_cbor) and, for sha256_cbor_64, the way vLLM's older sha256_cbor_64bit

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Reference page keys for tests/unit/test_storage.c, computed the way
+"""Reference page keys for tests/tier/test_storage.c, computed the way
 SGLang's HiCache does (python/sglang/srt/mem_cache/hicache_storage.py,
 get_hash_str): SHA-256 over the previous page's digest (32 raw bytes,
 nothing for the first page), then each token id as 4 bytes little-endian

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Strict checker of the Prometheus text exposition format 0.0.4 as
-kvs_metrics_write() writes it (tests/unit/test_metrics.c, test_ctl.c).
+kvs_metrics_write() writes it (tests/ops/test_metrics.c, test_ctl.c).
 
 Reads FILE (or stdin); every line must be a # HELP, a # TYPE or a sample,
 each metric's HELP then TYPE come once and before its samples, which

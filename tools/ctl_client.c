@@ -3,6 +3,7 @@
  * tools/ctl_client.c - the client side of the kvslab-ctl(7) protocol: one
  * request line out, data lines back up to "ok" or "error NAME message".
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "common.h"
 #include "ctl_client.h"
 
 int cc_connect(const char *path)
@@ -113,10 +113,34 @@ int cc_request(int fd, const char *request, char **data)
 
 int cc_parse_size(const char *s, unsigned long long *out)
 {
-	uint64_t v;
+	/* The grammar of the server's parser (lib/ops/ctl.c): digits, then an
+	 * optional K, M, G or T (powers of 1024), "i", and "B". */
+	static const char units[] = "kmgt";
+	unsigned long long v = 0, mul = 1;
+	const char *u;
 
-	if (kvs_parse_size(s, &v) < 0)
-		return -1;
+	if (!isdigit((unsigned char)*s))
+		goto bad;
+	for (; isdigit((unsigned char)*s); s++)
+		if (__builtin_mul_overflow(v, 10ULL, &v) ||
+		    __builtin_add_overflow(v, (unsigned long long)(*s - '0'), &v))
+			goto range;
+	if (*s && (u = strchr(units, tolower((unsigned char)*s)))) {
+		mul <<= 10 * (u - units + 1);
+		s++;
+		s += *s == 'i';
+	}
+	s += *s == 'B' || *s == 'b';
+	if (*s)
+		goto bad;
+	if (__builtin_mul_overflow(v, mul, &v))
+		goto range;
 	*out = v;
 	return 0;
+bad:
+	errno = EINVAL;
+	return -1;
+range:
+	errno = ERANGE;
+	return -1;
 }

@@ -1374,7 +1374,7 @@ static uint64_t gcd64(uint64_t a, uint64_t b)
 	return a;
 }
 
-/* As lib/slab.c's slab_tokens(), for the pool's equal buffers. */
+/* As lib/mem/slab.c's slab_tokens(), for the pool's equal buffers. */
 uint64_t rp_slab_tokens(const kvs_model_t *m, uint32_t page_size, size_t granularity,
 			uint32_t granules)
 {

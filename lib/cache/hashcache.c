@@ -1,0 +1,1006 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/cache/hashcache.c - the hashed block cache: vLLM v1's BlockPool
+ * (vllm/v1/core/block_pool.py, kv_cache_utils.py's FreeKVCacheBlockQueue)
+ * over a kvslab KV pool.
+ *
+ * A block is one pool page.  The cache keeps one struct hblock per page of
+ * the pool, indexed by page number, so that a block id is a page number and
+ * its token locations are block * page_size ... + page_size - 1.  A page is
+ * the cache's from kvs_hcache_alloc() until it goes back to the pool: when a
+ * block without a hash is freed to refcount 0, when a cached free block is
+ * evicted by kvs_hcache_evict(), and on reset or destroy.  A cached block
+ * freed to refcount 0 keeps its page and its hash and goes to the tail of
+ * the free queue, an intrusive doubly linked list threaded through the
+ * block array by index: taking a hit block off it and evicting its head are
+ * O(1).  Eviction order is the queue's: least recently freed first, and
+ * among blocks freed by one call, the order the caller gave (vLLM frees a
+ * request's blocks tail first, so the end of the longest prefix goes
+ * first).  kvs_hcache_alloc() takes free pool pages before it evicts.
+ *
+ * The table maps hash -> block.  It is a fixed array of buckets, sized at
+ * create for every page of the pool (there are never more entries than
+ * pages), each a singly linked chain of entries.  Entries are immutable
+ * once published: caching a block allocates an entry and publishes it at
+ * the head of its chain with a release store; removing one unlinks it with
+ * a release store and frees it through call_rcu() (liburcu, bulletproof
+ * flavour, as lib/cache/radix.c), whose worker thread kvs_hcache_create() has
+ * liburcu make, so that no later call allocates inside liburcu.  Writers
+ * are serialized by one mutex; readers (kvs_hcache_match_ro()) walk the
+ * chains inside an RCU read-side critical section with acquire loads and
+ * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
+ * with the same hash gets an entry of its own, in front of the first.
+ *
+ * Locking (the library's lock order is in common/common.h): hc->lock, the
+ * writer lock, sits where radix->wlock does, above slab->lock: it is held
+ * across kvs_pool_alloc() and kvs_pool_free() and across the event
+ * callbacks, which may only call kvs_hcache_match_ro().  It is never held
+ * together with a radix or flow lock.  (common/common.h's list does not
+ * name it yet.)
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <urcu-bp.h>
+
+#include "internal.h"
+#include "kvslab/hashcache.h"
+
+struct hent {
+	_Atomic(struct hent *) next;
+	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
+	kvs_block_hash_t hash;
+	int32_t block;
+	struct rcu_head rcu;
+};
+
+struct hblock {
+	struct hent *ent;		/* NULL: no hash */
+	uint32_t ref;
+	uint32_t mark;			/* scratch for validating a call's input */
+	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
+	bool inq;
+};
+
+struct kvs_hcache {
+	kvs_pool_t *pool;
+	uint32_t ps;
+	uint32_t nblocks;
+	struct hblock *b;
+	_Atomic(struct hent *) *bucket;
+	uint64_t mask;
+	int32_t qhead, qtail;
+	uint64_t qlen, ncached, nused, nevict;
+	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */
+	pthread_mutex_t lock;
+	kvs_hcache_attr_t attr;
+	/* metrics */
+	uint64_t queries, query_blocks, hit_blocks, query_tokens, hit_tokens;
+	uint32_t *wq, *wh;		/* per request of the window: blocks */
+	uint64_t *wqt, *wht;		/* and tokens */
+	uint32_t wpos, wfill;
+	uint64_t wsum_q, wsum_h, wsum_qt, wsum_ht;
+};
+
+/* ---------------------------------------------------------------- hashes */
+
+static bool hash_ok(const kvs_block_hash_t *h)
+{
+	return h->len >= 1 && h->len <= sizeof(h->bytes);
+}
+
+static bool hash_eq(const kvs_block_hash_t *a, const kvs_block_hash_t *b)
+{
+	return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
+}
+
+/* Every byte counts (the caller's hashes need not be uniform), a word at a
+ * time: four multiplies for a SHA-256 digest, then a finalizer. */
+static uint64_t hash_bucket(const kvs_block_hash_t *h)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL ^ h->len;
+	uint32_t i;
+
+	for (i = 0; i < h->len; i += 8) {
+		uint64_t w = 0;
+
+		memcpy(&w, h->bytes + i, h->len - i < 8 ? h->len - i : 8);
+		x = (x ^ w) * 0xff51afd7ed558ccdULL;
+		x ^= x >> 29;
+	}
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+/* The low 64 bits of the hash read as a big-endian integer, as vLLM's
+ * maybe_convert_block_hash() gives them. */
+static uint64_t hash_low64(const kvs_block_hash_t *h)
+{
+	uint32_t i = h->len > 8 ? h->len - 8 : 0;
+	uint64_t x = 0;
+
+	for (; i < h->len; i++)
+		x = (x << 8) | h->bytes[i];
+	return x;
+}
+
+/* ---------------------------------------------------------------- table */
+
+static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
+{
+	uint64_t hv = hash_bucket(h);
+	struct hent *e = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
+
+	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
+		if (e->hv == hv && hash_eq(&e->hash, h))
+			return e;
+	return NULL;
+}
+
+static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
+{
+	_Atomic(struct hent *) *head;
+
+	e->hv = hash_bucket(&e->hash);
+	head = &hc->bucket[e->hv & hc->mask];
+
+	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(head, e, memory_order_release);
+}
+
+/* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
+ * internal.h): readers release it as they leave their read-side section,
+ * the writer before call_rcu(), the callback acquires it; so TSan sees a
+ * reader's last look at an entry, and the writer's, ordered before its
+ * free. */
+static char rcu_gp;
+
+static void hc_free_node_cb(struct rcu_head *r)
+{
+	struct hent *e = caa_container_of(r, struct hent, rcu);
+
+	KVSI_TSAN_ACQUIRE(&rcu_gp);
+	free(e);
+}
+
+static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
+{
+	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
+	struct hent *c;
+
+	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != e)
+		pp = &c->next;
+	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
+			      memory_order_release);
+	KVSI_TSAN_RELEASE(&rcu_gp);
+	call_rcu(&e->rcu, hc_free_node_cb);
+}
+
+/* ---------------------------------------------------------------- events */
+
+/* @tokens: a stored event's n * ps token ids, or NULL; the events point
+ * into it (the caller's array, valid for the callbacks' duration). */
+static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
+{
+	bool stored = type == KVS_KV_STORED;
+
+	if (hc->attr.event_cb) {
+		kvs_hcache_event_t ev = {
+			.type = type, .hashes = h, .nhashes = n, .parent = parent,
+			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
+			.block_size = hc->ps, .extra_key = stored ? extra : 0,
+			.token_ids = stored ? tokens : NULL,
+		};
+		hc->attr.event_cb(hc->attr.event_arg, &ev);
+	}
+	if (hc->attr.kv_event_cb) {
+		kvs_kv_event_t ev = { .type = type };
+		size_t i;
+
+		if (type == KVS_KV_ALL_CLEARED) {
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
+
+			ev.hash = hash_low64(&h[i]);
+			ev.parent_hash = stored && p ? hash_low64(p) : 0;
+			ev.tokens = hc->ps;
+			ev.extra_key = stored ? extra : 0;
+			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+		}
+	}
+}
+
+/* ---------------------------------------------------------------- free queue */
+
+static void q_remove(kvs_hcache_t *hc, int32_t i)
+{
+	struct hblock *b = &hc->b[i];
+
+	if (b->prev >= 0)
+		hc->b[b->prev].next = b->next;
+	else
+		hc->qhead = b->next;
+	if (b->next >= 0)
+		hc->b[b->next].prev = b->prev;
+	else
+		hc->qtail = b->prev;
+	b->prev = b->next = -1;
+	b->inq = false;
+	hc->qlen--;
+}
+
+static void q_push_tail(kvs_hcache_t *hc, int32_t i)
+{
+	struct hblock *b = &hc->b[i];
+
+	b->prev = hc->qtail;
+	b->next = -1;
+	if (hc->qtail >= 0)
+		hc->b[hc->qtail].next = i;
+	else
+		hc->qhead = i;
+	hc->qtail = i;
+	b->inq = true;
+	hc->qlen++;
+}
+
+/* Take the head of the free queue off the queue and out of the table; its
+ * page stays with the caller.  O(1) but for the chain walk. */
+static int32_t evict_head(kvs_hcache_t *hc, bool event)
+{
+	int32_t i = hc->qhead;
+	struct hblock *b = &hc->b[i];
+
+	q_remove(hc, i);
+	if (event)
+		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
+	tbl_remove(hc, b->ent);
+	b->ent = NULL;
+	hc->ncached--;
+	if (event)
+		hc->nevict++;
+	return i;
+}
+
+static void page_free(kvs_hcache_t *hc, int32_t i)
+{
+	int32_t loc = (int32_t)((uint64_t)i * hc->ps);
+
+	kvs_pool_free(hc->pool, 1, &loc);
+}
+
+/* ---------------------------------------------------------------- API */
+
+/**
+ * kvs_hcache_attr_init() - fill @attr with the defaults.
+ * @attr: attributes.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL for NULL.
+ */
+KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
+{
+	if (!attr)
+		return kvs_fail(EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	attr->window = 1000;
+	return 0;
+}
+
+/**
+ * kvs_hcache_create() - a hashed block cache over @pool.
+ * @pool: the KV pool its blocks (one page each) come from.
+ * @attr: attributes, or NULL for the defaults.
+ *
+ * Context: MT-Safe.
+ * Return: the cache, or NULL with errno EINVAL (no pool, window 0, a pool of
+ * no pages) or ENOMEM.
+ */
+KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_attr_t *attr)
+{
+	kvs_hcache_attr_t def;
+	kvs_hcache_t *hc;
+	uint64_t pages, nb = 16;
+
+	if (!attr) {
+		kvs_hcache_attr_init(&def);
+		attr = &def;
+	}
+	if (!pool || attr->window == 0 || kvs_pool_page_size(pool) == 0) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pages = kvs_pool_capacity(pool) / kvs_pool_page_size(pool);
+	if (pages == 0 || pages > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	while (nb < pages)
+		nb <<= 1;
+	/* liburcu makes its call_rcu worker on the first call_rcu() of the
+	 * process, with malloc(), and ends the process if that fails: have it
+	 * made here, so that evicting, which retires entries through
+	 * call_rcu(), never allocates. */
+	get_default_call_rcu_data();
+	hc = calloc(1, sizeof(*hc));
+	if (!hc)
+		return NULL;
+	hc->pool = pool;
+	hc->ps = kvs_pool_page_size(pool);
+	hc->nblocks = (uint32_t)pages;
+	hc->attr = *attr;
+	hc->mask = nb - 1;
+	hc->qhead = hc->qtail = -1;
+	hc->b = calloc(pages, sizeof(*hc->b));
+	hc->bucket = calloc(nb, sizeof(*hc->bucket));
+	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
+	hc->wq = calloc(attr->window, sizeof(*hc->wq));
+	hc->wh = calloc(attr->window, sizeof(*hc->wh));
+	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
+	hc->wht = calloc(attr->window, sizeof(*hc->wht));
+	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht ||
+	    pthread_mutex_init(&hc->lock, NULL)) {
+		free(hc->b);
+		free(hc->bucket);
+		free(hc->scratch);
+		free(hc->wq);
+		free(hc->wh);
+		free(hc->wqt);
+		free(hc->wht);
+		free(hc);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* The records stay untouched until their page is used: the queue
+	 * links are set when a block joins the queue and read only there. */
+	return hc;
+}
+
+/* Give every cached free block's page back and empty the table. */
+static void drop_all(kvs_hcache_t *hc)
+{
+	while (hc->qhead >= 0)
+		page_free(hc, evict_head(hc, false));
+}
+
+/**
+ * kvs_hcache_destroy() - give back every cached page and free the cache.
+ * @hc: cache, or NULL.
+ *
+ * Context: MT-Unsafe: no other call on @hc may run or follow.
+ * Return: 0, or -1 with errno EBUSY (a block is still referenced; nothing
+ * changed).
+ */
+KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
+{
+	if (!hc)
+		return 0;
+	if (hc->nused)
+		return kvs_fail(EBUSY);
+	drop_all(hc);
+	synchronize_rcu();
+	rcu_barrier();
+	pthread_mutex_destroy(&hc->lock);
+	free(hc->b);
+	free(hc->bucket);
+	free(hc->scratch);
+	free(hc->wq);
+	free(hc->wh);
+	free(hc->wqt);
+	free(hc->wht);
+	free(hc);
+	return 0;
+}
+
+static size_t lookup_cap(const kvs_hcache_t *hc, size_t nhashes, size_t ntokens)
+{
+	size_t cap = ntokens ? (ntokens - 1) / hc->ps : 0;
+
+	return cap < nhashes ? cap : nhashes;
+}
+
+static bool hashes_ok(const kvs_block_hash_t *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!hash_ok(&h[i]))
+			return false;
+	return true;
+}
+
+/* Count one request in the hit metrics: @q blocks looked up (after the
+ * cap), @h of them hit, of a request of @qt tokens.  vLLM's hit rate is in
+ * tokens: the request's tokens queried, the hit blocks' tokens hit. */
+static void query_record(kvs_hcache_t *hc, uint32_t q, uint32_t h, uint64_t qt)
+{
+	uint64_t ht = (uint64_t)h * hc->ps;
+
+	hc->queries++;
+	hc->query_blocks += q;
+	hc->hit_blocks += h;
+	hc->query_tokens += qt;
+	hc->hit_tokens += ht;
+	if (hc->wfill == hc->attr.window) {
+		hc->wsum_q -= hc->wq[hc->wpos];
+		hc->wsum_h -= hc->wh[hc->wpos];
+		hc->wsum_qt -= hc->wqt[hc->wpos];
+		hc->wsum_ht -= hc->wht[hc->wpos];
+	} else {
+		hc->wfill++;
+	}
+	hc->wq[hc->wpos] = q;
+	hc->wh[hc->wpos] = h;
+	hc->wqt[hc->wpos] = qt;
+	hc->wht[hc->wpos] = ht;
+	hc->wsum_q += q;
+	hc->wsum_h += h;
+	hc->wsum_qt += qt;
+	hc->wsum_ht += ht;
+	hc->wpos = (hc->wpos + 1) % hc->attr.window;
+}
+
+/* The longest run of @hashes (at most @cap) in the table, into @blocks.
+ * Call with hc->lock held. */
+static size_t find_hits(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
+			int32_t *blocks)
+{
+	size_t k;
+
+	for (k = 0; k < cap; k++) {
+		struct hent *e = tbl_find(hc, &hashes[k]);
+
+		if (!e)
+			break;
+		blocks[k] = e->block;
+	}
+	return k;
+}
+
+/* Reference @n blocks (vLLM's touch()): one of refcount 0 leaves the free
+ * queue.  Call with hc->lock held. */
+static void touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct hblock *b = &hc->b[blocks[i]];
+
+		if (b->ref == 0) {
+			q_remove(hc, blocks[i]);
+			hc->nused++;
+		}
+		b->ref++;
+	}
+}
+
+/**
+ * kvs_hcache_lookup() - find and reference a request's longest run of cached
+ * blocks.
+ * @hc: cache.
+ * @hashes: the request's full blocks' hashes, first block first.
+ * @nhashes: entries of @hashes.
+ * @ntokens: the request's tokens; at most (@ntokens - 1) / block size blocks
+ *           are looked up, so that the last token is always computed.
+ * @blocks: receives the hit blocks, at most min(@nhashes, cap) entries.
+ *
+ * Each hit block gains a reference; one of refcount 0 leaves the free queue.
+ * The call counts as one request in the hit metrics.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: the hit blocks, or -1 with errno EINVAL (NULL, a hash of length 0
+ * or over 32 within the cap; nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *hashes,
+				     size_t nhashes, size_t ntokens, int32_t *blocks)
+{
+	size_t cap, k;
+
+	if (!hc || (nhashes && (!hashes || !blocks)))
+		return kvs_fail(EINVAL);
+	cap = lookup_cap(hc, nhashes, ntokens);
+	if (!hashes_ok(hashes, cap) || cap > UINT32_MAX)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	k = find_hits(hc, hashes, cap, blocks);
+	touch(hc, blocks, k);
+	query_record(hc, (uint32_t)cap, (uint32_t)k, ntokens);
+	pthread_mutex_unlock(&hc->lock);
+	return (ssize_t)k;
+}
+
+/**
+ * kvs_hcache_match_ro() - count a request's longest run of cached blocks
+ * without taking any.
+ * @hc: cache.
+ * @hashes: the hashes, first block first.
+ * @nhashes: entries of @hashes.
+ * @ntokens: the request's tokens (the same cap as kvs_hcache_lookup()).
+ *
+ * Takes no lock: it reads the table inside an RCU read-side critical
+ * section, beside writers.  The count is a snapshot; nothing is referenced
+ * and the metrics are not touched.
+ *
+ * Context: MT-Safe, lock-free.
+ * Return: the count, or -1 with errno EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t *hashes,
+				       size_t nhashes, size_t ntokens)
+{
+	size_t cap, k;
+
+	if (!hc || (nhashes && !hashes))
+		return kvs_fail(EINVAL);
+	cap = lookup_cap(hc, nhashes, ntokens);
+	if (!hashes_ok(hashes, cap))
+		return kvs_fail(EINVAL);
+	rcu_read_lock();
+	for (k = 0; k < cap; k++)
+		if (!tbl_find(hc, &hashes[k]))
+			break;
+	KVSI_TSAN_RELEASE(&rcu_gp);
+	rcu_read_unlock();
+	return (ssize_t)k;
+}
+
+/* Allocate @n new blocks into @blocks, free pool pages first, then cached
+ * free blocks evicted from the queue's head; @hits (@nhits blocks found by
+ * find_hits()) are touched first, so that none of them is evicted, and
+ * only when the whole allocation can be made.  All or nothing: on ENOMEM
+ * the free queue, the refcounts and the pool are as they were.  Call with
+ * hc->lock held. */
+static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32_t *hits,
+			size_t nhits)
+{
+	size_t got = 0, queued_hits = 0, i;
+	uint64_t evictable;
+
+	/* Hits of refcount 0 sit in the free queue but will not be evicted:
+	 * count each once (a caller may name a block twice). */
+	for (i = 0; i < nhits; i++) {
+		struct hblock *b = &hc->b[hits[i]];
+
+		if (b->ref == 0 && !b->mark) {
+			b->mark = 1;
+			queued_hits++;
+		}
+	}
+	for (i = 0; i < nhits; i++)
+		hc->b[hits[i]].mark = 0;
+	evictable = hc->qlen - queued_hits;
+	if (n > kvs_pool_available(hc->pool) / hc->ps + evictable)
+		return kvs_fail(ENOMEM);
+	while (got < n && kvs_pool_alloc(hc->pool, hc->ps, hc->scratch) == 0)
+		blocks[got++] = hc->scratch[0] / (int32_t)hc->ps;
+	if (n - got > evictable) {
+		/* The pool shrank under us (another user): give back. */
+		for (i = 0; i < got; i++)
+			page_free(hc, blocks[i]);
+		return kvs_fail(ENOMEM);
+	}
+	touch(hc, hits, nhits);
+	for (; got < n; got++)
+		blocks[got] = evict_head(hc, true);
+	for (i = 0; i < n; i++)
+		hc->b[blocks[i]].ref = 1;
+	hc->nused += n;
+	return 0;
+}
+
+/**
+ * kvs_hcache_alloc() - allocate @n new blocks.
+ * @hc: cache.
+ * @n: blocks.
+ * @blocks: receives their ids (page numbers).
+ *
+ * Free pool pages are taken first; then cached free blocks are evicted from
+ * the head of the free queue (their hashes leave the table, with a removed
+ * event each).  Each block comes with refcount 1 and no hash.  All or
+ * nothing.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: 0, or -1 with errno EINVAL or ENOMEM (fewer free pages and cached
+ * free blocks than @n; nothing changed).
+ */
+KVS_EXPORT int kvs_hcache_alloc(kvs_hcache_t *hc, size_t n, int32_t *blocks)
+{
+	int rc;
+
+	if (!hc || (n && !blocks))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	rc = alloc_locked(hc, n, blocks, NULL, 0);
+	pthread_mutex_unlock(&hc->lock);
+	return rc;
+}
+
+/**
+ * kvs_hcache_admit() - look up a request's cached prefix and allocate the
+ * rest of its blocks, all or nothing (vLLM's get_computed_blocks() followed
+ * by allocate_slots()).
+ * @hc: cache.
+ * @hashes: the request's full blocks' hashes, first block first.
+ * @nhashes: entries of @hashes.
+ * @ntokens: the request's tokens (the lookup's cap, as kvs_hcache_lookup()).
+ * @nblocks: the blocks the request needs in all, hits included.
+ * @blocks: receives @nblocks ids: the hit blocks first, then the new ones.
+ *
+ * The hits are referenced, and the new blocks allocated as by
+ * kvs_hcache_alloc(), only when all @nblocks - hits new blocks can be had
+ * without evicting a hit; otherwise nothing is referenced, allocated or
+ * evicted and the free queue keeps its order, as vLLM's does after a
+ * failed admission.  The request counts in the hit metrics either way, as
+ * vLLM counts it at lookup.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: the hit blocks, or -1 with errno EINVAL (NULL, a bad hash within
+ * the cap, @nblocks over INT32_MAX; nothing changed) or ENOMEM (too few free
+ * pages and evictable blocks; only the metrics changed).
+ */
+KVS_EXPORT ssize_t kvs_hcache_admit(kvs_hcache_t *hc, const kvs_block_hash_t *hashes,
+				    size_t nhashes, size_t ntokens, size_t nblocks,
+				    int32_t *blocks)
+{
+	size_t cap, lim, k;
+	int rc;
+
+	if (!hc || (nhashes && !hashes) || (nblocks && !blocks) || nblocks > INT32_MAX)
+		return kvs_fail(EINVAL);
+	cap = lookup_cap(hc, nhashes, ntokens);
+	if (!hashes_ok(hashes, cap) || cap > UINT32_MAX)
+		return kvs_fail(EINVAL);
+	lim = cap < nblocks ? cap : nblocks;
+	pthread_mutex_lock(&hc->lock);
+	k = find_hits(hc, hashes, lim, blocks);
+	query_record(hc, (uint32_t)cap, (uint32_t)k, ntokens);
+	rc = alloc_locked(hc, nblocks - k, blocks + k, blocks, k);
+	pthread_mutex_unlock(&hc->lock);
+	return rc < 0 ? -1 : (ssize_t)k;
+}
+
+/* Is @blk a block the caller may hold? */
+static bool held(const kvs_hcache_t *hc, int32_t blk)
+{
+	return blk >= 0 && (uint32_t)blk < hc->nblocks && hc->b[blk].ref > 0;
+}
+
+/**
+ * kvs_hcache_cache() - give full blocks their hashes.
+ * @hc: cache.
+ * @blocks: blocks the caller holds, with no hash yet, distinct.
+ * @n: entries.
+ * @hashes: their hashes, in the same order.
+ * @parent: the hash of the block before @blocks[0] in the request, or NULL.
+ * @extra_key: passed to the stored event (a LoRA id, say).
+ * @tokens: the @n * block size token ids of the blocks, @blocks[0]'s first,
+ *          for the stored event; or NULL (the event carries none).  Only
+ *          the event reads them, during the call.
+ *
+ * Each block enters the table (beside any other block of the same hash);
+ * one stored event names them all.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: 0, or -1 with errno EINVAL (a block not held, already hashed or
+ * repeated, a bad hash length) or ENOMEM; nothing changed.
+ */
+KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
+				const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
+				uint64_t extra_key, const int32_t *tokens)
+{
+	struct hent **ents;
+	size_t i;
+	int err = 0;
+
+	if (!hc || (n && (!blocks || !hashes)) || (parent && !hash_ok(parent)) ||
+	    !hashes_ok(hashes, n))
+		return kvs_fail(EINVAL);
+	if (n == 0)
+		return 0;
+	ents = calloc(n, sizeof(*ents));
+	if (!ents)
+		return kvs_fail(ENOMEM);
+	for (i = 0; i < n; i++) {
+		ents[i] = malloc(sizeof(*ents[i]));
+		if (!ents[i]) {
+			err = ENOMEM;
+			goto out;
+		}
+	}
+	pthread_mutex_lock(&hc->lock);
+	for (i = 0; i < n && !err; i++) {
+		if (!held(hc, blocks[i]) || hc->b[blocks[i]].ent || hc->b[blocks[i]].mark)
+			err = EINVAL;
+		else
+			hc->b[blocks[i]].mark = 1;
+	}
+	while (i--)
+		if (held(hc, blocks[i]))
+			hc->b[blocks[i]].mark = 0;
+	if (!err) {
+		for (i = 0; i < n; i++) {
+			struct hent *e = ents[i];
+
+			e->hash = hashes[i];
+			e->block = blocks[i];
+			tbl_insert(hc, e);
+			hc->b[blocks[i]].ent = e;
+			ents[i] = NULL;
+		}
+		hc->ncached += n;
+		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
+	}
+	pthread_mutex_unlock(&hc->lock);
+out:
+	for (i = 0; i < n; i++)
+		free(ents[i]);
+	free(ents);
+	return err ? kvs_fail(err) : 0;
+}
+
+/**
+ * kvs_hcache_free() - drop one reference to each of @blocks.
+ * @hc: cache.
+ * @blocks: blocks the caller holds; a block may appear as often as it has
+ *          references.  Pass a request's blocks last first.
+ * @n: entries.
+ *
+ * A block whose refcount reaches 0 goes to the tail of the free queue, in
+ * the order of @blocks, when it has a hash, and back to the pool when it
+ * has none.  Never allocates.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: 0, or -1 with errno EINVAL (a block not held, or named more often
+ * than its refcount; nothing changed).
+ */
+KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
+{
+	size_t i;
+	int err = 0;
+
+	if (!hc || (n && !blocks))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = 0; i < n && !err; i++) {
+		if (!held(hc, blocks[i]) || hc->b[blocks[i]].mark >= hc->b[blocks[i]].ref)
+			err = EINVAL;
+		else
+			hc->b[blocks[i]].mark++;
+	}
+	while (i--)
+		if (blocks[i] >= 0 && (uint32_t)blocks[i] < hc->nblocks)
+			hc->b[blocks[i]].mark = 0;
+	if (!err) {
+		for (i = 0; i < n; i++) {
+			struct hblock *b = &hc->b[blocks[i]];
+
+			if (--b->ref)
+				continue;
+			hc->nused--;
+			if (b->ent)
+				q_push_tail(hc, blocks[i]);
+			else
+				page_free(hc, blocks[i]);
+		}
+	}
+	pthread_mutex_unlock(&hc->lock);
+	return err ? kvs_fail(err) : 0;
+}
+
+/**
+ * kvs_hcache_evict() - give up to @n cached free blocks back to the pool.
+ * @hc: cache.
+ * @n: blocks.
+ *
+ * From the head of the free queue, with a removed event each: for another
+ * user of the same pool that needs pages.  Any @n: SIZE_MAX evicts every
+ * cached free block.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: the blocks evicted, or -1 with errno EINVAL (@hc NULL).
+ */
+KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
+{
+	size_t k = 0;
+
+	if (!hc)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	/* Any @n: the queue never holds more than INT32_MAX blocks. */
+	for (; k < n && hc->qhead >= 0; k++)
+		page_free(hc, evict_head(hc, true));
+	pthread_mutex_unlock(&hc->lock);
+	return (ssize_t)k;
+}
+
+/**
+ * kvs_hcache_reset() - forget every cached block.
+ * @hc: cache.
+ *
+ * vLLM's reset_prefix_cache(): refused while any block is referenced; else
+ * every cached free block's page goes back to the pool, the table empties,
+ * the hit-ratio window restarts, and one all-cleared event is sent.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: 0, or -1 with errno EINVAL or EBUSY (blocks in use; nothing
+ * changed).
+ */
+KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
+{
+	if (!hc)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	if (hc->nused) {
+		pthread_mutex_unlock(&hc->lock);
+		return kvs_fail(EBUSY);
+	}
+	drop_all(hc);
+	hc->wpos = hc->wfill = 0;
+	hc->wsum_q = hc->wsum_h = hc->wsum_qt = hc->wsum_ht = 0;
+	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
+	pthread_mutex_unlock(&hc->lock);
+	return 0;
+}
+
+/**
+ * kvs_hcache_stats() - hit metrics and block counts.
+ * @hc: cache.
+ * @st: receives them.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
+{
+	if (!hc || !st)
+		return kvs_fail(EINVAL);
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&hc->lock);
+	st->queries = hc->queries;
+	st->query_blocks = hc->query_blocks;
+	st->hit_blocks = hc->hit_blocks;
+	st->window_queries = hc->wfill;
+	st->window_query_blocks = hc->wsum_q;
+	st->window_hit_blocks = hc->wsum_h;
+	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
+	st->query_tokens = hc->query_tokens;
+	st->hit_tokens = hc->hit_tokens;
+	st->window_query_tokens = hc->wsum_qt;
+	st->window_hit_tokens = hc->wsum_ht;
+	st->cached_blocks = hc->ncached;
+	st->free_queue_blocks = hc->qlen;
+	st->used_blocks = hc->nused;
+	st->evictions = hc->nevict;
+	pthread_mutex_unlock(&hc->lock);
+	return 0;
+}
+
+/**
+ * kvs_hcache_free_queue() - the free queue, next eviction first.
+ * @hc: cache.
+ * @blocks: receives up to @max block ids.
+ * @max: room in @blocks.
+ *
+ * Context: MT-Safe.
+ * Return: the queue's length (which may exceed @max), or -1 with errno
+ * EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max)
+{
+	size_t k = 0;
+	int32_t i;
+	ssize_t len;
+
+	if (!hc || (max && !blocks))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = hc->qhead; i >= 0 && k < max; i = hc->b[i].next)
+		blocks[k++] = i;
+	len = (ssize_t)hc->qlen;
+	pthread_mutex_unlock(&hc->lock);
+	return len;
+}
+
+/**
+ * kvs_hcache_block() - a block's refcount and hash.
+ * @hc: cache.
+ * @block: block id.
+ * @ref: receives the refcount, or NULL.
+ * @hash: receives the hash when it has one, or NULL.
+ *
+ * Context: MT-Safe.
+ * Return: 1 when the block has a hash, 0 when not, or -1 with errno EINVAL
+ * (out of range).
+ */
+KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
+				kvs_block_hash_t *hash)
+{
+	int has;
+
+	if (!hc || block < 0 || (uint32_t)block >= hc->nblocks)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	if (ref)
+		*ref = hc->b[block].ref;
+	has = hc->b[block].ent != NULL;
+	if (has && hash)
+		*hash = hc->b[block].ent->hash;
+	pthread_mutex_unlock(&hc->lock);
+	return has;
+}
+
+/**
+ * kvs_hcache_block_size() - tokens per block (the pool's page size).
+ * @hc: cache.
+ *
+ * Context: MT-Safe.
+ * Return: the block size; 0 for NULL.
+ */
+KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
+{
+	return hc ? hc->ps : 0;
+}
+
+/**
+ * kvs_hcache_validate() - check the cache's invariants.
+ * @hc: cache.
+ *
+ * The free queue links both ways, holds exactly the hashed blocks of
+ * refcount 0, and its length is counted right; every table entry names a
+ * block whose entry it is, in the bucket of its hash; the counts of cached
+ * and used blocks are right.
+ *
+ * Context: MT-Safe (it takes the writer lock).
+ * Return: 0, or -1 with errno EINVAL (@hc NULL) or EUCLEAN (broken).
+ */
+KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
+{
+	uint64_t n = 0, used = 0, ents = 0, inq = 0;
+	int32_t i, prev = -1;
+	int bad = 0;
+
+	if (!hc)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = hc->qhead; i >= 0 && n <= hc->nblocks; i = hc->b[i].next, n++) {
+		struct hblock *b = &hc->b[i];
+
+		if (b->prev != prev || !b->inq || b->ref || !b->ent)
+			bad = 1;
+		prev = i;
+	}
+	if (n != hc->qlen || hc->qtail != prev)
+		bad = 1;
+	for (uint32_t j = 0; j < hc->nblocks; j++) {
+		struct hblock *b = &hc->b[j];
+
+		used += b->ref > 0;
+		inq += b->inq;
+		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) ||
+		    (b->ent && b->ent->block != (int32_t)j))
+			bad = 1;
+	}
+	for (uint64_t k = 0; k <= hc->mask; k++) {
+		struct hent *e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed);
+
+		for (; e; e = atomic_load_explicit(&e->next, memory_order_relaxed)) {
+			ents++;
+			if (e->hv != hash_bucket(&e->hash) || (e->hv & hc->mask) != k || e->block < 0 ||
+			    (uint32_t)e->block >= hc->nblocks || hc->b[e->block].ent != e ||
+			    ents > hc->nblocks)
+				bad = 1;
+			if (ents > hc->nblocks)
+				break;
+		}
+	}
+	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached)
+		bad = 1;
+	pthread_mutex_unlock(&hc->lock);
+	return bad ? kvs_fail(EUCLEAN) : 0;
+}

@@ -1,0 +1,547 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/elastic/elastic.c - elastic KV memory: a limit on what a pool maps that an
+ * engine lowers and raises at run time (engines sharing a device give
+ * memory to each other), and compaction.
+ *
+ * Lowering the limit is planned before anything changes.  A census of the
+ * slabs (lib/mem/slab_limit.c) and the pages the prefix cache holds in
+ * unlocked nodes (lib/cache/radix.c) tell, for every mapped slab, whether a page
+ * in it is *pinned*: held by someone other than the cache's evictable
+ * nodes (a running request, a locked node, a page shared by both).  A slab
+ * with a pinned page cannot empty; those slabs, and the ones in flight or
+ * broken, are the floor: a limit below it fails ENOMEM with nothing
+ * changed.  Otherwise the slabs to give back are the empty ones first, then
+ * the unpinned slabs with the fewest live pages (slab-aware eviction:
+ * whole slabs empty, and no page outside them is evicted, apart from the
+ * nodes below an evicted node, which cannot outlive it).  The cap goes on
+ * first, so nothing maps past it meanwhile; the cache evicts what holds
+ * pages of the chosen slabs; the emptied slabs go back through the
+ * allocator's fenced release (the call waits for the fence), and the chunk
+ * pool too when it is what stands above the limit.
+ *
+ * Locking (the order is in common/common.h).  pool->elastic serializes
+ * these calls on one pool; radix->wlock and slab->lock are taken under it,
+ * one call at a time, never together except as the cache's eviction takes
+ * them.  Allocation, free and matching may run meanwhile: the plan is a
+ * snapshot, so a limit may end up unmet (EBUSY: pages cached by another
+ * thread, or taken meanwhile), which the report shows; the engine calls
+ * this between forward passes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "kvslab/elastic.h"
+
+struct cand {
+	uint64_t slab;
+	uint32_t live, inuse;
+};
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->live != y->live)
+		return x->live < y->live ? -1 : 1;
+	if (x->inuse != y->inuse)
+		return x->inuse < y->inuse ? -1 : 1;
+	return x->slab < y->slab ? -1 : x->slab > y->slab;
+}
+
+/**
+ * kvs_pool_set_limit() - lower or raise the bytes @pool may map, now.
+ * @pool: pool.
+ * @bytes: the new limit on mapped bytes, all buffers (0 gives back all it
+ *         can).  Above the pool's creation budget, the budget still binds.
+ * @cache: the prefix cache over @pool whose unlocked pages may be evicted
+ *         to meet the limit, or NULL.
+ * @rep: receives what was done, or NULL.
+ *
+ * See kvs_pool_set_limit(3).
+ *
+ * Context: MT-Safe; calls on one pool are serialized (pool->elastic), and
+ * take the cache's wlock and slab->lock under it.  Waits for the device
+ * (the release fence) with no lock of the cache or the allocator held.
+ * Return: 0, or -1 with errno EINVAL, ENOMEM (the running requests' slabs
+ * alone exceed @bytes: the limit is not applied, nothing is evicted),
+ * EOPNOTSUPP (a static pool), EBUSY (applied, but pages cached by other
+ * threads or allocated meanwhile keep the mapped bytes above it), or the
+ * driver's errno (applied; what failed to unmap is retried later).
+ */
+KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cache,
+				  kvs_limit_report_t *rep)
+{
+	uint64_t t0 = kvs_now_ns(), nslabs, npages, i, floor = 0, pinned = 0, ncand = 0, nempty = 0;
+	size_t slab_total, mapped0, pooled0, mapped, pooled, old, need = 0;
+	kvs_limit_report_t r;
+	uint64_t *unlocked = NULL, *target = NULL;
+	struct cand *cand = NULL;
+	uint32_t pps, *inuse = NULL;
+	pthread_mutex_t *lk;
+	kvs_slab_t *s;
+	int err = 0, n;
+
+	if (!p || (cache && kvs_radix_pool(cache) != p))
+		return kvs_fail(EINVAL);
+	s = kvs_pool_slab(p);
+	lk = kvsi_pool_elastic(p);
+	memset(&r, 0, sizeof(r));
+	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
+	npages = nslabs * pps;
+	pthread_mutex_lock(lk);
+	old = kvsi_slab_limit(s);
+	kvsi_slab_held(s, &mapped0, &pooled0);
+	if (mapped0 + pooled0 <= bytes) {
+		/* Raising, or lowering to what is held already: the cap alone. */
+		if (kvsi_slab_set_limit(s, bytes, NULL) < 0) {
+			err = errno;
+			goto out;
+		}
+		r.limit = kvsi_slab_limit(s);
+		r.bytes_mapped = mapped0;
+		goto out;
+	}
+	inuse = malloc(nslabs * sizeof(*inuse));
+	unlocked = calloc((npages + 63) / 64, sizeof(*unlocked));
+	target = calloc((nslabs + 63) / 64, sizeof(*target));
+	cand = malloc(nslabs * sizeof(*cand));
+	if (!inuse || !unlocked || !target || !cand) {
+		err = ENOMEM;
+		goto out_state;
+	}
+	if (kvsi_slab_set_limit(s, old, NULL) < 0) { /* EOPNOTSUPP before any work */
+		err = errno;
+		goto out_state;
+	}
+	if (cache && kvsi_radix_unlocked_pages(cache, unlocked) < 0) {
+		err = errno;
+		goto out_state;
+	}
+	kvsi_slab_census(s, inuse, &mapped0, &pooled0);
+
+	/* Which slabs can empty, and what it costs. */
+	for (i = 0; i < nslabs; i++) {
+		uint32_t live = 0, q;
+		bool pin = false;
+
+		if (inuse[i] == KVSI_SLAB_UNMAPPED)
+			continue;
+		if (inuse[i] == KVSI_SLAB_STUCK) {
+			floor++;
+			continue;
+		}
+		for (q = 0; q < pps; q++) {
+			uint32_t pg = (uint32_t)(i * pps + q);
+			int rc = kvs_slab_refcount(s, pg);
+
+			if (rc <= 0)
+				continue;
+			live++;
+			if (rc != 1 || !bit_test(unlocked, pg)) {
+				pin = true;
+				pinned++;
+			}
+		}
+		if (pin)
+			floor++;
+		else if (inuse[i] == 0)
+			nempty++;
+		else
+			cand[ncand++] = (struct cand){i, live, inuse[i]};
+	}
+	r.floor_bytes = floor * slab_total;
+	r.packed_bytes = (pinned + pps - 1) / pps * slab_total;
+	if (bytes < r.floor_bytes) {
+		err = ENOMEM;
+		goto out_state;
+	}
+	/* Slabs to give back beyond the empty ones: the cheapest to empty. */
+	if (mapped0 > bytes)
+		need = (mapped0 - bytes + slab_total - 1) / slab_total;
+	if (need > nempty) {
+		qsort(cand, ncand, sizeof(*cand), cand_cmp);
+		for (i = 0; i < need - nempty && i < ncand; i++)
+			bit_set(target, cand[i].slab);
+	}
+	kvsi_slab_set_limit(s, bytes, NULL);
+	if (need > nempty && cache) {
+		long ev = kvsi_radix_evict_slabs(cache, target);
+
+		if (ev < 0) {
+			err = errno; /* ENOMEM: nothing was evicted */
+			kvsi_slab_set_limit(s, old, NULL);
+			goto out_state;
+		}
+		r.evicted_tokens = (uint64_t)ev;
+	}
+	n = kvsi_slab_give_back(s, bytes);
+	if (n < 0)
+		err = errno;
+	else
+		r.slabs_unmapped = (uint64_t)n;
+	kvsi_slab_held(s, &mapped, &pooled);
+	if (!err && mapped > bytes)
+		err = EBUSY;
+	r.limit = kvsi_slab_limit(s);
+	r.bytes_mapped = mapped;
+	if (mapped0 + pooled0 > mapped + pooled)
+		r.bytes_returned = mapped0 + pooled0 - (mapped + pooled);
+	goto out;
+out_state:
+	r.limit = kvsi_slab_limit(s);
+	r.bytes_mapped = mapped0;
+out:
+	pthread_mutex_unlock(lk);
+	free(inuse);
+	free(unlocked);
+	free(target);
+	free(cand);
+	r.elapsed_ns = kvs_now_ns() - t0;
+	if (rep)
+		*rep = r;
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/**
+ * kvs_pool_limit() - the limit on @pool's mapped bytes in force: the
+ * smaller of its creation budget and the last kvs_pool_set_limit(), and
+ * never more than its reservation can map.
+ * @pool: pool.
+ *
+ * Context: MT-Safe.
+ * Return: the limit in bytes; 0 for NULL.
+ */
+KVS_EXPORT size_t kvs_pool_limit(kvs_pool_t *p)
+{
+	return p ? kvsi_slab_limit(kvs_pool_slab(p)) : 0;
+}
+
+/* ----------------------------------------------------------- compaction */
+
+struct compact {
+	kvs_pool_t *p;
+	kvs_reqtab_t *tab;
+	const int32_t *newpage;
+	uint32_t ps;
+	size_t n;
+	const uint32_t *from, *to;
+};
+
+/* Inside the cache's writer section (or alone without a cache): rewrite
+ * every run of the table's columns naming a moved page, then move the
+ * reference counts and free the old pages. */
+static int compact_inside(void *arg)
+{
+	struct compact *c = arg;
+	int32_t buf[256];
+	int err = 0;
+
+	if (c->tab) {
+		uint32_t slot, nreq = kvs_reqtab_max_reqs(c->tab), ctx = kvs_reqtab_max_context(c->tab);
+
+		for (slot = 0; slot < nreq; slot++) {
+			const int32_t *row = kvs_reqtab_row(c->tab, slot);
+			uint32_t col = 0;
+
+			if (!row)
+				continue;
+			while (col < ctx) {
+				uint32_t n = 0;
+
+				while (col + n < ctx && n < 256 && row[col + n] >= 0 &&
+				       c->newpage[(uint32_t)row[col + n] / c->ps] >= 0) {
+					int32_t l = row[col + n];
+
+					buf[n++] = c->newpage[(uint32_t)l / c->ps] * (int32_t)c->ps +
+						   l % (int32_t)c->ps;
+				}
+				if (n == 0) {
+					col++;
+					continue;
+				}
+				if (kvs_reqtab_write(c->tab, slot, col, n, buf) < 0 && !err)
+					err = errno;
+				col += n;
+			}
+		}
+	}
+	kvsi_slab_move_refs(kvs_pool_slab(c->p), c->n, c->from, c->to);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/* How many of @v[0, @n) are consecutive pages in @v[0]'s slab (@pps pages). */
+static size_t slab_run(const uint32_t *v, size_t n, uint32_t pps)
+{
+	size_t r = kvsi_run_len(v, n), room = pps - v[0] % pps;
+
+	return r < room ? r : room;
+}
+
+/* Copy the bytes of pages @from to pages @to in every buffer of @p,
+ * through a host staging buffer on the driver's copy queue. */
+static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uint32_t *to)
+{
+	const kvs_model_t *m = kvsi_pool_model(p);
+	kvs_drv_t *d = kvsi_pool_drv(p);
+	int which[2] = {KVS_KV_K, KVS_KV_V}, nb = m->attn == KVS_ATTN_MLA ? 1 : 2;
+	uint32_t ps = kvs_pool_page_size(p), layer, pps;
+	unsigned char *stage = NULL;
+	size_t cap = 0, k, r = 0, slab_total;
+	uint64_t nslabs;
+	int err = 0;
+
+	kvsi_slab_geom(kvs_pool_slab(p), &pps, &nslabs, &slab_total);
+
+	for (layer = 0; layer < m->layers && !err; layer++) {
+		for (int w = 0; w < nb && !err; w++) {
+			kvs_devptr_t base;
+			size_t stride, pb;
+
+			if (kvs_pool_buffer(p, layer, which[w], &base, &stride) < 0) {
+				err = errno;
+				break;
+			}
+			pb = stride * ps;
+			if (n * pb > cap) {
+				unsigned char *ns = realloc(stage, n * pb);
+
+				if (!ns) {
+					err = ENOMEM;
+					break;
+				}
+				stage = ns;
+				cap = n * pb;
+			}
+			/* One copy a run of consecutive pages within a slab
+			 * (the staging buffer is in the order of the list). */
+			for (k = 0; k < n && !err; k += r) {
+				r = slab_run(from + k, n - k, pps);
+				if (kvs_drv_copy_dtoh(d, stage + k * pb, base + (uint64_t)from[k] * pb,
+						      r * pb, NULL) < 0)
+					err = errno;
+			}
+			if (kvs_drv_synchronize(d) < 0 && !err)
+				err = errno;
+			for (k = 0; k < n && !err; k += r) {
+				r = slab_run(to + k, n - k, pps);
+				if (kvs_drv_copy_htod(d, base + (uint64_t)to[k] * pb, stage + k * pb,
+						      r * pb, NULL) < 0)
+					err = errno;
+			}
+			if (kvs_drv_synchronize(d) < 0 && !err)
+				err = errno;
+		}
+	}
+	free(stage);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+struct dense {
+	uint64_t slab;
+	uint32_t inuse;
+	bool source;		/* every page free or movable: it can empty */
+};
+
+static int dense_cmp(const void *a, const void *b)
+{
+	const struct dense *x = a, *y = b;
+
+	if (x->inuse != y->inuse)
+		return x->inuse < y->inuse ? -1 : 1;
+	return x->slab < y->slab ? -1 : x->slab > y->slab;
+}
+
+/**
+ * kvs_pool_compact() - migrate live pages out of the sparsest slabs into
+ * free pages of denser ones, so the sparse slabs empty.
+ * @pool: pool.
+ * @tab: the request table whose rows name @pool's locations, or NULL.
+ * @cache: the prefix cache over @pool, or NULL.
+ * @max_pages: most pages to move in this call.
+ *
+ * See kvs_pool_compact(3).
+ *
+ * Context: MT-Safe against other elastic calls on @pool (pool->elastic);
+ * the engine's scheduler calls it between forward passes, with no other
+ * thread using @tab or the pages' references meanwhile.  Takes the
+ * cache's wlock (rows, references and values change in that one section)
+ * and slab->lock under it; waits for the driver's copies with neither
+ * held.
+ * Return: pages moved (0: nothing to gain), or -1 with errno EINVAL,
+ * ENOMEM or the driver's errno (nothing changed).
+ */
+KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_t *cache,
+				    size_t max_pages)
+{
+	uint64_t nslabs, npages, i, *held = NULL;
+	uint32_t pps, ps, *inuse = NULL, *refs = NULL, *mark = NULL, *from = NULL, *to = NULL;
+	int32_t *newpage = NULL;
+	struct dense *ord = NULL;
+	size_t slab_total, mapped, pooled, nord = 0, lo, hi, moved = 0;
+	pthread_mutex_t *lk;
+	kvs_slab_t *s;
+	int err = 0;
+
+	if (!p || (cache && kvs_radix_pool(cache) != p))
+		return kvs_fail(EINVAL);
+	if (max_pages == 0)
+		return 0;
+	s = kvs_pool_slab(p);
+	ps = kvs_pool_page_size(p);
+	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
+	npages = nslabs * pps;
+	if (max_pages > npages)
+		max_pages = npages;
+	lk = kvsi_pool_elastic(p);
+	pthread_mutex_lock(lk);
+	inuse = malloc(nslabs * sizeof(*inuse));
+	held = calloc((npages + 63) / 64, sizeof(*held));
+	refs = calloc(npages, sizeof(*refs));
+	mark = calloc(npages, sizeof(*mark));
+	newpage = malloc(npages * sizeof(*newpage));
+	ord = malloc(nslabs * sizeof(*ord));
+	from = malloc(max_pages * sizeof(*from));
+	to = malloc(max_pages * sizeof(*to));
+	if (!inuse || !held || !refs || !mark || !newpage || !ord || !from || !to) {
+		err = ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < npages; i++)
+		newpage[i] = -1;
+	if (cache && kvsi_radix_held_pages(cache, held) < 0) {
+		err = errno;
+		goto out;
+	}
+	/* Rows referencing each page, each row once. */
+	if (tab) {
+		uint32_t slot, nreq = kvs_reqtab_max_reqs(tab), ctx = kvs_reqtab_max_context(tab);
+
+		for (slot = 0; slot < nreq; slot++) {
+			const int32_t *row = kvs_reqtab_row(tab, slot);
+			uint32_t col;
+
+			if (!row)
+				continue;
+			for (col = 0; col < ctx; col++) {
+				uint64_t pg = (uint64_t)(uint32_t)row[col] / ps;
+
+				if (row[col] >= 0 && pg < npages && mark[pg] != slot + 1) {
+					mark[pg] = slot + 1;
+					refs[pg]++;
+				}
+			}
+		}
+	}
+	kvsi_slab_census(s, inuse, &mapped, &pooled);
+	/* Partial slabs whose every page is free or movable: every reference
+	 * belongs to the cache or to a row that will be rewritten. */
+	for (i = 0; i < nslabs; i++) {
+		uint32_t q, live = 0;
+		bool ok = true;
+
+		if (inuse[i] == KVSI_SLAB_UNMAPPED || inuse[i] == KVSI_SLAB_STUCK || inuse[i] == 0 ||
+		    inuse[i] >= pps)
+			continue;
+		for (q = 0; q < pps; q++) {
+			uint64_t pg = i * pps + q;
+			int rc = kvs_slab_refcount(s, (uint32_t)pg);
+
+			if (rc <= 0)
+				continue;
+			live++;
+			if ((uint32_t)rc > (bit_test(held, pg) ? 1u : 0u) + refs[pg])
+				ok = false;
+		}
+		/* A page cached by another thread counts in inuse but not live:
+		 * that slab cannot empty now, so it is only a destination. */
+		ord[nord++] = (struct dense){i, inuse[i], ok && live == inuse[i]};
+	}
+	qsort(ord, nord, sizeof(*ord), dense_cmp);
+	/* Sources from the sparse end, destinations from the dense end. */
+	lo = 0;
+	hi = nord ? nord - 1 : 0;
+	while (nord && lo < hi) {
+		uint64_t src = ord[lo].slab;
+		uint32_t need = inuse[src], q;
+		size_t avail = 0, j, start = moved;
+
+		if (!ord[lo].source) {
+			lo++;
+			continue;
+		}
+		if (moved + need > max_pages)
+			break;
+		for (j = hi; j > lo && avail < need; j--)
+			avail += pps - inuse[ord[j].slab];
+		if (avail < need)
+			break;
+		for (q = 0; q < pps; q++) {
+			uint32_t pg = (uint32_t)(src * pps + q), got;
+
+			if (kvs_slab_refcount(s, pg) <= 0)
+				continue;
+			while (hi > lo && inuse[ord[hi].slab] >= pps)
+				hi--;
+			got = hi > lo ? kvsi_slab_take_in(s, ord[hi].slab, 1, &to[moved]) : 0;
+			if (!got) {
+				/* Taken meanwhile: give this source's pages back. */
+				if (moved > start)
+					kvs_slab_free_bulk(s, moved - start, to + start);
+				for (j = start; j < moved; j++)
+					newpage[from[j]] = -1;
+				moved = start;
+				goto planned;
+			}
+			inuse[ord[hi].slab]++;
+			from[moved] = pg;
+			newpage[pg] = (int32_t)to[moved];
+			moved++;
+		}
+		lo++;
+	}
+planned:
+	if (moved == 0)
+		goto out;
+	if (compact_copy(p, moved, from, to) < 0) {
+		err = errno;
+		goto undo;
+	}
+	{
+		struct compact c = {p, tab, newpage, ps, moved, from, to};
+
+		if (cache) {
+			if (kvsi_radix_relocate(cache, newpage, compact_inside, &c) < 0) {
+				err = errno;
+				if (err == ENOMEM)
+					goto undo;
+			}
+		} else if (compact_inside(&c) < 0) {
+			err = errno;
+		}
+	}
+	goto out;
+undo:
+	kvs_slab_free_bulk(s, moved, to);
+	moved = 0;
+out:
+	pthread_mutex_unlock(lk);
+	free(inuse);
+	free(held);
+	free(refs);
+	free(mark);
+	free(newpage);
+	free(ord);
+	free(from);
+	free(to);
+	if (err)
+		return kvs_fail(err);
+	return (ssize_t)moved;
+}

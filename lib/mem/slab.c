@@ -1,0 +1,1341 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/mem/slab.c - the slab allocator for KV pages (Linux SLUB in spirit):
+ * its API, creation, and the allocation and free paths.
+ *
+ * What it owns.  A set of buffers (one virtual reservation each: a layer's K
+ * range, its V range, an MLA latent range) carved into slabs.  Slab s covers
+ * pages [s * pps, (s + 1) * pps) and, in buffer b, the bytes
+ * [s * slab_bytes[b], (s + 1) * slab_bytes[b]), a whole number of driver
+ * granules, so one chunk per buffer backs it.  A slab is mapped in every
+ * buffer or in none.  The lists and page moves live in lib/mem/slab_page.c,
+ * mapping and unmapping in lib/mem/slab_grow.c, the per-thread caches in
+ * lib/mem/slab_cpu.c, statistics and validation in lib/mem/slab_stat.c;
+ * lib/mem/slab_defs.h has the shared structures.
+ *
+ * Data structures.
+ *  - freebits: one bit per page, set when the page is free *in its slab*
+ *    (meaningful for mapped slabs only).  A slab allocates its lowest free
+ *    page, starting from a per-slab word hint, which keeps the low pages of
+ *    a slab busy and the high ones free.  freewords summarises it, a bit
+ *    per word that is not 0, so a take skips 64 full words a load.
+ *  - ref: one 16-bit reference count per page.  0 means free (in a slab, in
+ *    a per-thread cache, or parked in a broken slab); n > 0 means n holders.
+ *  - lists of mapped slabs: an empty list and NBUCKET partial lists bucketed
+ *    by fullness, with a bitmap of non-empty buckets, so "the fullest partial
+ *    slab" is one find-last-set away.  Full slabs sit on no list.  The empty
+ *    list is ordered by the time each slab emptied: allocation takes the
+ *    newest (its head), release gives back the oldest (its tail).  Unmapped
+ *    slabs are a bitmap; the lowest is mapped first.
+ *
+ * Locking (the library's lock order is in common/common.h).  slab->lock (a
+ * mutex) protects the bitmaps, lists, counts, the chunk pool and the
+ * magazine registry.  It is never held across a driver call or a fence: a
+ * slab being mapped or unmapped is BUSY and on no list, so nobody else
+ * touches it, and the bytes it will map are charged to the limit before the
+ * lock is dropped.  Frees never make a driver call and never wait: a slab
+ * that empties stays mapped, on the empty list, until the worker (or
+ * kvs_slab_shrink() / kvs_slab_reclaim()) unmaps it behind a fence.  An
+ * allocation that finds no free page while a slab is being mapped waits on
+ * slab->mapped for it, and maps a slab itself only when none is in flight.
+ * Reference counts are atomics: the last reference of a page may be
+ * dropped with a plain store because, as with kref, a new reference may only
+ * be taken by someone who already holds one.  The bulk paths work in runs of
+ * consecutive pages: they take whole bitmap words, set and clear counts four
+ * at a time (still atomically, see slab_defs.h), and free with slab->lock
+ * held from the first reference dropped to the last page put back.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem/slab_cpu.h"
+
+static _Atomic uint64_t next_slab_id = 1;
+
+/* ------------------------------------------------------------- creation */
+
+/**
+ * kvs_slab_attr_init() - fill @attr with the defaults.
+ * @attr: attributes.
+ *
+ * Defaults: page_size 1, one granule per slab, no mapped limit, min_empty 0,
+ * max_empty 1, chunk_pool 1, magazine 32, decay_ms 10000, no worker, the
+ * default stream's fence.  nbuffers, token_bytes and capacity_pages must be
+ * set by the caller.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_slab_attr_init(kvs_slab_attr_t *attr)
+{
+	if (!attr)
+		return kvs_fail(EINVAL);
+	memset(attr, 0, sizeof(*attr));
+	attr->page_size = 1;
+	attr->slab_granules = 1;
+	attr->max_empty = 1;
+	attr->chunk_pool = 1;
+	attr->magazine = 32;
+	attr->decay_ms = 10000;
+	return 0;
+}
+
+/* Tokens per slab: the least multiple of page_size whose bytes in every
+ * buffer are whole granules, scaled to @granules of the smallest buffer. */
+static int slab_tokens(const kvs_slab_attr_t *a, size_t gran, uint64_t *out)
+{
+	uint64_t t = a->page_size, min_tb = UINT64_MAX, k, want;
+	uint32_t b;
+
+	for (b = 0; b < a->nbuffers; b++) {
+		uint64_t tb = a->token_bytes[b], need = gran / gcd_u64(gran, tb);
+
+		t = t / gcd_u64(t, need);
+		if (__builtin_mul_overflow(t, need, &t) || t > (1ULL << 32))
+			return -1;
+		if (tb < min_tb)
+			min_tb = tb;
+	}
+	if (__builtin_mul_overflow((uint64_t)a->slab_granules, (uint64_t)gran, &want))
+		return -1;
+	/* t <= 2^32 and min_tb < 2^64 / t is not guaranteed: divide instead. */
+	k = want / min_tb / t + 1;
+	if (want % (t * min_tb) == 0 && min_tb <= UINT64_MAX / t)
+		k = want / (t * min_tb);
+	if (k == 0)
+		k = 1;
+	if (t * k > (1ULL << 32) || k > (1ULL << 32))
+		return -1;
+	*out = t * k;
+	return 0;
+}
+
+/*
+ * How many slabs, and the bytes of one in all buffers.  Every product of a
+ * caller's number is checked: a slab's bytes in each buffer and in all, the
+ * reservation of each buffer, the page count.  With max_mapped, the slabs
+ * are as many as fit within it, so that capacity and availability never
+ * count a page that could not be mapped.  EINVAL when the budget holds no
+ * slab, EOVERFLOW when a size does not fit its type.
+ */
+static int slab_geometry(const kvs_slab_attr_t *a, uint64_t tokens, uint32_t pps,
+			 uint64_t *nslabs, size_t *slab_total)
+{
+	uint64_t n = a->capacity_pages / pps + (a->capacity_pages % pps != 0);
+	size_t total = 0, bytes;
+	uint32_t b;
+
+	for (b = 0; b < a->nbuffers; b++) {
+		if (__builtin_mul_overflow(tokens, a->token_bytes[b], &bytes) ||
+		    __builtin_add_overflow(total, bytes, &total))
+			return kvs_fail(EOVERFLOW);
+	}
+	if (a->max_mapped) {
+		uint64_t fit = a->max_mapped / total;
+
+		if (fit == 0)
+			return kvs_fail(EINVAL);
+		if (fit < n)
+			n = fit;
+	}
+	for (b = 0; b < a->nbuffers; b++) {
+		if (__builtin_mul_overflow(tokens, a->token_bytes[b], &bytes) ||
+		    __builtin_mul_overflow(bytes, n, &bytes))
+			return kvs_fail(EOVERFLOW);
+	}
+	if (__builtin_mul_overflow(n, (uint64_t)pps, &n) || n > UINT32_MAX)
+		return kvs_fail(EINVAL);
+	*nslabs = n / pps;
+	*slab_total = total;
+	return 0;
+}
+
+static int check_attr(kvs_drv_t *drv, const kvs_slab_attr_t *a)
+{
+	uint32_t b;
+
+	if (!drv || !a || a->page_size == 0 || a->nbuffers == 0 || !a->token_bytes ||
+	    a->capacity_pages == 0 || a->slab_granules == 0 || a->max_empty < a->min_empty ||
+	    kvs_drv_granularity(drv) == 0 || (a->nstreams && !a->streams) ||
+	    (!a->fence.record) != (!a->fence.query) ||
+	    a->decay_ms > UINT64_MAX / 1000000)
+		return kvs_fail(EINVAL);
+	for (b = 0; b < a->nbuffers; b++)
+		if (a->token_bytes[b] == 0)
+			return kvs_fail(EINVAL);
+	return 0;
+}
+
+/* Free what kvs_slab_create() allocated; nothing mapped or reserved. */
+static void slab_free_mem(struct kvs_slab *s)
+{
+	free(s->token_bytes);
+	free(s->slab_bytes);
+	free(s->base);
+	free(s->si);
+	free(s->freebits);
+	free(s->freewords);
+	free(s->unmapped);
+	free((void *)s->ref);
+	free(s->streams);
+	free(s->fence_ev);
+	free(s);
+}
+
+/**
+ * kvs_slab_create() - create a slab allocator over new buffers on @drv.
+ * @drv: an open driver; it must outlive the allocator.
+ * @attr: attributes (page size, buffers' token sizes, capacity, limits,
+ *        the engine's streams or fence).
+ *
+ * Reserves one virtual range per buffer, big enough for capacity_pages
+ * (rounded up to whole slabs, and down to the slabs that fit within
+ * max_mapped); maps nothing unless min_empty or KVS_SLAB_F_STATIC says so.
+ *
+ * Context: MT-Safe.
+ * Return: the allocator, or NULL with errno EINVAL (bad attributes),
+ * EOVERFLOW (a size does not fit), ENOMEM, or the driver's errno.
+ */
+KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
+{
+	struct kvs_slab *s;
+	uint64_t tokens, words;
+	uint32_t b;
+	int err = ENOMEM;
+
+	if (check_attr(drv, a) < 0)
+		return NULL;
+	if (slab_tokens(a, kvs_drv_granularity(drv), &tokens) < 0 ||
+	    tokens / a->page_size > UINT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		goto err;
+	s->drv = drv;
+	s->id = atomic_fetch_add(&next_slab_id, 1);
+	s->page_size = a->page_size;
+	s->pps = (uint32_t)(tokens / a->page_size);
+	s->nbuf = a->nbuffers;
+	s->bucket_mul = ((uint64_t)NBUCKET << 32) / s->pps;
+	if (slab_geometry(a, tokens, s->pps, &s->nslabs, &s->slab_total) < 0) {
+		err = errno;
+		goto err_free;
+	}
+	s->npages = s->nslabs * s->pps;
+	s->max_mapped = a->max_mapped;
+	s->limit = SIZE_MAX;
+	s->min_empty = a->min_empty;
+	s->max_empty = a->max_empty;
+	s->shrink_quiet = a->shrink_quiet;
+	s->decay_ns = a->decay_ms * 1000000;
+	s->pool_target = a->chunk_pool;
+	s->magcap = a->magazine;
+	s->flags = a->flags;
+	s->fence = a->fence;
+	s->nstreams = a->fence.record ? 0 : a->nstreams ? a->nstreams : 1;
+	s->token_bytes = calloc(s->nbuf, sizeof(size_t));
+	s->slab_bytes = calloc(s->nbuf, sizeof(size_t));
+	s->base = calloc(s->nbuf, sizeof(kvs_devptr_t));
+	s->si = calloc(s->nslabs, sizeof(*s->si));
+	words = (s->npages + 63) / 64;
+	s->freebits = calloc(words, sizeof(uint64_t));
+	s->freewords = calloc((words + 63) / 64, sizeof(uint64_t));
+	s->unmapped = calloc((s->nslabs + 63) / 64, sizeof(uint64_t));
+	s->ref = calloc(s->npages, sizeof(*s->ref));
+	s->streams = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->streams));
+	s->fence_ev = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->fence_ev));
+	if (!s->token_bytes || !s->slab_bytes || !s->base || !s->si || !s->freebits || !s->freewords ||
+	    !s->unmapped || !s->ref || !s->streams || !s->fence_ev)
+		goto err_free;
+	for (b = 0; b < a->nstreams && !a->fence.record; b++)
+		s->streams[b] = a->streams[b];
+	for (b = 0; b < s->nbuf; b++) {
+		s->token_bytes[b] = a->token_bytes[b];
+		s->slab_bytes[b] = tokens * a->token_bytes[b]; /* checked by slab_geometry */
+	}
+	s->empty_head = s->empty_tail = -1;
+	for (b = 0; b < NBUCKET; b++)
+		s->bucket_head[b] = -1;
+	for (uint64_t i = 0; i < s->nslabs; i++) {
+		s->si[i].prev = s->si[i].next = -1;
+		s->si[i].list = L_NONE;
+	}
+	bits_fill(s->unmapped, 0, s->nslabs, true);
+	s->n_unmapped = s->nslabs;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->mapped, NULL);
+	pthread_cond_init(&s->fenced, NULL);
+	if (pthread_key_create(&s->key, slab_mag_destructor) != 0)
+		goto err_sync;
+
+	for (b = 0; b < s->nbuf; b++) {
+		if (kvs_drv_reserve(drv, s->nslabs * s->slab_bytes[b], &s->base[b]) < 0) {
+			err = errno;
+			goto err_unreserve;
+		}
+	}
+
+	pthread_mutex_lock(&s->lock);
+	err = 0;
+	if (s->flags & KVS_SLAB_F_STATIC) {
+		/* Everything: the slabs were counted to fit max_mapped. */
+		while (s->n_unmapped > 0 && !err)
+			if (slab_grow_locked(s) < 0)
+				err = errno;
+	} else if (!(s->flags & KVS_SLAB_F_WORKER)) {
+		/* Without a worker, the low watermark is mapped here, once. */
+		while (s->n_empty < s->min_empty && s->n_unmapped > 0 && !err)
+			if (slab_grow_locked(s) < 0)
+				err = errno;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!err && (s->flags & KVS_SLAB_F_WORKER) && slab_worker_start(s) < 0)
+		err = errno;
+	if (err)
+		goto err_destroy;
+	return s;
+
+err_destroy:
+	kvs_slab_destroy(s);
+	errno = err;
+	return NULL;
+err_unreserve:
+	while (b-- > 0)
+		if (kvs_drv_unreserve(drv, s->base[b]) < 0)
+			kvsi_drv_park(drv, s->base[b], 0, true, NULL, NULL);
+	pthread_key_delete(s->key);
+err_sync:
+	pthread_cond_destroy(&s->mapped);
+	pthread_cond_destroy(&s->fenced);
+	pthread_cond_destroy(&s->work);
+	pthread_mutex_destroy(&s->lock);
+err_free:
+	slab_free_mem(s);
+err:
+	errno = err;
+	return NULL;
+}
+
+/**
+ * kvs_slab_destroy() - unmap everything, release every chunk, free the
+ * buffers' ranges and the allocator.
+ * @slab: allocator, or NULL.
+ *
+ * Pages still held are lost with it; their memory is given back.  Every
+ * stream or fence the allocator was given is waited for first, since a
+ * kernel may still read a page.  What the driver refuses to take back
+ * (a release, a reservation) is parked with the driver, which tries again
+ * at its next allocation and gives it back at kvs_drv_close() at the
+ * latest (a mapping it refused to unmap stays until then); the return
+ * value says so.
+ *
+ * Context: MT-Unsafe: no other call on @slab may run or follow.
+ * Return: 0, or -1 with errno EIO (the fence failed, or the driver kept
+ * something; everything is freed on the library's side regardless).
+ */
+KVS_EXPORT int kvs_slab_destroy(kvs_slab_t *s)
+{
+	int err;
+
+	if (!s)
+		return 0;
+	slab_worker_stop(s);
+	pthread_key_delete(s->key);
+	while (s->mags) {
+		struct mag *m = s->mags;
+
+		s->mags = m->next;
+		free(m);
+	}
+	err = slab_teardown(s);
+	pthread_cond_destroy(&s->mapped);
+	pthread_cond_destroy(&s->fenced);
+	pthread_cond_destroy(&s->work);
+	pthread_mutex_destroy(&s->lock);
+	slab_free_mem(s);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/* ----------------------------------------------------------- allocation */
+
+/* Pages that mapped slabs could add: unmapped ones within the limit, and
+ * those being mapped now.  Lock held. */
+static uint64_t growable_pages(const struct kvs_slab *s)
+{
+	return (slab_room_locked(s) + s->n_mapping) * s->pps;
+}
+
+/* Take @n pages from mapped slabs into @out, growing when short: waiting for
+ * a slab being mapped, else mapping one here.  Lock held (dropped while
+ * waiting or mapping).  All or nothing: on failure the pages taken are put
+ * back, and ENOMEM means that growth truly cannot help.  With @hold, the
+ * pages come with their first reference, set while the lock is held (they
+ * are ours alone from the moment their bits are cleared). */
+static int take_locked(struct kvs_slab *s, size_t n, uint32_t *out, bool hold)
+{
+	size_t got = 0;
+	bool waited = false;
+
+	/* Fail at once when even growing cannot give @n (broken slabs may
+	 * be repaired to make room): taking pages and putting them back
+	 * would cost as much as the allocation. */
+	if (n > s->free_in_slabs + growable_pages(s) + s->n_broken * s->pps)
+		return kvs_fail(ENOMEM);
+
+	while (got < n) {
+		int64_t i = slab_pick(s);
+
+		if (i >= 0) {
+			got += slab_take_runs(s, (uint64_t)i,
+					      (uint32_t)(n - got < UINT32_MAX ? n - got : UINT32_MAX),
+					      out + got, hold);
+			continue;
+		}
+		if (s->n_mapping > 0) {
+			/* A slab is on its way: wait for it rather than fail
+			 * or map a second one. */
+			if (!waited)
+				ST(s, alloc_waits)++;
+			waited = true;
+			pthread_cond_wait(&s->mapped, &s->lock);
+			continue;
+		}
+		if (slab_grow_locked(s) < 0) {
+			int e = errno;
+
+			/* The lock was dropped: others may have freed or grown. */
+			if (slab_pick(s) >= 0 || s->n_mapping > 0)
+				continue;
+			while (got > 0) {
+				if (hold)
+					atomic_store_explicit(&s->ref[out[got - 1]], 0,
+							      memory_order_relaxed);
+				slab_put(s, out[--got]);
+			}
+			slab_after_free_locked(s);
+			errno = e;
+			return -1;
+		}
+	}
+	slab_after_alloc_locked(s);
+	return 0;
+}
+
+/* An allocation failed: count it, check the watermarks (pages taken and put
+ * back may have emptied slabs), unlock, fail with @err.  Lock held. */
+static int alloc_failed_unlock(struct kvs_slab *s, int err)
+{
+	ST(s, alloc_fail)++;
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return kvs_fail(err);
+}
+
+/* Refill the magazine from the slabs and hand out one page. */
+static __attribute__((noinline)) int64_t alloc_slow(struct kvs_slab *s, struct mag *m)
+{
+	uint32_t p;
+
+	pthread_mutex_lock(&s->lock);
+	if (m && slab_mag_drain_due(s, m)) {
+		slab_mag_flush_locked(s, m, 0);
+		slab_after_free_locked(s);
+	}
+	if (take_locked(s, 1, &p, false) < 0)
+		return alloc_failed_unlock(s, errno);
+	ST(s, alloc_slow)++;
+	if (m) {
+		/* Fill half the magazine from what is already mapped, no growth. */
+		uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
+		uint32_t want = m->cap / 2;
+
+		while (n < want && s->free_in_slabs > 0) {
+			int64_t i = slab_pick(s);
+
+			if (i < 0)
+				break;
+			n += slab_take_many(s, (uint64_t)i, want - n, m->pages + n);
+		}
+		atomic_store_explicit(&m->count, n, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&s->lock);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	return p;
+}
+
+static __attribute__((noinline, cold)) int fail_einval(void)
+{
+	return kvs_fail(EINVAL);
+}
+
+/* The fast path: a page from this thread's cache @m, else alloc_slow(). */
+static inline __attribute__((always_inline)) int64_t mag_take(struct kvs_slab *s, struct mag *m)
+{
+	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed), p;
+
+	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
+		return alloc_slow(s, m);
+	p = m->pages[n - 1];
+	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	atomic_store_explicit(&m->alloc_fast,
+			      atomic_load_explicit(&m->alloc_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return p;
+}
+
+/* kvs_slab_alloc() on a thread whose cache for @s is not the one at hand:
+ * find it (or find there is none) and allocate as kvs_slab_alloc() does. */
+static __attribute__((noinline)) int64_t alloc_nocache(struct kvs_slab *s)
+{
+	struct mag *m = slab_mag_get_slow(s);
+
+	if (!m)
+		return alloc_slow(s, NULL);
+	return mag_take(s, m);
+}
+
+/**
+ * kvs_slab_alloc() - allocate one page.
+ * @slab: allocator.
+ *
+ * The page comes with one reference.  The fast path takes it from the
+ * calling thread's cache without a lock or a driver call.  When no page is
+ * free and a slab is being mapped, the call waits for that slab.
+ *
+ * Context: MT-Safe.
+ * Return: the page index, or -1 with errno ENOMEM (capacity, limit or device
+ * memory exhausted: growth cannot help) or the driver's errno.
+ */
+KVS_EXPORT int64_t kvs_slab_alloc(kvs_slab_t *s)
+{
+	/* Every way off the fast path is a tail call: no frame to set up. */
+	if (unlikely(!s))
+		return fail_einval();
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return alloc_nocache(s);
+	return mag_take(s, kvsi_slab_tls.mag);
+}
+
+/* Drop one reference; 1 when it was the last, 0 when others remain.  The
+ * last one leaves @zero behind: 0, or REF_DYING for a bulk free that has yet
+ * to give the page back. */
+static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint32_t p,
+						       uint16_t zero)
+{
+	uint16_t r;
+
+	if (unlikely(p >= s->npages))
+		return kvs_fail(EINVAL);
+	r = atomic_load_explicit(&s->ref[p], memory_order_relaxed);
+	for (;;) {
+		if (unlikely(r == 0 || r == REF_DYING))
+			return kvs_fail(EINVAL);
+		if (r == 1) {
+			atomic_store_explicit(&s->ref[p], zero, memory_order_relaxed);
+			return 1;
+		}
+		if (atomic_compare_exchange_weak_explicit(&s->ref[p], &r, r - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			slab_share_changed(s);
+			return 0;
+		}
+	}
+}
+
+static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m, uint32_t p)
+{
+	pthread_mutex_lock(&s->lock);
+	ST(s, free_slow)++;
+	if (m) {
+		/* Keep half, give the rest back, then cache the page. */
+		slab_mag_flush_locked(s, m, slab_mag_drain_due(s, m) ? 0 : m->cap / 2);
+		if (!slab_mag_drain_due(s, m) &&
+		    atomic_load_explicit(&m->count, memory_order_relaxed) < m->cap) {
+			uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
+
+			m->pages[n] = p;
+			atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+			slab_after_free_locked(s); /* the flush may have emptied slabs */
+			pthread_mutex_unlock(&s->lock);
+			return 0;
+		}
+	}
+	slab_put(s, p);
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* The fast path: @page goes into this thread's cache @m, else free_slow(). */
+static inline __attribute__((always_inline)) int mag_put(struct kvs_slab *s, struct mag *m,
+							 uint32_t page)
+{
+	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
+
+	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
+		return free_slow(s, m, page);
+	m->pages[n] = page;
+	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&m->free_fast,
+			      atomic_load_explicit(&m->free_fast, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+	return 0;
+}
+
+/* The last reference to @page is gone: cache the page, or give it back. */
+static __attribute__((noinline)) int free_last(struct kvs_slab *s, uint32_t page)
+{
+	struct mag *m = slab_mag_get(s);
+
+	if (!m)
+		return free_slow(s, NULL, page);
+	return mag_put(s, m, page);
+}
+
+/* kvs_slab_free() of a page not at count 1 when it looked: shared (drop
+ * one with a CAS, which may turn out the last), free or dying (EINVAL). */
+static __attribute__((noinline)) int free_shared(struct kvs_slab *s, uint32_t page)
+{
+	int last = unref(s, page, 0);
+
+	if (last <= 0)
+		return last;
+	return free_last(s, page);
+}
+
+/**
+ * kvs_slab_free() - drop one reference to a page; free it at the last.
+ * @slab: allocator.
+ * @page: a page with at least one reference.
+ *
+ * Never makes a driver call, never waits for the device, never allocates.
+ *
+ * Context: MT-Safe.  As with kref, another thread may add a reference to the
+ * page only while it holds one itself.
+ * Return: 0, or -1 with errno EINVAL (out of range, or already free).
+ */
+KVS_EXPORT int kvs_slab_free(kvs_slab_t *s, uint32_t page)
+{
+	_Atomic uint16_t *ref;
+
+	/* As in kvs_slab_alloc(), every way off the fast path is a tail call. */
+	if (unlikely(!s || page >= s->npages))
+		return fail_einval();
+	ref = &s->ref[page];
+	if (unlikely(atomic_load_explicit(ref, memory_order_relaxed) != 1))
+		return free_shared(s, page);
+	/* The last reference, ours: no one else may touch the count (kref). */
+	atomic_store_explicit(ref, 0, memory_order_relaxed);
+	if (unlikely(kvsi_slab_tls.id != s->id))
+		return free_last(s, page);
+	return mag_put(s, kvsi_slab_tls.mag, page);
+}
+
+/**
+ * kvs_slab_alloc_bulk() - allocate @n pages, all or none.
+ * @slab: allocator.
+ * @n: pages wanted.
+ * @pages: receives @n page indices, each with one reference.
+ *
+ * Pages come from the fullest slabs first, growing as needed (waiting for
+ * a slab being mapped rather than failing); within a slab, its lowest free
+ * pages, taken a bitmap word or a run of one at a time, their counts set
+ * four at a time under the lock.
+ *
+ * Context: MT-Safe.
+ * Return: @n (as an int), or -1 with errno ENOMEM (nothing is allocated
+ * then) or EINVAL.
+ */
+KVS_EXPORT int kvs_slab_alloc_bulk(kvs_slab_t *s, size_t n, uint32_t *pages)
+{
+	struct mag *m;
+
+	if (!s || (!pages && n) || n > INT32_MAX)
+		return kvs_fail(EINVAL);
+	if (n == 0)
+		return 0;
+	m = slab_mag_get(s);
+	pthread_mutex_lock(&s->lock);
+	if (m && slab_mag_drain_due(s, m))
+		slab_mag_flush_locked(s, m, 0);
+	/* The slabs first (fullest first keeps memory dense), then this
+	 * thread's cache for what they cannot give without growing. */
+	if (take_locked(s, n, pages, true) < 0) {
+		if (!m || atomic_load_explicit(&m->count, memory_order_relaxed) == 0)
+			return alloc_failed_unlock(s, errno);
+		slab_mag_flush_locked(s, m, 0);
+		if (take_locked(s, n, pages, true) < 0)
+			return alloc_failed_unlock(s, errno);
+	}
+	ST(s, alloc_slow) += n;
+	pthread_mutex_unlock(&s->lock);
+	return (int)n;
+}
+
+/* ----------------------------------------------------------- bulk free */
+
+/*
+ * The bulk free paths work in runs of consecutive pages, not page by page:
+ * the common caller hands back what kvs_slab_alloc_bulk() gave, runs of
+ * up to a slab, and the radix cache frees thousands of consecutive pages
+ * at page size 1.  A run whose pages are all at count 1 is dropped four
+ * counts at a time; the others page by page as before.  Both phases of a
+ * free (drop, then give back, both under the lock) read the runs from a
+ * run_src, once, or again when there were too many to keep.
+ */
+#define RUNBUF 64
+
+/* Where a bulk free reads its pages: an array of pages
+ * (kvs_slab_free_bulk()), or of token locations in pages of @ps tokens
+ * (kvsi_slab_free_locs()). */
+struct run_src {
+	const struct kvsi_page_run *runs;	/* the runs themselves, or NULL */
+	const uint32_t *pages;		/* or NULL, and then @locs */
+	const int32_t *locs;
+	size_t n, i;			/* entries, the next one */
+	uint64_t ps;
+	int shift;			/* log2(ps) for a power of two, else -1 */
+};
+
+/*
+ * The next run of @r into @run: 1, 0 at the end, -1 for a negative
+ * location.  For locations, adjacent tokens of one page count once
+ * (kvs_pool_free(3)) and a run goes on while the next token is in the next
+ * page: one shift (or one division, for a page size not a power of two)
+ * per run, compares for the rest.  Page size 1 is the page case.
+ */
+static inline int src_next(struct run_src *r, struct kvsi_page_run *run)
+{
+	size_t i = r->i, left = r->n - i;
+	uint64_t lo, pg;
+	int64_t loc;
+
+	if (left == 0)
+		return 0;
+	if (r->runs) {
+		run->first = r->runs[i].first;
+		run->len = r->runs[i].len;
+		r->i = i + 1;
+		return run->len ? 1 : -1;
+	}
+	if (left > UINT32_MAX)
+		left = UINT32_MAX;
+	if (r->pages || r->ps == 1) {
+		const uint32_t *v = r->pages ? r->pages + i : (const uint32_t *)(r->locs + i);
+
+		run->first = v[0];
+		run->len = (uint32_t)kvsi_run_len(v, left);
+		r->i = i + run->len;
+		/* As locations, values from 2^31 up are negative. */
+		if (!r->pages && (uint64_t)v[0] + run->len > (uint64_t)INT32_MAX + 1)
+			return -1;
+		return 1;
+	}
+	loc = r->locs[i];
+	if (loc < 0)
+		return -1;
+	pg = r->shift >= 0 ? (uint64_t)loc >> r->shift : (uint64_t)loc / r->ps;
+	lo = pg * r->ps;	/* first token of the run's last page */
+	run->first = (uint32_t)pg;
+	run->len = 1;
+	for (i++; i < r->n; i++) {
+		uint64_t d;
+
+		loc = r->locs[i];
+		if (loc < 0)
+			break;
+		d = (uint64_t)loc - lo;	/* huge below lo */
+		if (d < r->ps)
+			continue;	/* the same page */
+		if (d >= 2 * r->ps || run->len == UINT32_MAX)
+			break;
+		lo += r->ps;		/* the next page */
+		run->len++;
+	}
+	r->i = i;
+	return 1;
+}
+
+/* Give back the references dropped on pages [@p, @end): a page found dying
+ * was dropped to it by this call (nobody else may touch it then), the
+ * others had more.  The order of the undo does not matter: of the entries
+ * of one page, whichever comes first finds it dying. */
+static void undo_pages(struct kvs_slab *s, uint64_t p, uint64_t end)
+{
+	for (; p < end; p++) {
+		if (atomic_load_explicit(&s->ref[p], memory_order_relaxed) == REF_DYING)
+			atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+		else
+			atomic_fetch_add_explicit(&s->ref[p], 1, memory_order_relaxed);
+	}
+	slab_share_changed(s);
+}
+
+/* Drop one reference to each page of @run, leaving REF_DYING on the last;
+ * *nlast counts those.  0, or -1 with none of the run's references dropped
+ * (a page free or dying). */
+static int drop_run(struct kvs_slab *s, const struct kvsi_page_run *run, size_t *nlast)
+{
+	uint64_t p = run->first, end = p + run->len, q;
+
+	for (q = p; q < end; q++) {
+		int r = unref(s, (uint32_t)q, REF_DYING);
+
+		if (r < 0) {
+			undo_pages(s, p, q);
+			return -1;
+		}
+		*nlast += (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * The body of both bulk frees, under slab->lock from start to end (the
+ * counts are atomics all the same: kvs_slab_free() and kvs_slab_ref() work
+ * on them without it).
+ *
+ * First every reference is dropped, all or nothing: on a bad entry the runs
+ * dropped so far are read again and undone.  A run whose counts are all 1
+ * is the common case (what kvs_slab_alloc_bulk() gave, freed by its only
+ * holder): by the kref rule no one else may change those counts, so they
+ * are checked and cleared to 0 four at a time, and the run is marked whole.
+ * A page listed again later finds 0 and fails the call.  The other runs go
+ * page by page, the last reference leaving REF_DYING.  Then the pages go
+ * back: the whole runs without looking at a count again, the others by
+ * their REF_DYING marks.  Only the first RUNBUF runs may be whole (a bit
+ * is kept for each of them alone); the runs after those are read again
+ * from @src, a chunk at a time.
+ */
+static int free_runs(struct kvs_slab *s, struct run_src *src)
+{
+	struct kvsi_page_run buf[RUNBUF], run;
+	uint64_t whole = 0;
+	size_t nb, nruns = 0, nlast = 0;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	while ((rc = src_next(src, &run)) > 0) {
+		if ((uint64_t)run.first + run.len > s->npages) {
+			rc = -1;
+			break;
+		}
+		if (nruns < RUNBUF && ref_run_swap(s, run.first, run.len, 1, 0)) {
+			whole |= 1ULL << nruns;
+			nlast += run.len;
+		} else if (drop_run(s, &run, &nlast) < 0) {
+			rc = -1;
+			break;
+		}
+		if (nruns < RUNBUF)
+			buf[nruns] = run;
+		nruns++;
+	}
+	if (rc < 0) {
+		/* A page dropped whole is at 0 now, like a dying one: the
+		 * undo of either gives it its one reference back. */
+		src->i = 0;
+		while (nruns-- > 0 && src_next(src, &run) > 0)
+			undo_pages(s, run.first, (uint64_t)run.first + run.len);
+		pthread_mutex_unlock(&s->lock);
+		return kvs_fail(EINVAL);
+	}
+	if (nlast) {
+		slab_put_runs(s, nruns < RUNBUF ? nruns : RUNBUF, buf, whole);
+		if (nruns > RUNBUF) {
+			src->i = 0;
+			for (nb = 0; nb < RUNBUF; nb++)
+				src_next(src, &run);
+			do {
+				for (nb = 0; nb < RUNBUF && src_next(src, &buf[nb]) > 0; nb++)
+					;
+				slab_put_runs(s, nb, buf, 0);
+			} while (nb == RUNBUF);
+		}
+		ST(s, free_slow) += nlast;
+		slab_after_free_locked(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/**
+ * kvs_slab_free_bulk() - drop one reference to each of @n pages.
+ * @slab: allocator.
+ * @n: number of entries.
+ * @pages: pages; a page may appear several times if it has that many
+ *         references.
+ *
+ * All or nothing: if one entry is invalid, no reference is dropped.  Never
+ * makes a driver call, never waits for the device, never allocates.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (an entry out of range or free).
+ */
+KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages)
+{
+	struct run_src src = {.pages = pages, .n = n, .ps = 1};
+
+	if (!s || (!pages && n))
+		return kvs_fail(EINVAL);
+	return free_runs(s, &src);
+}
+
+/*
+ * kvsi_slab_free_locs() - kvs_slab_free_bulk() over token locations: drop
+ * one reference to the page of each run of adjacent tokens of one page in
+ * @locs (pages of @ps tokens).  All or nothing; never allocates, never calls
+ * the driver.  For kvs_pool_free().
+ *
+ * Context: MT-Safe; takes slab->lock.
+ * Return: 0, or -1 with errno EINVAL (a negative location, a page out of
+ * range, or a free one).
+ */
+int kvsi_slab_free_locs(kvs_slab_t *s, size_t n, const int32_t *locs, uint32_t ps)
+{
+	struct run_src src = {.locs = locs, .n = n, .ps = ps, .shift = -1};
+
+	if (!s || (!locs && n) || ps == 0)
+		return kvs_fail(EINVAL);
+	if ((ps & (ps - 1)) == 0)
+		src.shift = __builtin_ctz(ps);
+	return free_runs(s, &src);
+}
+
+/*
+ * kvsi_slab_free_page_runs() - kvs_slab_free_bulk() of the pages of @n runs
+ * [first, first + len) the caller found already (the radix cache's
+ * eviction reads a node's locations once for the held map and this).  All
+ * or nothing, as kvs_slab_free_bulk(); a run of length 0 is invalid.
+ *
+ * Context: MT-Safe; takes slab->lock.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+int kvsi_slab_free_page_runs(kvs_slab_t *s, size_t n, const struct kvsi_page_run *runs)
+{
+	struct run_src src = {.runs = runs, .n = n, .shift = -1};
+
+	if (!s || (!runs && n))
+		return kvs_fail(EINVAL);
+	return free_runs(s, &src);
+}
+
+/* First run of @n available pages, or UINT64_MAX.  Lock held. */
+static uint64_t find_run(struct kvs_slab *s, size_t n)
+{
+	uint64_t p = 0, start = 0, run = 0;
+
+	while (p < s->npages) {
+		uint64_t i = p / s->pps;
+
+		if (p % s->pps == 0 && s->si[i].state != S_MAPPED) {
+			if (s->si[i].state == S_UNMAPPED) {
+				run += s->pps;
+			} else {
+				run = 0;
+				start = p + s->pps;
+			}
+			p += s->pps;
+		} else if (p % 64 == 0 && p + 64 <= (i + 1) * s->pps &&
+			   s->freebits[p / 64] == ~0ULL) {
+			run += 64;
+			p += 64;
+		} else {
+			if (bit_test(s->freebits, p)) {
+				run++;
+			} else {
+				run = 0;
+				start = p + 1;
+			}
+			p++;
+		}
+		if (run >= n)
+			return start;
+	}
+	return UINT64_MAX;
+}
+
+/**
+ * kvs_slab_alloc_contig() - allocate @n pages with consecutive indices.
+ * @slab: allocator.
+ * @n: pages wanted (>= 1).
+ * @first: receives the first page; pages *first .. *first + n - 1 each get
+ *         one reference.
+ *
+ * Slabs the run needs are mapped.  The calling thread's cache is given back
+ * first; other threads' caches are not searched.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno ENOMEM (no such run, or the limit) or EINVAL.
+ */
+KVS_EXPORT int kvs_slab_alloc_contig(kvs_slab_t *s, size_t n, uint32_t *first)
+{
+	struct mag *m;
+	uint64_t start = UINT64_MAX, p;
+	int tries;
+
+	if (!s || !first || n == 0)
+		return kvs_fail(EINVAL);
+	m = slab_mag_get(s);
+	pthread_mutex_lock(&s->lock);
+	if (m)
+		slab_mag_flush_locked(s, m, 0);
+	for (tries = 0; tries < 8; tries++) {
+		uint64_t i, last;
+		bool ready = true;
+
+		start = find_run(s, n);
+		if (start == UINT64_MAX)
+			break;
+		last = (start + n - 1) / s->pps;
+		for (i = start / s->pps; i <= last; i++) {
+			if (s->si[i].state == S_UNMAPPED) {
+				ready = false;
+				if (slab_claim_locked(s, i) < 0)
+					return alloc_failed_unlock(s, errno);
+			}
+		}
+		if (ready)
+			break;
+		start = UINT64_MAX; /* the lock was dropped: search again */
+	}
+	if (start == UINT64_MAX)
+		return alloc_failed_unlock(s, ENOMEM);
+	for (p = start; p < start + n; p++) {
+		uint64_t i = p / s->pps;
+
+		bit_clear(s->freebits, p);
+		slab_words_sync(s, p / 64, p / 64 + 1);
+		s->si[i].inuse++;
+		s->inuse_total++;
+		s->free_in_slabs--;
+		if (p + 1 == start + n || (p + 1) % s->pps == 0)
+			slab_relist(s, i);
+	}
+	ST(s, alloc_slow) += n;
+	slab_after_alloc_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	for (p = start; p < start + n; p++)
+		atomic_store_explicit(&s->ref[p], 1, memory_order_relaxed);
+	*first = (uint32_t)start;
+	return 0;
+}
+
+/**
+ * kvs_slab_ref() - add a reference to a held page.
+ * @slab: allocator.
+ * @page: a page the caller holds a reference to.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (out of range or free) or EOVERFLOW
+ * (65534 references already).
+ */
+KVS_EXPORT int kvs_slab_ref(kvs_slab_t *s, uint32_t page)
+{
+	uint16_t r;
+
+	if (!s || page >= s->npages)
+		return kvs_fail(EINVAL);
+	r = atomic_load_explicit(&s->ref[page], memory_order_relaxed);
+	do {
+		if (r == 0 || r == REF_DYING)
+			return kvs_fail(EINVAL);
+		if (r == MAX_REF)
+			return kvs_fail(EOVERFLOW);
+	} while (!atomic_compare_exchange_weak_explicit(&s->ref[page], &r, r + 1,
+							 memory_order_relaxed,
+							 memory_order_relaxed));
+	slab_share_changed(s);
+	return 0;
+}
+
+/**
+ * kvs_slab_refcount() - a page's reference count.
+ * @slab: allocator.
+ * @page: page index.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ * Return: the count (0: free), or -1 with errno EINVAL (out of range).
+ */
+KVS_EXPORT int kvs_slab_refcount(kvs_slab_t *s, uint32_t page)
+{
+	uint16_t r;
+
+	if (!s || page >= s->npages)
+		return kvs_fail(EINVAL);
+	r = atomic_load_explicit(&s->ref[page], memory_order_relaxed);
+	return r == REF_DYING ? 0 : r;
+}
+
+/* Lanes of four 16-bit counts that are 0: a mask of their top bits
+ * (exact, no borrow from lane to lane). */
+static inline uint64_t lanes_zero(uint64_t x)
+{
+	const uint64_t low = 0x7fff7fff7fff7fffULL;
+
+	return ~(((x & low) + low) | x) & ~low;
+}
+
+/*
+ * kvsi_slab_run_held() - are pages [@first, @first + @n) all held (count
+ * > 0, not dying)?  False when the run leaves the allocator.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ */
+bool kvsi_slab_run_held(kvs_slab_t *s, uint32_t first, uint32_t n)
+{
+	_Atomic uint16_t *ref = s->ref;
+	uint64_t p = first, end = (uint64_t)first + n, bad = 0;
+
+	if (end > s->npages)
+		return false;
+	/* (count - 1) wraps 0 to the top: one compare for 0 and dying. */
+	for (; p < end && (p & 3); p++)
+		bad |= (uint16_t)(atomic_load_explicit(&ref[p], memory_order_relaxed) - 1) >= MAX_REF;
+	/* Four counts a load: none 0, none dying (all ones). */
+	for (; p + 4 <= end; p += 4) {
+		uint64_t x = ref4_load(ref + p);
+
+		bad |= lanes_zero(x) | lanes_zero(~x);
+	}
+	for (; p < end; p++)
+		bad |= (uint16_t)(atomic_load_explicit(&ref[p], memory_order_relaxed) - 1) >= MAX_REF;
+	return !bad;
+}
+
+/*
+ * kvsi_slab_run_sole() - how many of pages [@first, @first + @n) are held
+ * exactly once; 0 for a run leaving the allocator.
+ *
+ * Context: MT-Safe (the answer may be stale at once).
+ */
+uint32_t kvsi_slab_run_sole(kvs_slab_t *s, uint32_t first, uint32_t n)
+{
+	_Atomic uint16_t *ref = s->ref;
+	uint64_t p = first, end = (uint64_t)first + n;
+	uint32_t c = 0;
+
+	if (end > s->npages)
+		return 0;
+	for (; p < end && (p & 3); p++)
+		c += atomic_load_explicit(&ref[p], memory_order_relaxed) == 1;
+	for (; p + 4 <= end; p += 4)
+		/* The four lane bits summed into the top lane: no popcount
+		 * instruction needed. */
+		c += (uint32_t)(((lanes_zero(ref4_load(ref + p) ^ REF4(1)) >> 15) *
+				 0x0001000100010001ULL) >> 48);
+	for (; p < end; p++)
+		c += atomic_load_explicit(&ref[p], memory_order_relaxed) == 1;
+	return c;
+}
+
+/*
+ * kvsi_slab_share_gen() - a count that moves whenever a held page gains or
+ * loses a second reference: while it stands, which pages are held exactly
+ * once has not changed (the radix cache keeps that per leaf).
+ *
+ * Context: MT-Safe.
+ */
+uint64_t kvsi_slab_share_gen(kvs_slab_t *s)
+{
+	return atomic_load_explicit(&s->share_gen, memory_order_acquire);
+}
+
+/**
+ * kvs_slab_flush() - give the calling thread's cached pages back.
+ * @slab: allocator.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_slab_flush(kvs_slab_t *s)
+{
+	struct mag *m;
+
+	if (!s)
+		return kvs_fail(EINVAL);
+	m = slab_mag_get(s);
+	if (!m)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	slab_mag_flush_locked(s, m, 0);
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* -------------------------------------------------------------- release */
+
+/**
+ * kvs_slab_shrink() - give back every empty slab above min_empty and the
+ * chunk pool, now.
+ * @slab: allocator.
+ *
+ * The calling thread's cache is given back first; every other thread gives
+ * its cache back on its next call into @slab (their pages cannot be moved
+ * from here without a lock on the fast path).  Slabs are unmapped only
+ * after a fence recorded after they emptied has completed: this call waits
+ * for the device.  Parked chunks and broken slabs are retried.
+ *
+ * Context: MT-Safe; makes driver calls on the calling thread and blocks
+ * until the fence completes; takes no lock across the wait.
+ * Return: 0, or -1 with errno from the driver or the fence (the allocator
+ * stays consistent; what failed is parked and retried later).
+ */
+KVS_EXPORT int kvs_slab_shrink(kvs_slab_t *s)
+{
+	struct mag *m;
+	uint64_t wake;
+	int rc, err = 0;
+
+	if (!s)
+		return kvs_fail(EINVAL);
+	m = slab_mag_get(s);
+	pthread_mutex_lock(&s->lock);
+	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
+	if (m)
+		slab_mag_flush_locked(s, m, 0);
+	rc = slab_reclaim_locked(s, true, &wake);
+	if (rc < 0)
+		err = errno;
+	if (slab_release_pool_locked(s) < 0 && !err)
+		err = errno;
+	pthread_mutex_unlock(&s->lock);
+	if (err)
+		return kvs_fail(err);
+	return 0;
+}
+
+/**
+ * kvs_slab_reclaim() - give back what the release policy allows, without
+ * waiting.
+ * @slab: allocator.
+ *
+ * Unmaps the empty slabs above min_empty that the hysteresis (max_empty,
+ * shrink_quiet) or the decay time (decay_ms) releases and whose fence has
+ * completed; records a fence for the others, or polls the one pending.
+ * Retries parked chunks and broken slabs.  The worker does this by itself;
+ * an allocator without one gives memory back only through this call and
+ * kvs_slab_shrink(), since frees never call the driver: call it between
+ * steps of the serving loop.
+ *
+ * Context: MT-Safe; makes driver calls on the calling thread but never
+ * waits for the device.
+ * Return: the number of slabs unmapped, or -1 with errno from the driver or
+ * the fence (what was unmapped stays unmapped).
+ */
+KVS_EXPORT int kvs_slab_reclaim(kvs_slab_t *s)
+{
+	uint64_t wake;
+	int n;
+
+	if (!s)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&s->lock);
+	n = slab_reclaim_locked(s, false, &wake);
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+/* ------------------------------------------------------------ accessors */
+
+/**
+ * kvs_slab_page_size() - tokens per page.
+ * @slab: allocator.
+ *
+ * Context: MT-Safe.
+ * Return: the page size; 0 for NULL.
+ */
+KVS_EXPORT uint32_t kvs_slab_page_size(const kvs_slab_t *s)
+{
+	return s ? s->page_size : 0;
+}
+
+/**
+ * kvs_slab_capacity() - pages the allocator can hold: capacity_pages
+ * rounded up to whole slabs, and down to the slabs that fit in max_mapped.
+ * @slab: allocator.
+ *
+ * Context: MT-Safe.
+ * Return: the capacity in pages; 0 for NULL.
+ */
+KVS_EXPORT uint64_t kvs_slab_capacity(const kvs_slab_t *s)
+{
+	return s ? s->npages : 0;
+}
+
+/**
+ * kvs_slab_pages_per_slab() - pages in one slab.
+ * @slab: allocator.
+ *
+ * Context: MT-Safe.
+ * Return: the count; 0 for NULL.
+ */
+KVS_EXPORT uint32_t kvs_slab_pages_per_slab(const kvs_slab_t *s)
+{
+	return s ? s->pps : 0;
+}
+
+/**
+ * kvs_slab_available() - pages that can still be allocated: free in mapped
+ * slabs, cached by threads, in slabs being mapped, and in slabs that can be
+ * mapped within the limit.
+ * @slab: allocator.
+ *
+ * Context: MT-Safe.
+ * Return: the count; 0 for NULL.
+ */
+KVS_EXPORT uint64_t kvs_slab_available(kvs_slab_t *s)
+{
+	uint64_t n;
+
+	if (!s)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	n = s->free_in_slabs + slab_cached_locked(s) + growable_pages(s);
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+/**
+ * kvs_slab_buffer() - base address of a buffer.
+ * @slab: allocator.
+ * @buffer: buffer index.
+ *
+ * Token t of page p lives at base + (p * page_size + t) * token_bytes[buffer].
+ *
+ * Context: MT-Safe.
+ * Return: the address; 0 for a bad index.
+ */
+KVS_EXPORT kvs_devptr_t kvs_slab_buffer(const kvs_slab_t *s, uint32_t buffer)
+{
+	return s && buffer < s->nbuf ? s->base[buffer] : 0;
+}
+
+/**
+ * kvs_slab_page_mapped() - is the memory of @page mapped?
+ * @slab: allocator.
+ * @page: page index.
+ *
+ * Context: MT-Safe.
+ * Return: 1 or 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_slab_page_mapped(kvs_slab_t *s, uint32_t page)
+{
+	int r;
+
+	if (!s || page >= s->npages)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&s->lock);
+	r = s->si[page / s->pps].state == S_MAPPED;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}

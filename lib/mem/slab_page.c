@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/mem/slab_page.c - the slab allocator's books of pages: the slab lists and
+ * moving pages between slabs and their takers.
+ *
+ * What it owns.  The lists of mapped slabs (the empty list, ordered by the
+ * time each slab emptied, and NBUCKET partial lists bucketed by fullness;
+ * full slabs on none), the per-page free bitmap and per-slab counts, and
+ * the operations that take free pages from a slab or give them back.  A
+ * slab that becomes empty is stamped with ++empty_gen and the time, for the
+ * fenced, decayed release of lib/mem/slab_grow.c.  Everything else in the
+ * allocator stands on this file; it calls none of them.
+ *
+ * Locking (the order is in common/common.h).  Every function here is called
+ * with slab->lock held and never drops it.
+ */
+#include "mem/slab_defs.h"
+
+/* ------------------------------------------------------------------ lists */
+
+int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
+{
+	if (inuse == 0)
+		return L_EMPTY;
+	if (inuse >= s->pps)
+		return L_FULL;
+	/* floor(inuse * NBUCKET / pps) without a division on the hot path */
+	return (int32_t)(((uint64_t)inuse * s->bucket_mul) >> 32);
+}
+
+static int64_t *list_head(struct kvs_slab *s, int32_t list)
+{
+	return list == L_EMPTY ? &s->empty_head : &s->bucket_head[list];
+}
+
+void slab_list_del(struct kvs_slab *s, uint64_t i)
+{
+	struct slab_info *x = &s->si[i];
+
+	if (x->list == L_FULL) {
+		s->n_full--;
+	} else if (x->list != L_NONE) {
+		int64_t *head = list_head(s, x->list);
+
+		if (x->prev >= 0)
+			s->si[x->prev].next = x->next;
+		else
+			*head = x->next;
+		if (x->next >= 0)
+			s->si[x->next].prev = x->prev;
+		if (x->list == L_EMPTY) {
+			if (s->empty_tail == (int64_t)i)
+				s->empty_tail = x->prev;
+			s->n_empty--;
+		} else {
+			s->n_partial--;
+			if (*head < 0)
+				s->bucket_mask &= ~(1ULL << x->list);
+		}
+	}
+	x->list = L_NONE;
+	x->prev = x->next = -1;
+}
+
+void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
+{
+	struct slab_info *x = &s->si[i];
+	int64_t *head;
+
+	x->list = list;
+	x->prev = x->next = -1;
+	if (list == L_FULL) {
+		s->n_full++;
+		return;
+	}
+	head = list_head(s, list);
+	x->next = *head;
+	if (*head >= 0)
+		s->si[*head].prev = (int64_t)i;
+	*head = (int64_t)i;
+	if (list == L_EMPTY) {
+		if (s->empty_tail < 0)
+			s->empty_tail = (int64_t)i;
+		s->n_empty++;
+	} else {
+		s->n_partial++;
+		s->bucket_mask |= 1ULL << list;
+	}
+}
+
+void slab_relist(struct kvs_slab *s, uint64_t i)
+{
+	struct slab_info *x = &s->si[i];
+	int32_t want = slab_want_list(s, x->inuse);
+
+	if (x->list != want) {
+		slab_list_del(s, i);
+		if (want == L_EMPTY) {
+			/* Pages of it may still be read by the device: it
+			 * is unmapped only behind a fence recorded after now. */
+			x->empty_seq = ++s->empty_gen;
+			x->empty_ns = kvs_now_ns();
+		}
+		slab_list_add(s, i, want);
+	}
+}
+
+/* ------------------------------------------------------------ page moves */
+
+/*
+ * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
+ * each its first reference (count 1) on the way.  The free bitmap is read
+ * in runs of set bits: a word all free gives 64 pages in one go, a partial
+ * word one run of free pages per iteration, never one bit at a time.  Lock
+ * held.
+ */
+uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold)
+{
+	struct slab_info *x = &s->si[i];
+	uint64_t first = i * s->pps, end = first + s->pps;
+	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
+	uint32_t got = 0;
+
+	/* Only words with a free bit, found through the summary: a nearly
+	 * full slab of millions of pages is not read word by word. */
+	for (; (w = bits_next_set(s->freewords, w, wend)) < wend && got < n; w++) {
+		uint64_t bits = s->freebits[w], taken = 0;
+
+		/* A word may be shared with the neighbour slabs: mask them off. */
+		if (w * 64 < first)
+			bits &= ~0ULL << (first - w * 64);
+		if (w * 64 + 64 > end)
+			bits &= ~0ULL >> (w * 64 + 64 - end);
+		while (bits && got < n) {
+			uint32_t lo = (uint32_t)__builtin_ctzll(bits);
+			uint64_t zeros = ~(bits >> lo);	/* 0 only for a full word */
+			uint32_t len = zeros ? (uint32_t)__builtin_ctzll(zeros) : 64;
+			uint64_t m;
+
+			if (len > n - got)
+				len = n - got;
+			kvsi_iota_u32(out + got, (uint32_t)(w * 64 + lo), len);
+			if (hold)
+				ref_run_set(s, w * 64 + lo, len, 1);
+			got += len;
+			m = bits_mask(lo, (uint64_t)lo + len);
+			bits &= ~m;
+			taken |= m;
+		}
+		s->freebits[w] &= ~taken;
+		if (!s->freebits[w])
+			bit_clear(s->freewords, w);
+		if (got == n)
+			break;
+	}
+	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
+	if (x->hint * 64ULL >= s->pps)
+		x->hint = 0;
+	x->inuse += got;
+	s->inuse_total += got;
+	s->free_in_slabs -= got;
+	slab_relist(s, i);
+	return got;
+}
+
+/* slab_take_runs() leaving the counts at 0: for the magazines. */
+uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out)
+{
+	return slab_take_runs(s, i, n, out, false);
+}
+
+/* Give free page @p back to its slab.  Lock held. */
+void slab_put(struct kvs_slab *s, uint32_t p)
+{
+	uint64_t i = p / s->pps;
+	struct slab_info *x = &s->si[i];
+	uint32_t w = (uint32_t)((p - i * s->pps) / 64);
+
+	bit_set(s->freebits, p);
+	bit_set(s->freewords, p / 64);
+	if (w < x->hint)
+		x->hint = w;
+	s->freed_since_grow++;
+	x->inuse--;
+	s->inuse_total--;
+	s->free_in_slabs++;
+	slab_relist(s, i);
+}
+
+/* Give back what one slab's share of the runs freed: @cnt pages, the lowest
+ * in bitmap word @minw of the slab. */
+static void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
+{
+	struct slab_info *x = &s->si[i];
+
+	if (!cnt)
+		return;
+	if (minw < x->hint)
+		x->hint = minw;
+	s->freed_since_grow += cnt;
+	x->inuse -= cnt;
+	s->inuse_total -= cnt;
+	s->free_in_slabs += cnt;
+	slab_relist(s, i);
+}
+
+/* Give back free pages @pages (a magazine's), a stretch of pages of one
+ * slab at a time, so each slab is relisted once per stretch.  Lock held. */
+void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
+{
+	size_t k = 0;
+
+	while (k < n) {
+		uint64_t i = pages[k] / s->pps, first = i * s->pps;
+		struct slab_info *x = &s->si[i];
+		uint32_t cnt = 0, minw = x->hint;
+
+		/* Pages of the same slab: one unsigned compare, no division. */
+		for (; k < n && pages[k] - first < s->pps; k++) {
+			uint32_t w = (uint32_t)((pages[k] - first) >> 6);
+
+			bit_set(s->freebits, pages[k]);
+			bit_set(s->freewords, pages[k] / 64);
+			if (w < minw)
+				minw = w;
+			cnt++;
+		}
+		slab_put_done(s, i, cnt, minw);
+	}
+}
+
+/*
+ * Give back pages of @runs (at most 64; in range, the callers checked; they
+ * may cross slabs).  Run k with bit k of @whole set was dropped whole by the
+ * caller, its counts already 0: all of it goes back, bits set a word at a
+ * time.  Of the others, the pages whose count is REF_DYING
+ * (kvs_slab_free_bulk() or kvsi_slab_free_locs() dropped their last
+ * reference), setting it to 0, so a page listed twice goes back once.  A
+ * slab is relisted once per stretch of runs that stays in it.  Lock held.
+ */
+void slab_put_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs, uint64_t whole)
+{
+	uint64_t i = UINT64_MAX, first = 0;
+	uint32_t cnt = 0, minw = UINT32_MAX;
+	size_t k;
+
+	for (k = 0; k < n; k++) {
+		uint64_t p = runs[k].first, end = p + runs[k].len;
+
+		while (p < end) {
+			uint64_t len, q;
+
+			if (i == UINT64_MAX || p - first >= s->pps) {	/* another slab */
+				if (i != UINT64_MAX)
+					slab_put_done(s, i, cnt, minw);
+				i = p / s->pps;
+				first = i * s->pps;
+				cnt = 0;
+				minw = UINT32_MAX;
+			}
+			len = end - p < first + s->pps - p ? end - p : first + s->pps - p;
+			if (whole >> k & 1) {
+				bits_fill(s->freebits, p, p + len, true);
+				bits_fill(s->freewords, p / 64, (p + len - 1) / 64 + 1, true);
+				cnt += (uint32_t)len;
+				if ((uint32_t)((p - first) >> 6) < minw)
+					minw = (uint32_t)((p - first) >> 6);
+			} else {
+				for (q = p; q < p + len; q++) {
+					if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != REF_DYING)
+						continue;
+					atomic_store_explicit(&s->ref[q], 0, memory_order_relaxed);
+					bit_set(s->freebits, q);
+					bit_set(s->freewords, q / 64);
+					cnt++;
+					if ((uint32_t)((q - first) >> 6) < minw)
+						minw = (uint32_t)((q - first) >> 6);
+				}
+			}
+			p += len;
+		}
+	}
+	if (i != UINT64_MAX)
+		slab_put_done(s, i, cnt, minw);
+}
+
+/* The mapped slab to allocate from: fullest partial, else the newest empty
+ * one (the oldest are the next to be given back). */
+int64_t slab_pick(struct kvs_slab *s)
+{
+	if (s->bucket_mask)
+		return s->bucket_head[63 - __builtin_clzll(s->bucket_mask)];
+	return s->empty_head;
+}

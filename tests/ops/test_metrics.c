@@ -1,0 +1,481 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/ops/test_metrics.c - kvs_metrics_write(): the Prometheus text of a
+ * driver, two pools (their slabs), a radix tree, a hash cache, a host pool,
+ * a hierarchical cache and a file store, checked line by line by a strict
+ * parser (tests/prom_check.py) and sample by sample against each object's
+ * own kvs_*_stat(); the escaping of a label with a quote, a backslash and a
+ * newline; the registry's refusals and removal.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+struct buf {
+	char *p;
+	size_t len, cap;
+	int calls;
+};
+
+static void buf_cb(void *arg, const char *data, size_t len)
+{
+	struct buf *b = arg;
+
+	if (b->len + len + 1 > b->cap) {
+		b->cap = (b->len + len + 1) * 2;
+		b->p = realloc(b->p, b->cap);
+		ck_assert_ptr_nonnull(b->p);
+	}
+	memcpy(b->p + b->len, data, len);
+	b->len += len;
+	b->p[b->len] = 0;
+	b->calls++;
+	ck_assert(len > 0 && data[len - 1] == '\n');
+}
+
+/* One expected sample. */
+struct exp {
+	char name[128];
+	const char *label;
+	char value[32];
+	int found;
+};
+
+struct exps {
+	struct exp e[1024];
+	size_t n;
+};
+
+static void expect(struct exps *x, const char *fam, const char *stat, int counter,
+		   const char *label, uint64_t v)
+{
+	struct exp *e = &x->e[x->n++];
+
+	ck_assert_uint_lt(x->n, 1024);
+	snprintf(e->name, sizeof(e->name), "kvslab_%s_%s%s", fam, stat, counter ? "_total" : "");
+	e->label = label;
+	snprintf(e->value, sizeof(e->value), "%" PRIu64, v);
+	e->found = 0;
+}
+
+#define IS_COUNTER_gauge 0
+#define IS_COUNTER_counter 1
+#define KIND(n, k, d) IS_COUNTER_##k,
+static const int drv_kind[] = {KVS_DRV_STATS(KIND)};
+static const int slab_kind[] = {KVS_SLAB_STATS(KIND)};
+static const int radix_kind[] = {KVS_RADIX_STATS(KIND)};
+static const int hpool_kind[] = {KVS_HPOOL_STATS(KIND)};
+static const int hiradix_kind[] = {KVS_HIRADIX_STATS(KIND)};
+static const int store_kind[] = {KVS_STORE_STATS(KIND)};
+
+struct objs {
+	kvs_drv_t *d;
+	kvs_pool_t *p, *p2;
+	kvs_radix_t *r;
+	kvs_hcache_t *hc;
+	kvs_hpool_t *hp;
+	kvs_hiradix_t *h;
+	kvs_store_t *st;
+	const char *lp, *lp2, *ld, *lr, *lhc, *lhp, *lh, *lst;
+};
+
+static void expect_all(struct exps *x, const struct objs *o)
+{
+	kvs_hcache_stats_t hs;
+
+	x->n = 0;
+	for (int i = 0; i < KVS_DRV_STAT__COUNT; i++)
+		expect(x, "drv", kvs_drv_stat_name(i), drv_kind[i], o->ld, kvs_drv_stat(o->d, i));
+	for (int i = 0; i < KVS_SLAB_STAT__COUNT; i++) {
+		expect(x, "slab", kvs_slab_stat_name(i), slab_kind[i], o->lp,
+		       kvs_slab_stat(kvs_pool_slab(o->p), i));
+		expect(x, "slab", kvs_slab_stat_name(i), slab_kind[i], o->lp2,
+		       kvs_slab_stat(kvs_pool_slab(o->p2), i));
+	}
+	expect(x, "pool", "capacity_pages", 0, o->lp, kvs_pool_capacity(o->p));
+	expect(x, "pool", "available_pages", 0, o->lp, kvs_pool_available(o->p));
+	expect(x, "pool", "page_size_tokens", 0, o->lp, kvs_pool_page_size(o->p));
+	expect(x, "pool", "capacity_pages", 0, o->lp2, kvs_pool_capacity(o->p2));
+	expect(x, "pool", "available_pages", 0, o->lp2, kvs_pool_available(o->p2));
+	expect(x, "pool", "page_size_tokens", 0, o->lp2, kvs_pool_page_size(o->p2));
+	for (int i = 0; i < KVS_RADIX_STAT__COUNT; i++)
+		expect(x, "radix", kvs_radix_stat_name(i), radix_kind[i], o->lr,
+		       kvs_radix_stat(o->r, i));
+	ck_assert_int_eq(kvs_hcache_stats(o->hc, &hs), 0);
+	expect(x, "hcache", "queries", 1, o->lhc, hs.queries);
+	expect(x, "hcache", "hit_blocks", 1, o->lhc, hs.hit_blocks);
+	expect(x, "hcache", "cached_blocks", 0, o->lhc, hs.cached_blocks);
+	expect(x, "hcache", "used_blocks", 0, o->lhc, hs.used_blocks);
+	expect(x, "hcache", "query_tokens", 1, o->lhc, hs.query_tokens);
+	expect(x, "hcache", "hit_tokens", 1, o->lhc, hs.hit_tokens);
+	expect(x, "hcache", "window_query_tokens", 0, o->lhc, hs.window_query_tokens);
+	expect(x, "hcache", "window_hit_tokens", 0, o->lhc, hs.window_hit_tokens);
+	for (int i = 0; i < KVS_HPOOL_STAT__COUNT; i++)
+		expect(x, "hpool", kvs_hpool_stat_name(i), hpool_kind[i], o->lhp,
+		       kvs_hpool_stat(o->hp, i));
+	for (int i = 0; i < KVS_HIRADIX_STAT__COUNT; i++)
+		expect(x, "hiradix", kvs_hiradix_stat_name(i), hiradix_kind[i], o->lh,
+		       kvs_hiradix_stat(o->h, i));
+	for (int i = 0; i < KVS_STORE_STAT__COUNT; i++)
+		expect(x, "store", kvs_store_stat_name(i), store_kind[i], o->lst,
+		       kvs_store_stat(o->st, i));
+}
+
+static int exps_equal(const struct exps *a, const struct exps *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (strcmp(a->e[i].value, b->e[i].value))
+			return 0;
+	return 1;
+}
+
+static void hex(const char *s, char *out)
+{
+	if (!s) {
+		strcpy(out, "-");
+		return;
+	}
+	for (; *s; s++, out += 2)
+		sprintf(out, "%02x", (unsigned char)*s);
+	*out = 0;
+}
+
+/* Run the strict parser on @text; its samples, one "name\thex\tvalue" a line. */
+static char *prom_check(const char *text, size_t len, int *status)
+{
+	const char *src = getenv("KVSLAB_TOP_SRCDIR");
+	char path[] = "/tmp/kvs_metrics_XXXXXX", cmd[1024];
+	struct buf out = {0};
+	char line[4096];
+	FILE *f, *p;
+	int fd;
+
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	f = fdopen(fd, "w");
+	ck_assert_uint_eq(fwrite(text, 1, len, f), len);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "python3 '%s/tests/prom_check.py' '%s'", src && *src ? src : ".",
+		 path);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (fgets(line, sizeof(line), p))
+		buf_cb(&out, line, strlen(line));
+	*status = pclose(p);
+	unlink(path);
+	if (!out.p)
+		out.p = strdup("");
+	return out.p;
+}
+
+static void check_samples(char *samples, struct exps *x, size_t want_lines)
+{
+	char *save = NULL, *l;
+	size_t lines = 0;
+
+	for (l = strtok_r(samples, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		char *name = l, *lab = strchr(l, '\t'), *val;
+
+		ck_assert_ptr_nonnull(lab);
+		*lab++ = 0;
+		val = strchr(lab, '\t');
+		ck_assert_ptr_nonnull(val);
+		*val++ = 0;
+		lines++;
+		for (size_t i = 0; i < x->n; i++) {
+			char h[512];
+
+			hex(x->e[i].label, h);
+			if (strcmp(x->e[i].name, name) || strcmp(h, lab))
+				continue;
+			ck_assert_msg(!strcmp(x->e[i].value, val), "%s{%s} = %s, kvs_*_stat says %s",
+				      name, lab, val, x->e[i].value);
+			x->e[i].found++;
+		}
+	}
+	for (size_t i = 0; i < x->n; i++)
+		ck_assert_msg(x->e[i].found == 1, "%s (%s) written %d times", x->e[i].name,
+			      x->e[i].label ? x->e[i].label : "no label", x->e[i].found);
+	ck_assert_uint_eq(lines, want_lines);
+}
+
+static void open_all(struct objs *o, char *dir)
+{
+	kvs_drv_attr_t da;
+	kvs_pool_attr_t pa;
+	kvs_hpool_attr_t ha;
+	kvs_store_attr_t sa;
+	kvs_hcache_attr_t hca;
+	char uri[128];
+
+	kvs_drv_attr_init(&da);
+	da.granularity = 4096;
+	o->d = kvs_drv_open("host", &da);
+	ck_assert_ptr_nonnull(o->d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 2;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 64;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 4;
+	pa.max_tokens = 256;
+	o->p = kvs_pool_create(o->d, &pa);
+	ck_assert_ptr_nonnull(o->p);
+	o->p2 = kvs_pool_create(o->d, &pa);
+	ck_assert_ptr_nonnull(o->p2);
+	o->r = kvs_radix_create(o->p, NULL);
+	ck_assert_ptr_nonnull(o->r);
+	kvs_hcache_attr_init(&hca);
+	o->hc = kvs_hcache_create(o->p2, &hca);
+	ck_assert_ptr_nonnull(o->hc);
+	kvs_hpool_attr_init(&ha);
+	o->hp = kvs_hpool_create(o->p, &ha);
+	ck_assert_ptr_nonnull(o->hp);
+	o->h = kvs_hiradix_create(o->p, o->hp, NULL);
+	ck_assert_ptr_nonnull(o->h);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(uri, sizeof(uri), "file://%s", dir);
+	kvs_store_attr_init(&sa);
+	sa.page_bytes = 512;
+	o->st = kvs_store_open(uri, &sa);
+	ck_assert_ptr_nonnull(o->st);
+}
+
+static void close_all(struct objs *o, const char *dir)
+{
+	char cmd[256];
+
+	ck_assert_int_eq(kvs_store_close(o->st), 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(o->h), 0);
+	ck_assert_int_eq(kvs_hpool_destroy(o->hp), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(o->hc), 0);
+	ck_assert_int_eq(kvs_radix_destroy(o->r), 0);
+	ck_assert_int_eq(kvs_pool_destroy(o->p2), 0);
+	ck_assert_int_eq(kvs_pool_destroy(o->p), 0);
+	ck_assert_int_eq(kvs_drv_close(o->d), 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_write_all)
+{
+	static const char tricky[] = "r\"q\\x\ny";
+	char dir[] = "/tmp/kvs_metrics_XXXXXX";
+	struct objs o = {0};
+	struct exps *before = calloc(1, sizeof(*before)), *after = calloc(1, sizeof(*after));
+	struct buf b = {0};
+	int32_t locs[8], key[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[8];
+	kvs_metrics_t *m;
+	char *samples;
+	int status, tries;
+
+	open_all(&o, dir);
+	o.ld = "host0";
+	o.lp = "gpu0";
+	o.lp2 = "gpu1";
+	o.lr = tricky;
+	o.lhc = "hc";
+	o.lhp = "h\\p";
+	o.lh = NULL;
+	o.lst = "file";
+	/* Some traffic, so that counters are not all 0. */
+	ck_assert_int_eq(kvs_pool_alloc(o.p, 8, locs), 0);
+	ck_assert_int_eq(kvs_radix_insert(o.r, 0, key, 8, locs, 0, NULL), 0);
+	ck_assert_int_eq(kvs_radix_match(o.r, 0, key, 8, got, NULL), 8);
+
+	m = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	/* Nothing registered: nothing written, and that is valid text. */
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, o.ld), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p, o.lp), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p2, o.lp2), 0);
+	ck_assert_int_eq(kvs_metrics_add_radix(m, o.r, o.lr), 0);
+	ck_assert_int_eq(kvs_metrics_add_hcache(m, o.hc, o.lhc), 0);
+	ck_assert_int_eq(kvs_metrics_add_hpool(m, o.hp, o.lhp), 0);
+	ck_assert_int_eq(kvs_metrics_add_hiradix(m, o.h, o.lh), 0);
+	ck_assert_int_eq(kvs_metrics_add_store(m, o.st, o.lst), 0);
+	/* Refusals: the same object, a pool's own slab, a label taken in the
+	 * family (the slab family holds the pools' slabs). */
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, "other"), -1);
+	ck_assert_int_eq(errno, EEXIST);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_add_slab(m, kvs_pool_slab(o.p), "s"), -1);
+	ck_assert_int_eq(errno, EEXIST);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_add_hiradix(m, (kvs_hiradix_t *)&o, NULL), -1);
+	ck_assert_int_eq(errno, EEXIST);
+
+	/* The slab's worker may still be mapping ahead: compare a write with
+	 * the stats read before and after it, when those agree. */
+	for (tries = 0; tries < 50; tries++) {
+		expect_all(before, &o);
+		b.len = 0;
+		b.calls = 0;
+		ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+		expect_all(after, &o);
+		if (exps_equal(before, after))
+			break;
+		usleep(20000);
+	}
+	ck_assert_int_lt(tries, 50);
+	ck_assert_int_ge(b.calls, 1);
+	/* The label's escapes, as the format spells them. */
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_radix_matches_total{instance=\"r\\\"q\\\\x\\ny\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_alloc_fast_total counter\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_objects gauge\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_hiradix_nodes 0\n"));
+	samples = prom_check(b.p, b.len, &status);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prom_check.py failed on:\n%s",
+		      b.p);
+	/* Every expected sample once; the hcache has 7 more than we check. */
+	check_samples(samples, before, before->n + 7);
+	free(samples);
+
+	/* Removal: the radix's series go, the family's HELP too. */
+	ck_assert_int_eq(kvs_metrics_remove(m, o.r), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_remove(m, o.r), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	b.len = 0;
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_ptr_null(strstr(b.p, "kvslab_radix_"));
+	/* Its label is free again; a slab alone is its own member. */
+	ck_assert_int_eq(kvs_metrics_remove(m, o.p2), 0);
+	ck_assert_int_eq(kvs_metrics_add_slab(m, kvs_pool_slab(o.p2), "gpu1"), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p2, "gpu2"), -1);
+	ck_assert_int_eq(errno, EEXIST);
+	b.len = 0;
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_slab_objects{instance=\"gpu1\"} 0\n"));
+	ck_assert_ptr_null(strstr(b.p, "kvslab_pool_capacity_pages{instance=\"gpu1\"}"));
+	samples = prom_check(b.p, b.len, &status);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	free(samples);
+
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	ck_assert_int_eq(kvs_pool_free(o.p, 8, locs), 0);
+	close_all(&o, dir);
+	free(b.p);
+	free(before);
+	free(after);
+}
+END_TEST
+
+/* A label that is not UTF-8 is refused (the scrape would be unparsable,
+ * and the format has no escape for a raw byte) and changes nothing; one
+ * that is UTF-8, multi-byte and 4-byte sequences included, is written as
+ * it is and parses. */
+START_TEST(test_label_utf8)
+{
+	static const char *const bad[] = {
+		"gpu\xff",		/* never in UTF-8 */
+		"\x80gpu",		/* a stray continuation byte */
+		"gpu\xc3",		/* truncated at the end */
+		"g\xe6\x97u",		/* truncated inside */
+		"\xc0\xaf",		/* overlong '/' */
+		"\xe0\x80\xaf",	/* overlong, 3 bytes */
+		"\xf0\x80\x80\xaf",	/* overlong, 4 bytes */
+		"\xed\xa0\x80",	/* a surrogate, U+D800 */
+		"\xf4\x90\x80\x80",	/* past U+10FFFF */
+		"\xf8\x88\x80\x80\x80", /* a 5-byte form */
+	};
+	/* "gpu-é-日-😀", and the highest code point. */
+	static const char good[] = "gpu-\xc3\xa9-\xe6\x97\xa5-\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf";
+	char dir[] = "/tmp/kvs_metrics_XXXXXX", h[512], *samples, *line;
+	struct objs o = {0};
+	struct buf b = {0};
+	kvs_metrics_t *m;
+	int status;
+
+	open_all(&o, dir);
+	m = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		ck_assert_msg(kvs_metrics_add_store(m, o.st, bad[i]) == -1, "label %zu accepted", i);
+		ck_assert_int_eq(errno, EINVAL);
+		errno = 0;
+		ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, bad[i]), -1);
+		ck_assert_int_eq(errno, EINVAL);
+	}
+	/* Nothing was registered. */
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_uint_eq(b.len, 0);
+	ck_assert_int_eq(kvs_metrics_add_store(m, o.st, good), 0);
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_uint_gt(b.len, 0);
+	samples = prom_check(b.p, b.len, &status);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prom_check.py failed on:\n%s",
+		      b.p);
+	/* Every sample carries the label, byte for byte. */
+	hex(good, h);
+	line = strstr(samples, "kvslab_store_io_errors_total\t");
+	ck_assert_ptr_nonnull(line);
+	ck_assert_int_eq(strncmp(line + strlen("kvslab_store_io_errors_total\t"), h, strlen(h)), 0);
+	free(samples);
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	close_all(&o, dir);
+	free(b.p);
+}
+END_TEST
+
+/* The checker itself refuses what the format forbids. */
+START_TEST(test_checker_strict)
+{
+	static const char *const bad[] = {
+		"kvslab_x 1\n",					   /* no HELP/TYPE */
+		"# HELP kvslab_x d\n# TYPE kvslab_x counter\nkvslab_x 1\n", /* no _total */
+		"# HELP kvslab_x_total d\n# TYPE kvslab_x_total gauge\nkvslab_x_total 1\n",
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\"b\"} 1\n",
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x 1\nkvslab_x 2\n",
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x one\n",
+		"# HELP 9x d\n# TYPE 9x gauge\n9x 1\n",
+		"# TYPE kvslab_x gauge\n# HELP kvslab_x d\nkvslab_x 1\n",
+	};
+	static const char good[] =
+		"# HELP kvslab_x d \\\\ \\n\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\\\"\\\\\\n\"} 1\n";
+	int status;
+	char *s;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		s = prom_check(bad[i], strlen(bad[i]), &status);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "accepted: %s", bad[i]);
+		free(s);
+	}
+	s = prom_check(good, strlen(good), &status);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_str_eq(s, "kvslab_x\t61225c0a\t1\n");
+	free(s);
+}
+END_TEST
+
+static Suite *metrics_suite(void)
+{
+	Suite *s = suite_create("metrics");
+	TCase *tc = tcase_create("write");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_write_all);
+	tcase_add_test(tc, test_checker_strict);
+	tcase_add_test(tc, test_label_utf8);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return tu_run(metrics_suite());
+}
