@@ -36,6 +36,7 @@
 
 #include "internal.h"
 #include "kvslab/pool.h"
+#include "mem/cacheops.h"
 
 struct kvs_pool {
 	kvs_drv_t *drv;
@@ -45,6 +46,12 @@ struct kvs_pool {
 	uint64_t capacity;		/* tokens */
 	size_t *token_bytes;
 	pthread_mutex_t elastic;	/* lib/elastic/elastic.c's calls, one at a time */
+	/* The caches over the pool (lib/mem/cacheops.h), under elastic. */
+	struct cache_reg {
+		const struct kvsi_cache_ops *ops;
+		void *cache;
+	} *caches;
+	unsigned ncaches, capcaches;
 };
 
 /* ------------------------------------------------------------------ pool */
@@ -223,6 +230,7 @@ KVS_EXPORT int kvs_pool_destroy(kvs_pool_t *p)
 		return 0;
 	rc = kvs_slab_destroy(p->slab);
 	pthread_mutex_destroy(&p->elastic);
+	free(p->caches);
 	free(p->token_bytes);
 	free(p);
 	return rc;
@@ -425,6 +433,55 @@ struct kvs_drv *kvsi_pool_drv(const struct kvs_pool *p)
 const struct kvs_model *kvsi_pool_model(const struct kvs_pool *p)
 {
 	return &p->model;
+}
+
+/* ---------------------------------------------------- registered caches */
+
+int kvsi_pool_cache_add(struct kvs_pool *p, const struct kvsi_cache_ops *ops, void *cache)
+{
+	size_t cap = p->capcaches;
+	struct cache_reg *nc;
+
+	pthread_mutex_lock(&p->elastic);
+	nc = kvsi_grow(p->caches, &cap, p->ncaches, sizeof(*nc));
+	if (!nc) {
+		pthread_mutex_unlock(&p->elastic);
+		return kvs_fail(ENOMEM);
+	}
+	p->caches = nc;
+	p->capcaches = (unsigned)cap;
+	p->caches[p->ncaches++] = (struct cache_reg){ops, cache};
+	pthread_mutex_unlock(&p->elastic);
+	return 0;
+}
+
+void kvsi_pool_cache_del(struct kvs_pool *p, void *cache)
+{
+	unsigned i;
+
+	pthread_mutex_lock(&p->elastic);
+	for (i = 0; i < p->ncaches; i++) {
+		if (p->caches[i].cache == cache) {
+			memmove(&p->caches[i], &p->caches[i + 1],
+				(p->ncaches - i - 1) * sizeof(p->caches[0]));
+			p->ncaches--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&p->elastic);
+}
+
+unsigned kvsi_pool_ncaches(struct kvs_pool *p)
+{
+	return p->ncaches;
+}
+
+void *kvsi_pool_cache(struct kvs_pool *p, unsigned i, const struct kvsi_cache_ops **ops)
+{
+	if (i >= p->ncaches)
+		return NULL;
+	*ops = p->caches[i].ops;
+	return p->caches[i].cache;
 }
 
 pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p)

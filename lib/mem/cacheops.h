@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/mem/cacheops.h - the operations every cache over a KV pool gives the
+ * pool: the kernel's shrinker (how much is evictable, evict so much) and
+ * movable-page operations (isolate, migrate, put back), which the elastic
+ * calls (lib/elastic/elastic.c), the control socket and metrics use on
+ * every cache registered on a pool, whatever its kind.
+ *
+ * A cache registers at creation (kvsi_pool_cache_add()) and unregisters at
+ * destruction (kvsi_pool_cache_del()), both under the pool's elastic mutex;
+ * a cache's reset and destroy hold that mutex (kvsi_pool_elastic()) while
+ * they drop entries, so no elastic call sees a cache or an isolated entry
+ * go away.  The pool's elastic mutex is held across every operation below:
+ * they take the cache's own writer lock (and slab->lock under it) and
+ * release them before they return, except migrate(), which holds the
+ * cache's writer lock across @inside.  The pool nests the migrate() of its
+ * caches in registration order, so their writer locks nest in that order
+ * (only there, and only under pool->elastic).
+ *
+ * Pages are the pool's page numbers (location / page_size); page sets are
+ * bitmaps of one bit a page, slab sets one bit a slab of the allocator.
+ */
+#ifndef KVSLAB_MEM_CACHEOPS_H
+#define KVSLAB_MEM_CACHEOPS_H
+
+#include "internal.h"
+
+struct kvs_pool;
+
+struct kvsi_cache_ops {
+	const char *kind;	/* "radix", "hcache", "hiradix" */
+	/* Tokens the cache could evict now (held by nothing but itself). */
+	uint64_t (*evictable)(void *cache);
+	/* Evict at least @tokens tokens if it can, least valuable first; the
+	 * tokens evicted, or -1 with errno. */
+	long (*evict)(void *cache, uint64_t tokens);
+	/* Set in @pages every page the cache holds that eviction could free:
+	 * held by evictable entries only, one reference of the cache's. */
+	int (*unlocked_pages)(void *cache, uint64_t *pages);
+	/* OR into @pages every page the cache holds (one reference each). */
+	int (*held_pages)(void *cache, uint64_t *pages);
+	/* Evict every evictable entry holding a page of a slab in @slabs (and
+	 * what cannot outlive it); the tokens evicted, or -1 with errno
+	 * ENOMEM (nothing evicted). */
+	long (*evict_slabs)(void *cache, const uint64_t *slabs);
+	/* Isolate the holders of the pages in @pages: from now until
+	 * putback(), eviction, reset or a hit cannot drop the cache's
+	 * reference to them.  *@token receives what putback() needs.  0, or -1
+	 * with errno ENOMEM (nothing isolated). */
+	int (*isolate)(void *cache, const uint64_t *pages, void **token);
+	/*
+	 * Migrate: under the cache's writer lock, first clear @newpage[p] (set
+	 * -1) for every page p the cache holds that must not move now (its
+	 * entry changed hands since isolate()), then call @inside(@arg)
+	 * (which may clear more entries), then make every entry holding a page
+	 * p with @newpage[p] >= 0 name page @newpage[p] instead, all before the
+	 * lock is released.  Returns @inside's return value (with its errno),
+	 * or -1 with errno ENOMEM before @inside ran (nothing changed).
+	 */
+	int (*migrate)(void *cache, int32_t *newpage, int (*inside)(void *arg), void *arg);
+	/* Undo isolate(); frees @token. */
+	void (*putback)(void *cache, void *token);
+};
+
+/*
+ * Register @cache (with its operations) on @pool, or take it off.  Both
+ * take the pool's elastic mutex: call with no cache or allocator lock
+ * held.  add: 0, or -1 with errno ENOMEM.  del: a cache not registered is
+ * ignored.
+ */
+int kvsi_pool_cache_add(struct kvs_pool *p, const struct kvsi_cache_ops *ops, void *cache);
+void kvsi_pool_cache_del(struct kvs_pool *p, void *cache);
+
+/* The registered caches, under the pool's elastic mutex (the caller holds
+ * it): how many, and the @i-th. */
+unsigned kvsi_pool_ncaches(struct kvs_pool *p);
+void *kvsi_pool_cache(struct kvs_pool *p, unsigned i, const struct kvsi_cache_ops **ops);
+
+#endif /* KVSLAB_MEM_CACHEOPS_H */
