@@ -250,20 +250,13 @@ void kvsi_slab_lock(struct kvs_slab *s);
 void kvsi_slab_unlock(struct kvs_slab *s);
 uint32_t kvsi_slab_inuse_locked(struct kvs_slab *s, uint64_t i);
 uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
-void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to);
-
-/* lib/cache/radix.c, for kvs_pool_set_limit() and kvs_pool_compact(): the pages
- * of unlocked nodes, and evicting what holds pages of chosen slabs. */
-struct kvs_radix;
-int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages);
-int kvsi_radix_held_pages(struct kvs_radix *r, uint64_t *pages);
-long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs);
-int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
-			void *arg);
+size_t kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to,
+			   const uint16_t *expect, bool *moved);
 
 /* Every statistic of an object in one snapshot (v[] has the family's
  * __COUNT entries), for lib/ops/metrics.c's scrapes: lib/mem/slab_stat.c,
  * lib/cache/radix.c, lib/tier/hostpool.c, lib/cache/hiradix.c. */
+struct kvs_radix;
 struct kvs_hiradix;
 struct kvs_hpool;
 void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v);

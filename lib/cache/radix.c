@@ -94,6 +94,7 @@
 #include <urcu-bp.h>
 
 #include "cache/radix_int.h"
+#include "mem/cacheops.h"
 
 
 /* Entry @i of @k set to (@h, @node), as readers may be looking: the node
@@ -304,6 +305,20 @@ void rx_lock_path(struct kvs_radix *r, struct rnode *n)
 	}
 }
 
+/* Undo rx_lock_path(@n): every node of the path locked by it. */
+void rx_unlock_path(struct kvs_radix *r, struct rnode *n)
+{
+	for (; n && n != r->root; n = n->parent) {
+		if (--n->lock_ref == 0) {
+			uint32_t len = seg_of(n)->len;
+
+			r->evictable += len;
+			r->protected_ -= len;
+			rx_heap_fix(r, n);
+		}
+	}
+}
+
 /* Is @n a node of @r?  Nodes record their tree; a freed node cannot be
  * told apart, which is why the _lock forms exist. */
 static inline bool node_ok(const struct kvs_radix *r, const struct rnode *n)
@@ -402,6 +417,12 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 	}
 	r->nnodes = 0; /* the root is not counted */
 	r->root->lock_ref = 1; /* never evicted */
+	if (pool && kvsi_pool_cache_add(pool, &kvsi_radix_cache_ops, r) < 0) {
+		free(r->root); /* its segment is empty, freed below */
+		evict_heap_free(&r->heap);
+		pthread_mutex_destroy(&r->wlock);
+		goto nomem;
+	}
 	return r;
 nomem:
 	if (r) {
@@ -493,6 +514,8 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 {
 	if (!r)
 		return 0;
+	if (r->pool) /* no elastic call runs on it from here on */
+		kvsi_pool_cache_del(r->pool, r);
 	synchronize_rcu();
 	free_subtree(r, r->root);
 	rcu_barrier(); /* retired segments and arrays are freed before we return */
@@ -749,15 +772,7 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 			return kvs_fail(EINVAL);
 		}
 	}
-	for (; n && n != r->root; n = n->parent) {
-		if (--n->lock_ref == 0) {
-			uint32_t len = seg_of(n)->len;
-
-			r->evictable += len;
-			r->protected_ -= len;
-			rx_heap_fix(r, n);
-		}
-	}
+	rx_unlock_path(r, n);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
 }

@@ -391,6 +391,7 @@ void rx_free_node_cb(struct rcu_head *h);
 void rx_free_seg_cb(struct rcu_head *h);
 void rx_heap_fix(struct kvs_radix *r, struct rnode *n);
 void rx_lock_path(struct kvs_radix *r, struct rnode *n);
+void rx_unlock_path(struct kvs_radix *r, struct rnode *n);
 void rx_seg_cache_drain(struct seg_cache *sc);
 void rx_seg_free(struct rseg *s);
 struct rseg *rx_seg_new(struct seg_cache *sc, uint32_t len, const int32_t *keys,
@@ -398,5 +399,9 @@ struct rseg *rx_seg_new(struct seg_cache *sc, uint32_t len, const int32_t *keys,
 struct rseg *rx_seg_view(struct rseg *src, uint32_t off, uint32_t len);
 void rx_touch(struct kvs_radix *r, struct rnode *n, int priority);
 struct rnode *rx_split(struct kvs_radix *r, struct rnode *c, uint32_t m);
+
+/* lib/cache/radix_pool.c: the operations the cache registers on its pool. */
+struct kvsi_cache_ops;
+extern const struct kvsi_cache_ops kvsi_radix_cache_ops;
 
 #endif /* KVSLAB_CACHE_RADIX_INT_H */

@@ -1,7 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/cache/radix_pool.c - the radix cache's operations for its pool
- * (lib/mem/cacheops.h).
+ * (lib/mem/cacheops.h), which the elastic calls use on every cache
+ * registered on a pool: what is evictable and evicting it, the pages of
+ * unlocked nodes, evicting exactly the nodes that hold pages of chosen
+ * slabs (slab-aware limits), and compaction's isolate, migrate and put
+ * back.
+ *
+ * Isolation pins: every node holding a page to be moved is locked as
+ * kvs_radix_lock() locks it (its path to the root protected), so no
+ * eviction, reset or limit can drop the tree's reference while the bytes
+ * are copied; put back unlocks them.  A split in the window keeps the
+ * count right: the new parent takes the node's lock count, and unlocking
+ * walks up from the node through it.  Migration builds the nodes' new
+ * segments before it calls the pool's inner step (nothing can fail after
+ * it), then writes the locations the inner step left standing and
+ * publishes them in one write section: lock-free readers in flight start
+ * over on the sequence count.
+ *
+ * Locking: each operation takes wlock (slab->lock under it, in eviction);
+ * migrate holds it across the pool's inner step.  The pool's elastic mutex
+ * is held around all of them (lib/mem/cacheops.h).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -12,8 +31,8 @@
 #include <urcu-bp.h>
 
 #include "cache/radix_int.h"
+#include "mem/cacheops.h"
 
-/* ------------------------------------------------- elastic memory's side */
 
 /* Mark the pages of @n's subtree that sit in unlocked nodes. */
 static void mark_unlocked(struct kvs_radix *r, struct rnode *n, uint64_t *pages)
@@ -30,33 +49,24 @@ static void mark_unlocked(struct kvs_radix *r, struct rnode *n, uint64_t *pages)
 			mark_unlocked(r, k->e[i].node, pages);
 }
 
-/*
- * kvsi_radix_unlocked_pages() - set, in @pages (one bit a pool page, zeroed
- * by the caller), every page the tree holds in an unlocked node: what
- * evicting the whole evictable tree would drop a reference to.  For
- * kvs_pool_set_limit().  Takes wlock.  0, or -1 with errno EINVAL (no pool).
- */
-int kvsi_radix_unlocked_pages(struct kvs_radix *r, uint64_t *pages)
+/* unlocked_pages(): every page the tree holds in an unlocked node, what
+ * evicting the whole evictable tree would drop a reference to. */
+static int ops_unlocked_pages(void *cache, uint64_t *pages)
 {
-	if (!r->pool)
-		return kvs_fail(EINVAL);
+	struct kvs_radix *r = cache;
+
 	pthread_mutex_lock(&r->wlock);
 	mark_unlocked(r, r->root, pages);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
 }
 
-/*
- * kvsi_radix_held_pages() - OR into @pages (one bit a pool page) every page
- * the tree holds, locked or not: one reference each.  For
- * kvs_pool_compact().  Takes wlock.  0, or -1 with errno EINVAL (no pool).
- */
-int kvsi_radix_held_pages(struct kvs_radix *r, uint64_t *pages)
+/* held_pages(): every page the tree holds, locked or not. */
+static int ops_held_pages(void *cache, uint64_t *pages)
 {
+	struct kvs_radix *r = cache;
 	size_t i, n;
 
-	if (!r->pool)
-		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
 	n = map_words(r);
 	for (i = 0; i < n; i++)
@@ -102,22 +112,16 @@ static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct 
 	d->v[d->n++] = n;
 }
 
-/*
- * kvsi_radix_evict_slabs() - evict every unlocked node holding a page of a
- * slab set in @slabs (one bit a slab of the pool's allocator), with the
- * nodes below it, leaves first: the eviction that empties chosen slabs for
- * kvs_pool_set_limit().  Locked nodes (and so their ancestors) stay.  Takes
- * wlock.  Returns the tokens evicted, or -1 with errno ENOMEM (nothing
- * evicted) or EINVAL (no pool).
- */
-long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs)
+/* evict_slabs(): every unlocked node holding a page of a slab in @slabs,
+ * with the nodes below it, leaves first.  Locked nodes (and so their
+ * ancestors) stay. */
+static long ops_evict_slabs(void *cache, const uint64_t *slabs)
 {
+	struct kvs_radix *r = cache;
 	struct doom d = {.slabs = slabs};
 	struct rnode *gone = NULL, **tail = &gone;
 	size_t i, done = 0;
 
-	if (!r->pool)
-		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
 	doom_walk(r, r->root, false, &d);
 	if (d.nomem) {
@@ -141,6 +145,81 @@ long kvsi_radix_evict_slabs(struct kvs_radix *r, const uint64_t *slabs)
 	return (long)done;
 }
 
+/* ----------------------------------------------------------- migration */
+
+struct iso {
+	struct rnode **v;
+	size_t n, cap;
+	const uint64_t *pages;
+	bool nomem;
+};
+
+/* Collect the nodes of @n's subtree holding a page in i->pages. */
+static void iso_walk(struct kvs_radix *r, struct rnode *n, struct iso *i)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n);
+	struct rnode **v;
+	uint32_t j;
+
+	for (j = 0; n != r->root && j < s->len; j += r->ps) {
+		if (!bit_test(i->pages, (uint64_t)s->vals[j] / r->ps))
+			continue;
+		v = kvsi_grow(i->v, &i->cap, i->n, sizeof(*i->v));
+		if (!v) {
+			i->nomem = true;
+			return;
+		}
+		i->v = v;
+		i->v[i->n++] = n;
+		break;
+	}
+	if (k)
+		for (j = 0; j < k->n && !i->nomem; j++)
+			iso_walk(r, k->e[j].node, i);
+}
+
+/* isolate(): lock every node holding a page in @pages. */
+static int ops_isolate(void *cache, const uint64_t *pages, void **token)
+{
+	struct kvs_radix *r = cache;
+	struct iso *i = calloc(1, sizeof(*i));
+	size_t j;
+
+	if (!i)
+		return kvs_fail(ENOMEM);
+	i->pages = pages;
+	pthread_mutex_lock(&r->wlock);
+	iso_walk(r, r->root, i);
+	if (i->nomem) {
+		pthread_mutex_unlock(&r->wlock);
+		free(i->v);
+		free(i);
+		return kvs_fail(ENOMEM);
+	}
+	for (j = 0; j < i->n; j++)
+		rx_lock_path(r, i->v[j]);
+	pthread_mutex_unlock(&r->wlock);
+	i->pages = NULL;
+	*token = i;
+	return 0;
+}
+
+/* putback(): unlock what isolate() locked. */
+static void ops_putback(void *cache, void *token)
+{
+	struct kvs_radix *r = cache;
+	struct iso *i = token;
+	size_t j;
+
+	pthread_mutex_lock(&r->wlock);
+	for (j = 0; j < i->n; j++)
+		rx_unlock_path(r, i->v[j]);
+	pthread_mutex_unlock(&r->wlock);
+	free(i->v);
+	free(i);
+}
+
 struct reloc {
 	struct rnode **node;
 	struct rseg **seg;
@@ -149,8 +228,8 @@ struct reloc {
 	bool nomem;
 };
 
-/* Build, for every node of @n's subtree holding a moved page, the segment
- * it will have: the same keys, the moved pages' new locations. */
+/* Build, for every node of @n's subtree holding a page to move, a copy of
+ * its segment (the locations are written after the pool's inner step). */
 static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
 {
 	struct rkids *k = kids_of(n);
@@ -158,7 +237,7 @@ static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
 	uint32_t i;
 	bool moved = false;
 
-	for (i = 0; i < s->len && !moved; i += r->ps)
+	for (i = 0; n != r->root && i < s->len && !moved; i += r->ps)
 		moved = rl->newpage[(uint32_t)s->vals[i] / r->ps] >= 0;
 	if (moved && !rl->nomem) {
 		if (rl->n == rl->cap) {
@@ -181,12 +260,6 @@ static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
 			rl->nomem = true;
 			return;
 		}
-		for (i = 0; i < s->len; i++) {
-			uint32_t p = (uint32_t)s->vals[i] / r->ps;
-
-			if (rl->newpage[p] >= 0)
-				ns->vals[i] = rl->newpage[p] * (int32_t)r->ps + s->vals[i] % (int32_t)r->ps;
-		}
 		rl->node[rl->n] = n;
 		rl->seg[rl->n++] = ns;
 	}
@@ -195,26 +268,16 @@ static void reloc_walk(struct kvs_radix *r, struct rnode *n, struct reloc *rl)
 			reloc_walk(r, k->e[i].node, rl);
 }
 
-/*
- * kvsi_radix_relocate() - compaction's writer section: every node holding
- * a page p with @newpage[p] >= 0 gets a new segment naming page
- * @newpage[p] instead (published with one pointer store, the old one
- * retired through RCU; readers in flight start over on the sequence
- * count), the held map follows, and @inside(@arg) runs under wlock first,
- * so the request table's rows and the pages' reference counts change in
- * the same section.  Takes wlock.  0; or -1 with errno ENOMEM (nothing
- * changed, @inside not called), or @inside's failure (the tree is updated
- * regardless: @inside's side is the caller's to describe).
- */
-int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*inside)(void *arg),
-			void *arg)
+/* migrate(): every node holding a page p with newpage[p] >= 0 (after the
+ * inner step) gets a new segment naming the new page, the held map
+ * following, in one write section under wlock. */
+static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), void *arg)
 {
+	struct kvs_radix *r = cache;
 	struct reloc rl = {.newpage = newpage};
 	size_t i;
 	int rc, err = 0;
 
-	if (!r->pool)
-		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&r->wlock);
 	reloc_walk(r, r->root, &rl);
 	if (rl.nomem) {
@@ -231,8 +294,21 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 	write_begin(r);
 	for (i = 0; i < rl.n; i++) {
 		struct rseg *old = seg_of(rl.node[i]), *ns = rl.seg[i];
+		bool moved = false;
 		uint32_t j;
 
+		for (j = 0; j < ns->len; j++) {
+			int32_t np = newpage[(uint32_t)old->vals[j] / r->ps];
+
+			if (np < 0)
+				continue;
+			ns->vals[j] = np * (int32_t)r->ps + old->vals[j] % (int32_t)r->ps;
+			moved = true;
+		}
+		if (!moved) { /* the inner step kept its pages where they were */
+			rx_seg_free(ns);
+			continue;
+		}
 		for (j = 0; j < ns->len; j += r->ps) {
 			bit_clear(r->held, (uint64_t)old->vals[j] / r->ps);
 			bit_set(r->held, (uint64_t)ns->vals[j] / r->ps);
@@ -246,7 +322,35 @@ int kvsi_radix_relocate(struct kvs_radix *r, const int32_t *newpage, int (*insid
 	pthread_mutex_unlock(&r->wlock);
 	free(rl.node);
 	free(rl.seg);
-	if (err)
-		return kvs_fail(err);
-	return 0;
+	if (rc < 0)
+		errno = err;
+	return rc;
 }
+
+/* ------------------------------------------------------------- shrinker */
+
+/* evictable(): the tokens of unlocked nodes. */
+static uint64_t ops_evictable(void *cache)
+{
+	return kvs_radix_evictable(cache);
+}
+
+/* evict(): in the policy's order (slab-aware where the tree is). */
+static long ops_evict(void *cache, uint64_t tokens)
+{
+	ssize_t n = kvs_radix_evict(cache, tokens > SIZE_MAX ? SIZE_MAX : (size_t)tokens);
+
+	return n < 0 ? -1 : (long)n;
+}
+
+const struct kvsi_cache_ops kvsi_radix_cache_ops = {
+	.kind = "radix",
+	.evictable = ops_evictable,
+	.evict = ops_evict,
+	.unlocked_pages = ops_unlocked_pages,
+	.held_pages = ops_held_pages,
+	.evict_slabs = ops_evict_slabs,
+	.isolate = ops_isolate,
+	.migrate = ops_migrate,
+	.putback = ops_putback,
+};

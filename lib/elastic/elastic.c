@@ -32,7 +32,62 @@
 #include <string.h>
 
 #include "internal.h"
+#include "elastic/elastic_int.h"
 #include "kvslab/elastic.h"
+#include "mem/cacheops.h"
+
+/* The caches an elastic call works with: @cache alone, or every cache
+ * registered on @p when it is NULL.  Under pool->elastic. */
+struct use {
+	const struct kvsi_cache_ops *ops;
+	void *obj;
+};
+
+struct uses {
+	struct use *v;
+	unsigned n;
+};
+
+static int uses_get(kvs_pool_t *p, void *cache, struct uses *u)
+{
+	unsigned i, n = kvsi_pool_ncaches(p);
+
+	u->n = 0;
+	u->v = calloc(n ? n : 1, sizeof(*u->v));
+	if (!u->v)
+		return kvs_fail(ENOMEM);
+	for (i = 0; i < n; i++) {
+		const struct kvsi_cache_ops *ops;
+		void *obj = kvsi_pool_cache(p, i, &ops);
+
+		if (!cache || obj == cache)
+			u->v[u->n++] = (struct use){ops, obj};
+	}
+	return 0;
+}
+
+/* Add to @cnt[page] one for every cache whose @which page set holds it
+ * (unlocked_pages or held_pages); @map is scratch of @words words. */
+static int uses_count(const struct uses *u, bool held, uint64_t *map, size_t words,
+		      uint16_t *cnt, uint64_t npages)
+{
+	unsigned i;
+	uint64_t pg;
+
+	for (i = 0; i < u->n; i++) {
+		int rc;
+
+		memset(map, 0, words * sizeof(*map));
+		rc = held ? u->v[i].ops->held_pages(u->v[i].obj, map)
+			  : u->v[i].ops->unlocked_pages(u->v[i].obj, map);
+		if (rc < 0)
+			return -1;
+		for (pg = bits_next_set(map, 0, npages); pg < npages;
+		     pg = bits_next_set(map, pg + 1, npages))
+			cnt[pg]++;
+	}
+	return 0;
+}
 
 struct cand {
 	uint64_t slab;
@@ -77,6 +132,8 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 	size_t slab_total, mapped0, pooled0, mapped, pooled, old, need = 0;
 	kvs_limit_report_t r;
 	uint64_t *unlocked = NULL, *target = NULL;
+	uint16_t *evcnt = NULL;
+	struct uses u = {0};
 	struct cand *cand = NULL;
 	uint32_t pps, *inuse = NULL;
 	pthread_mutex_t *lk;
@@ -105,9 +162,10 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 	}
 	inuse = malloc(nslabs * sizeof(*inuse));
 	unlocked = calloc((npages + 63) / 64, sizeof(*unlocked));
+	evcnt = calloc(npages, sizeof(*evcnt));
 	target = calloc((nslabs + 63) / 64, sizeof(*target));
 	cand = malloc(nslabs * sizeof(*cand));
-	if (!inuse || !unlocked || !target || !cand) {
+	if (!inuse || !unlocked || !evcnt || !target || !cand || uses_get(p, cache, &u) < 0) {
 		err = ENOMEM;
 		goto out_state;
 	}
@@ -115,7 +173,9 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 		err = errno;
 		goto out_state;
 	}
-	if (cache && kvsi_radix_unlocked_pages(cache, unlocked) < 0) {
+	/* Per page, the references eviction could drop: one for each cache
+	 * holding it in an evictable entry. */
+	if (uses_count(&u, false, unlocked, (npages + 63) / 64, evcnt, npages) < 0) {
 		err = errno;
 		goto out_state;
 	}
@@ -139,7 +199,7 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 			if (rc <= 0)
 				continue;
 			live++;
-			if (rc != 1 || !bit_test(unlocked, pg)) {
+			if ((uint32_t)rc > evcnt[pg]) {
 				pin = true;
 				pinned++;
 			}
@@ -166,15 +226,18 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 			bit_set(target, cand[i].slab);
 	}
 	kvsi_slab_set_limit(s, bytes, NULL);
-	if (need > nempty && cache) {
-		long ev = kvsi_radix_evict_slabs(cache, target);
+	for (unsigned c = 0; need > nempty && c < u.n; c++) {
+		long ev = u.v[c].ops->evict_slabs(u.v[c].obj, target);
 
-		if (ev < 0) {
+		if (ev < 0 && r.evicted_tokens == 0) {
 			err = errno; /* ENOMEM: nothing was evicted */
 			kvsi_slab_set_limit(s, old, NULL);
 			goto out_state;
 		}
-		r.evicted_tokens = (uint64_t)ev;
+		/* A later cache short of memory leaves its pages: the limit
+		 * may end up unmet (EBUSY below). */
+		if (ev > 0)
+			r.evicted_tokens += (uint64_t)ev;
 	}
 	n = kvsi_slab_give_back(s, bytes);
 	if (n < 0)
@@ -196,6 +259,8 @@ out:
 	pthread_mutex_unlock(lk);
 	free(inuse);
 	free(unlocked);
+	free(evcnt);
+	free(u.v);
 	free(target);
 	free(cand);
 	r.elapsed_ns = kvs_now_ns() - t0;
@@ -222,25 +287,46 @@ KVS_EXPORT size_t kvs_pool_limit(kvs_pool_t *p)
 
 /* ----------------------------------------------------------- compaction */
 
+void (*kvsi_compact_test_hook)(void *arg);
+void *kvsi_compact_test_arg;
+
 struct compact {
 	kvs_pool_t *p;
 	kvs_reqtab_t *tab;
-	const int32_t *newpage;
+	int32_t *newpage;
 	uint32_t ps;
 	size_t n;
 	const uint32_t *from, *to;
+	const uint16_t *rc0;		/* each page's count when planned */
+	uint16_t *expect;
+	bool *ok;			/* which moved */
+	size_t done;
+	/* The chain of the caches' migrate() (lib/mem/cacheops.h). */
+	const struct uses *u;
+	unsigned next;
+	bool inner_ran;
 };
 
-/* Inside the cache's writer section (or alone without a cache): rewrite
- * every run of the table's columns naming a moved page, then move the
- * reference counts and free the old pages. */
-static int compact_inside(void *arg)
+/*
+ * Inside every cache's writer section: move the reference counts of the
+ * pages whose counts are what the plan saw (and that no cache kept back),
+ * then rewrite every run of the table's columns naming a moved page.  A
+ * page that stays gets newpage -1, so the caches leave its holders alone.
+ */
+static int compact_inside(struct compact *c)
 {
-	struct compact *c = arg;
 	int32_t buf[256];
+	size_t k;
 	int err = 0;
 
-	if (c->tab) {
+	c->inner_ran = true;
+	for (k = 0; k < c->n; k++)
+		c->expect[k] = c->newpage[c->from[k]] >= 0 ? c->rc0[k] : 0;
+	c->done = kvsi_slab_move_refs(kvs_pool_slab(c->p), c->n, c->from, c->to, c->expect, c->ok);
+	for (k = 0; k < c->n; k++)
+		if (!c->ok[k])
+			c->newpage[c->from[k]] = -1;
+	if (c->tab && c->done) {
 		uint32_t slot, nreq = kvs_reqtab_max_reqs(c->tab), ctx = kvs_reqtab_max_context(c->tab);
 
 		for (slot = 0; slot < nreq; slot++) {
@@ -269,10 +355,29 @@ static int compact_inside(void *arg)
 			}
 		}
 	}
-	kvsi_slab_move_refs(kvs_pool_slab(c->p), c->n, c->from, c->to);
 	if (err)
 		return kvs_fail(err);
 	return 0;
+}
+
+/* One link of the chain: the next cache's migrate() around the rest, the
+ * commit innermost.  A migrate() that failed before its inner step leaves
+ * every page where it is, so the caches outside it change nothing. */
+static int compact_chain(void *arg)
+{
+	struct compact *c = arg;
+	const struct use *use;
+	size_t k;
+	int rc;
+
+	if (c->next == c->u->n)
+		return compact_inside(c);
+	use = &c->u->v[c->next++];
+	rc = use->ops->migrate(use->obj, c->newpage, compact_chain, c);
+	if (rc < 0 && !c->inner_ran)
+		for (k = 0; k < c->n; k++)
+			c->newpage[c->from[k]] = -1;
+	return rc;
 }
 
 /* How many of @v[0, @n) are consecutive pages in @v[0]'s slab (@pps pages). */
@@ -381,11 +486,16 @@ static int dense_cmp(const void *a, const void *b)
 KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_t *cache,
 				    size_t max_pages)
 {
-	uint64_t nslabs, npages, i, *held = NULL;
+	uint64_t nslabs, npages, i, *srcmap = NULL;
 	uint32_t pps, ps, *inuse = NULL, *refs = NULL, *mark = NULL, *from = NULL, *to = NULL;
+	uint16_t *held = NULL, *rc0 = NULL, *expect = NULL;
 	int32_t *newpage = NULL;
 	struct dense *ord = NULL;
-	size_t slab_total, mapped, pooled, nord = 0, lo, hi, moved = 0;
+	size_t slab_total, mapped, pooled, nord = 0, lo, hi, moved = 0, k, nkeep = 0;
+	struct uses u = {0};
+	void **tok = NULL;
+	unsigned niso = 0, c;
+	bool *ok = NULL;
 	pthread_mutex_t *lk;
 	kvs_slab_t *s;
 	int err = 0;
@@ -403,23 +513,35 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	lk = kvsi_pool_elastic(p);
 	pthread_mutex_lock(lk);
 	inuse = malloc(nslabs * sizeof(*inuse));
-	held = calloc((npages + 63) / 64, sizeof(*held));
+	srcmap = calloc((npages + 63) / 64, sizeof(*srcmap));
+	held = calloc(npages, sizeof(*held));
 	refs = calloc(npages, sizeof(*refs));
 	mark = calloc(npages, sizeof(*mark));
 	newpage = malloc(npages * sizeof(*newpage));
 	ord = malloc(nslabs * sizeof(*ord));
 	from = malloc(max_pages * sizeof(*from));
 	to = malloc(max_pages * sizeof(*to));
-	if (!inuse || !held || !refs || !mark || !newpage || !ord || !from || !to) {
+	rc0 = malloc(max_pages * sizeof(*rc0));
+	expect = malloc(max_pages * sizeof(*expect));
+	ok = malloc(max_pages * sizeof(*ok));
+	if (!inuse || !srcmap || !held || !refs || !mark || !newpage || !ord || !from || !to ||
+	    !rc0 || !expect || !ok || uses_get(p, cache, &u) < 0) {
+		err = ENOMEM;
+		goto out;
+	}
+	tok = calloc(u.n ? u.n : 1, sizeof(*tok));
+	if (!tok) {
 		err = ENOMEM;
 		goto out;
 	}
 	for (i = 0; i < npages; i++)
 		newpage[i] = -1;
-	if (cache && kvsi_radix_held_pages(cache, held) < 0) {
+	/* Per page, the caches' references (srcmap is scratch here). */
+	if (uses_count(&u, true, srcmap, (npages + 63) / 64, held, npages) < 0) {
 		err = errno;
 		goto out;
 	}
+	memset(srcmap, 0, (npages + 63) / 64 * sizeof(*srcmap));
 	/* Rows referencing each page, each row once. */
 	if (tab) {
 		uint32_t slot, nreq = kvs_reqtab_max_reqs(tab), ctx = kvs_reqtab_max_context(tab);
@@ -442,10 +564,10 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	}
 	kvsi_slab_census(s, inuse, &mapped, &pooled);
 	/* Partial slabs whose every page is free or movable: every reference
-	 * belongs to the cache or to a row that will be rewritten. */
+	 * belongs to a cache or to a row that will be rewritten. */
 	for (i = 0; i < nslabs; i++) {
 		uint32_t q, live = 0;
-		bool ok = true;
+		bool good = true;
 
 		if (inuse[i] == KVSI_SLAB_UNMAPPED || inuse[i] == KVSI_SLAB_STUCK || inuse[i] == 0 ||
 		    inuse[i] >= pps)
@@ -457,12 +579,12 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 			if (rc <= 0)
 				continue;
 			live++;
-			if ((uint32_t)rc > (bit_test(held, pg) ? 1u : 0u) + refs[pg])
-				ok = false;
+			if ((uint32_t)rc > (uint32_t)held[pg] + refs[pg])
+				good = false;
 		}
 		/* A page cached by another thread counts in inuse but not live:
 		 * that slab cannot empty now, so it is only a destination. */
-		ord[nord++] = (struct dense){i, inuse[i], ok && live == inuse[i]};
+		ord[nord++] = (struct dense){i, inuse[i], good && live == inuse[i]};
 	}
 	qsort(ord, nord, sizeof(*ord), dense_cmp);
 	/* Sources from the sparse end, destinations from the dense end. */
@@ -485,8 +607,9 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 			break;
 		for (q = 0; q < pps; q++) {
 			uint32_t pg = (uint32_t)(src * pps + q), got;
+			int rc = kvs_slab_refcount(s, pg);
 
-			if (kvs_slab_refcount(s, pg) <= 0)
+			if (rc <= 0)
 				continue;
 			while (hi > lo && inuse[ord[hi].slab] >= pps)
 				hi--;
@@ -502,6 +625,7 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 			}
 			inuse[ord[hi].slab]++;
 			from[moved] = pg;
+			rc0[moved] = (uint16_t)rc;
 			newpage[pg] = (int32_t)to[moved];
 			moved++;
 		}
@@ -510,30 +634,51 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 planned:
 	if (moved == 0)
 		goto out;
+	/* Isolate: pin the caches' holders of the pages to move, so that no
+	 * eviction can drop them while the bytes are copied. */
+	for (k = 0; k < moved; k++)
+		bit_set(srcmap, from[k]);
+	for (niso = 0; niso < u.n; niso++) {
+		if (u.v[niso].ops->isolate(u.v[niso].obj, srcmap, &tok[niso]) < 0) {
+			err = errno;
+			goto undo;
+		}
+	}
 	if (compact_copy(p, moved, from, to) < 0) {
 		err = errno;
 		goto undo;
 	}
+	if (kvsi_compact_test_hook)
+		kvsi_compact_test_hook(kvsi_compact_test_arg);
 	{
-		struct compact c = {p, tab, newpage, ps, moved, from, to};
+		struct compact cc = {.p = p, .tab = tab, .newpage = newpage, .ps = ps,
+				     .n = moved, .from = from, .to = to, .rc0 = rc0,
+				     .expect = expect, .ok = ok, .u = &u};
 
-		if (cache) {
-			if (kvsi_radix_relocate(cache, newpage, compact_inside, &c) < 0) {
-				err = errno;
-				if (err == ENOMEM)
-					goto undo;
-			}
-		} else if (compact_inside(&c) < 0) {
+		if (compact_chain(&cc) < 0) {
 			err = errno;
+			if (!cc.inner_ran)
+				goto undo;
 		}
+		/* The destinations of the pages that stayed go back. */
+		for (k = 0; k < moved; k++)
+			if (!ok[k])
+				to[nkeep++] = to[k];
+		if (nkeep)
+			kvs_slab_free_bulk(s, nkeep, to);
+		moved = cc.done;
 	}
-	goto out;
+	goto out_put;
 undo:
 	kvs_slab_free_bulk(s, moved, to);
 	moved = 0;
+out_put:
+	for (c = 0; c < niso; c++)
+		u.v[c].ops->putback(u.v[c].obj, tok[c]);
 out:
 	pthread_mutex_unlock(lk);
 	free(inuse);
+	free(srcmap);
 	free(held);
 	free(refs);
 	free(mark);
@@ -541,6 +686,11 @@ out:
 	free(ord);
 	free(from);
 	free(to);
+	free(rc0);
+	free(expect);
+	free(ok);
+	free(tok);
+	free(u.v);
 	if (err)
 		return kvs_fail(err);
 	return (ssize_t)moved;

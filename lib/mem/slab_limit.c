@@ -148,23 +148,35 @@ uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t 
 	return got;
 }
 
-/* Compaction: page @to[k] takes over @from[k]'s reference count, and
- * @from[k] goes back to its slab.  Nobody may take or drop a reference to
- * either meanwhile (the caller's contract: between forward passes). */
-void kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to)
+/* Compaction's commit: page @to[k] (the caller's, taken with one
+ * reference) takes over @from[k]'s reference count and @from[k] goes back
+ * to its slab, but only where that count is still @expect[k], what the
+ * caller planned for: a count that changed has a holder the caller cannot
+ * see, and stays.  @moved[k] says which moved; both pages of one that did
+ * not stay as they were.  Compare and move under slab->lock, so no count
+ * changes between them.  Returns how many moved. */
+size_t kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to,
+			   const uint16_t *expect, bool *moved)
 {
-	size_t k;
+	size_t k, done = 0;
 
 	pthread_mutex_lock(&s->lock);
 	for (k = 0; k < n; k++) {
 		uint16_t r = atomic_load_explicit(&s->ref[from[k]], memory_order_relaxed);
 
+		moved[k] = r == expect[k] && r > 0;
+		if (!moved[k])
+			continue;
 		atomic_store_explicit(&s->ref[to[k]], r, memory_order_relaxed);
 		atomic_store_explicit(&s->ref[from[k]], 0, memory_order_relaxed);
 		slab_put(s, from[k]);
+		done++;
 	}
-	ST(s, free_slow) += n;
-	slab_share_changed(s);
-	slab_after_free_locked(s);
+	ST(s, free_slow) += done;
+	if (done) {
+		slab_share_changed(s);
+		slab_after_free_locked(s);
+	}
 	pthread_mutex_unlock(&s->lock);
+	return done;
 }

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tests/regression/reg_compact_race.c - compaction against the calls that
+ * may run beside it (issue 22).  kvs_pool_compact() used to plan under the
+ * cache's lock, drop it, copy, then move reference counts with nothing
+ * pinning the pages it moved: an eviction in that window freed a page the
+ * commit then freed again (kvs_slab_validate() failing with EUCLEAN, and
+ * kvs_pool_available() promising pages no allocation could get), and a
+ * reference taken in the window was carried to the new page while its
+ * holder kept naming the old, freed one.
+ *
+ * The window is reached deterministically: this program links the static
+ * library and sets the compaction's test point (lib/elastic/elastic_int.h),
+ * called after the copies and before the commit with no lock held.
+ *
+ * Geometry as tests/elastic/test_elastic.c's: a slab is 4 one-token pages.
+ * Slab A (pages 0-3) and C (8-11) hold three pages of the caller each and a
+ * free page; slab B (4-7) holds one cached page, 4 (key 201).  B is the
+ * only source: compaction moves page 4 into A or C.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "elastic/elastic_int.h"
+
+#define GRAN 4096
+#define PPS 4
+#define NPAGES 16
+
+struct env {
+	kvs_drv_t *d;
+	kvs_pool_t *pool;
+	kvs_radix_t *r;
+	kvs_slab_t *s;
+	int32_t mine[6];		/* the caller's pages in A and C */
+	long hook_evicted;
+	int hook_calls;
+};
+
+static void env_open(struct env *e)
+{
+	static const int32_t mine[6] = {0, 1, 2, 8, 9, 10};
+	int32_t locs[NPAGES], unused[NPAGES - 7], key = 201, loc = 4;
+	kvs_pool_attr_t pa;
+	int i, n = 0;
+
+	memset(e, 0, sizeof(*e));
+	memcpy(e->mine, mine, sizeof(mine));
+	e->d = tu_open_gran(0, GRAN, 0, 0);
+	ck_assert_ptr_nonnull(e->d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 4;
+	pa.model.head_dim = 128;
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 1;
+	pa.max_tokens = 32;
+	pa.magazine = 0;
+	pa.chunk_pool = 0;
+	pa.min_empty = 0;
+	pa.max_empty = 0;
+	pa.decay_ms = 0;
+	e->pool = kvs_pool_create(e->d, &pa);
+	ck_assert_ptr_nonnull(e->pool);
+	e->s = kvs_pool_slab(e->pool);
+	ck_assert_uint_eq(kvs_slab_pages_per_slab(e->s), PPS);
+	e->r = kvs_radix_create(e->pool, NULL);
+	ck_assert_ptr_nonnull(e->r);
+	ck_assert_int_eq(kvs_pool_alloc(e->pool, NPAGES, locs), 0);
+	for (i = 0; i < NPAGES; i++)
+		ck_assert_int_eq(locs[i], i);
+	ck_assert_int_eq(kvs_radix_insert(e->r, 0, &key, 1, &loc, 0, NULL), 0);
+	for (i = 0; i < NPAGES; i++)
+		if (i != 4 && !(i <= 2 || (i >= 8 && i <= 10)))
+			unused[n++] = i;
+	ck_assert_int_eq(n, NPAGES - 7);
+	ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)n, unused), 0);
+}
+
+/* Everything given back: every page of the budget can be allocated, the
+ * allocator and the tree check clean, and nothing is left over. */
+static void env_close(struct env *e)
+{
+	uint64_t avail;
+	int32_t *all;
+
+	ck_assert_int_eq(kvs_slab_validate(e->s), 0);
+	ck_assert_int_eq(kvs_radix_validate(e->r), 0);
+	ck_assert_int_eq(kvs_pool_free(e->pool, 6, e->mine), 0);
+	ck_assert_int_ge(kvs_radix_evict(e->r, 1000), 0);
+	ck_assert_uint_eq(kvs_radix_tokens(e->r), 0);
+	avail = kvs_pool_available(e->pool);
+	ck_assert_uint_eq(avail, kvs_pool_capacity(e->pool));
+	all = malloc(avail * sizeof(*all));
+	ck_assert_ptr_nonnull(all);
+	ck_assert_int_eq(kvs_pool_alloc(e->pool, avail, all), 0);
+	ck_assert_int_eq(kvs_pool_free(e->pool, avail, all), 0);
+	free(all);
+	ck_assert_int_eq(kvs_slab_validate(e->s), 0);
+	kvs_radix_destroy(e->r);
+	ck_assert_uint_eq(kvs_slab_stat(e->s, KVS_SLAB_STAT_objects), 0);
+	ck_assert_int_eq(kvs_pool_destroy(e->pool), 0);
+	ck_assert_int_eq(kvs_drv_close(e->d), 0);
+	kvsi_compact_test_hook = NULL;
+	kvsi_compact_test_arg = NULL;
+}
+
+static void hook_evict(void *arg)
+{
+	struct env *e = arg;
+
+	e->hook_calls++;
+	e->hook_evicted = kvs_radix_evict(e->r, 1000);
+}
+
+/*
+ * Another thread's kvs_radix_evict() (MT-Safe) between the copy and the
+ * commit.  The page being moved must not be evicted from under the move:
+ * the cache's node is pinned until the commit, so the eviction finds
+ * nothing to take, the page moves, and the cache names its new home.
+ */
+START_TEST(test_evict_during_compact)
+{
+	struct env e;
+	int32_t key = 201, loc = -1;
+
+	env_open(&e);
+	kvsi_compact_test_arg = &e;
+	kvsi_compact_test_hook = hook_evict;
+	ck_assert_int_eq(kvs_pool_compact(e.pool, NULL, e.r, 16), 1);
+	ck_assert_int_eq(e.hook_calls, 1);
+	ck_assert_int_eq(e.hook_evicted, 0);
+	ck_assert_int_eq(kvs_slab_validate(e.s), 0);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, &key, 1, &loc, NULL), 1);
+	ck_assert(loc == 3 || loc == 11);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)loc), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 4), 0);
+	/* Slab B emptied, as planned. */
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	ck_assert_int_eq(kvs_slab_page_mapped(e.s, 4), 0);
+	env_close(&e);
+}
+END_TEST
+
+static void hook_ref(void *arg)
+{
+	struct env *e = arg;
+	int32_t loc = 4;
+
+	e->hook_calls++;
+	ck_assert_int_eq(kvs_pool_ref(e->pool, 1, &loc), 0);
+}
+
+/*
+ * A reference taken in the window by a holder the call cannot rewrite (an
+ * engine's copy of location 4): the page's count changed since the plan, so
+ * it must not move; it stays where it is with both references, and the
+ * destination page goes back.
+ */
+START_TEST(test_ref_during_compact)
+{
+	struct env e;
+	int32_t key = 201, loc = -1, four = 4;
+
+	env_open(&e);
+	kvsi_compact_test_arg = &e;
+	kvsi_compact_test_hook = hook_ref;
+	ck_assert_int_eq(kvs_pool_compact(e.pool, NULL, e.r, 16), 0);
+	ck_assert_int_eq(e.hook_calls, 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 4), 2);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 3), 0);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 11), 0);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, &key, 1, &loc, NULL), 1);
+	ck_assert_int_eq(loc, 4);
+	ck_assert_int_eq(kvs_slab_validate(e.s), 0);
+	ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &four), 0);
+	env_close(&e);
+}
+END_TEST
+
+static Suite *reg_suite(void)
+{
+	Suite *s = suite_create("reg_compact_race");
+	TCase *tc = tcase_create("window");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_evict_during_compact);
+	tcase_add_test(tc, test_ref_during_compact);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	setenv("KVSLAB_DOUBLE_GRANULARITY", "4096", 1);
+	return tu_run(reg_suite());
+}
