@@ -48,6 +48,7 @@
 
 #include "internal.h"
 #include "kvslab/hashcache.h"
+#include "mem/cacheops.h"
 
 struct hent {
 	_Atomic(struct hent *) next;
@@ -63,6 +64,7 @@ struct hblock {
 	uint32_t mark;			/* scratch for validating a call's input */
 	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
 	bool inq;
+	bool iso;			/* in the queue, isolated by kvs_pool_compact() */
 };
 
 struct kvs_hcache {
@@ -74,6 +76,7 @@ struct kvs_hcache {
 	uint64_t mask;
 	int32_t qhead, qtail;
 	uint64_t qlen, ncached, nused, nevict;
+	uint64_t niso;			/* blocks of the queue isolated (kept from eviction) */
 	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */
 	pthread_mutex_t lock;
 	kvs_hcache_attr_t attr;
@@ -182,6 +185,23 @@ static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 	call_rcu(&e->rcu, hc_free_node_cb);
 }
 
+/* Put @nw (same hash, not yet published) where @old stands in its chain,
+ * so duplicates keep their order, and retire @old. */
+static void tbl_replace(kvs_hcache_t *hc, struct hent *old, struct hent *nw)
+{
+	_Atomic(struct hent *) *pp = &hc->bucket[old->hv & hc->mask];
+	struct hent *c;
+
+	nw->hv = old->hv;
+	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != old)
+		pp = &c->next;
+	atomic_store_explicit(&nw->next, atomic_load_explicit(&old->next, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(pp, nw, memory_order_release);
+	KVSI_TSAN_RELEASE(&rcu_gp);
+	call_rcu(&old->rcu, hc_free_node_cb);
+}
+
 /* ---------------------------------------------------------------- events */
 
 /* @tokens: a stored event's n * ps token ids, or NULL; the events point
@@ -255,13 +275,18 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 	hc->qlen++;
 }
 
-/* Take the head of the free queue off the queue and out of the table; its
- * page stays with the caller.  O(1) but for the chain walk. */
+/* Take the first block of the free queue that is not isolated off the
+ * queue and out of the table (the caller knows there is one: qlen > niso);
+ * its page stays with the caller.  O(1) but for the chain walk, and the
+ * isolated blocks passed over while kvs_pool_compact() runs. */
 static int32_t evict_head(kvs_hcache_t *hc, bool event)
 {
 	int32_t i = hc->qhead;
-	struct hblock *b = &hc->b[i];
+	struct hblock *b;
 
+	while (hc->b[i].iso)
+		i = hc->b[i].next;
+	b = &hc->b[i];
 	q_remove(hc, i);
 	if (event)
 		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
@@ -279,6 +304,238 @@ static void page_free(kvs_hcache_t *hc, int32_t i)
 
 	kvs_pool_free(hc->pool, 1, &loc);
 }
+
+/* ------------------------------------------------- the pool's operations */
+
+/*
+ * The cache's side of lib/mem/cacheops.h, which kvs_pool_set_limit() and
+ * kvs_pool_compact() use on every cache over a pool.  Every page of a
+ * block in use or in the free queue is the cache's, one reference each;
+ * the free queue's blocks are what eviction can give back.  Compaction
+ * moves only free cached blocks: a block in use has its id in the engine's
+ * block tables.  Isolation flags a free block so that eviction passes over
+ * it (it keeps its place in the queue, and so the eviction order); a hit
+ * takes it out of isolation, and migration then leaves it.  Migration
+ * gives the block's hash entry, queue place and record to its new page,
+ * publishing a new entry in the old one's place in its chain (entries are
+ * immutable for the lock-free readers).  Each operation takes hc->lock;
+ * migrate holds it across the pool's inner step.
+ */
+
+static bool hc_holds(const kvs_hcache_t *hc, uint64_t pg)
+{
+	return pg < hc->nblocks && (hc->b[pg].ref > 0 || hc->b[pg].inq);
+}
+
+static uint64_t ops_evictable(void *cache)
+{
+	kvs_hcache_t *hc = cache;
+	uint64_t n;
+
+	pthread_mutex_lock(&hc->lock);
+	n = (hc->qlen - hc->niso) * hc->ps;
+	pthread_mutex_unlock(&hc->lock);
+	return n;
+}
+
+static long ops_evict(void *cache, uint64_t tokens)
+{
+	kvs_hcache_t *hc = cache;
+	uint64_t blocks = tokens / hc->ps + (tokens % hc->ps != 0);
+	ssize_t n = kvs_hcache_evict(hc, blocks > SIZE_MAX ? SIZE_MAX : (size_t)blocks);
+
+	return n < 0 ? -1 : (long)((uint64_t)n * hc->ps);
+}
+
+/* unlocked_pages() and held_pages() alike: the free queue's pages, the
+ * only ones eviction can free and migration can move. */
+static int ops_queue_pages(void *cache, uint64_t *pages)
+{
+	kvs_hcache_t *hc = cache;
+
+	pthread_mutex_lock(&hc->lock);
+	for (int32_t i = hc->qhead; i >= 0; i = hc->b[i].next)
+		bit_set(pages, (uint64_t)i);
+	pthread_mutex_unlock(&hc->lock);
+	return 0;
+}
+
+static long ops_evict_slabs(void *cache, const uint64_t *slabs)
+{
+	kvs_hcache_t *hc = cache;
+	uint64_t nslabs;
+	size_t slab_total;
+	uint32_t pps;
+	int32_t i, next;
+	long done = 0;
+
+	kvsi_slab_geom(kvs_pool_slab(hc->pool), &pps, &nslabs, &slab_total);
+	pthread_mutex_lock(&hc->lock);
+	for (i = hc->qhead; i >= 0; i = next) {
+		struct hblock *b = &hc->b[i];
+
+		next = b->next;
+		if (b->iso || !bit_test(slabs, (uint64_t)i / pps))
+			continue;
+		q_remove(hc, i);
+		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
+		tbl_remove(hc, b->ent);
+		b->ent = NULL;
+		hc->ncached--;
+		hc->nevict++;
+		page_free(hc, i);
+		done += hc->ps;
+	}
+	pthread_mutex_unlock(&hc->lock);
+	return done;
+}
+
+struct hiso {
+	int32_t *v;
+	size_t n;
+};
+
+static int ops_isolate(void *cache, const uint64_t *pages, void **token)
+{
+	kvs_hcache_t *hc = cache;
+	struct hiso *t = calloc(1, sizeof(*t));
+	size_t cap = 0;
+
+	if (!t)
+		return kvs_fail(ENOMEM);
+	pthread_mutex_lock(&hc->lock);
+	for (int32_t i = hc->qhead; i >= 0; i = hc->b[i].next) {
+		if (!bit_test(pages, (uint64_t)i))
+			continue;
+		int32_t *v = kvsi_grow(t->v, &cap, t->n, sizeof(*t->v));
+
+		if (!v) {
+			pthread_mutex_unlock(&hc->lock);
+			free(t->v);
+			free(t);
+			return kvs_fail(ENOMEM);
+		}
+		t->v = v;
+		t->v[t->n++] = i;
+	}
+	for (size_t k = 0; k < t->n; k++)
+		hc->b[t->v[k]].iso = true;
+	hc->niso += t->n;
+	pthread_mutex_unlock(&hc->lock);
+	*token = t;
+	return 0;
+}
+
+static void ops_putback(void *cache, void *token)
+{
+	kvs_hcache_t *hc = cache;
+	struct hiso *t = token;
+
+	pthread_mutex_lock(&hc->lock);
+	for (size_t k = 0; k < t->n; k++) {
+		struct hblock *b = &hc->b[t->v[k]];
+
+		if (b->iso) {
+			b->iso = false;
+			hc->niso--;
+		}
+	}
+	pthread_mutex_unlock(&hc->lock);
+	free(t->v);
+	free(t);
+}
+
+/* Block @p's record, entry @nw (its hash) and place in the queue go to
+ * block @q (a page of the pool's that the cache did not hold). */
+static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q, struct hent *nw)
+{
+	struct hblock *a = &hc->b[p], *b = &hc->b[q];
+
+	memcpy(&nw->hash, &a->ent->hash, sizeof(nw->hash));
+	nw->block = q;
+	tbl_replace(hc, a->ent, nw);
+	*b = *a;
+	b->ent = nw;
+	b->iso = false;
+	if (b->prev >= 0)
+		hc->b[b->prev].next = q;
+	else
+		hc->qhead = q;
+	if (b->next >= 0)
+		hc->b[b->next].prev = q;
+	else
+		hc->qtail = q;
+	memset(a, 0, sizeof(*a));
+	a->prev = a->next = -1;
+	hc->niso--;
+}
+
+static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), void *arg)
+{
+	kvs_hcache_t *hc = cache;
+	struct hent **nw = NULL;
+	size_t n = 0, cap = 0, k;
+	int rc, err = 0;
+	int32_t i;
+
+	pthread_mutex_lock(&hc->lock);
+	/* Blocks that must stay: in use (a hit since isolate()), or not
+	 * isolated; entries for the ones that may move. */
+	for (uint32_t j = 0; j < hc->nblocks; j++) {
+		struct hblock *b = &hc->b[j];
+
+		if (newpage[j] < 0 || !hc_holds(hc, j))
+			continue;
+		if (!b->iso || b->ref > 0 || (uint32_t)newpage[j] >= hc->nblocks ||
+		    hc_holds(hc, (uint32_t)newpage[j])) {
+			newpage[j] = -1;
+			continue;
+		}
+		struct hent **v = kvsi_grow(nw, &cap, n, sizeof(*nw));
+
+		if (!v || !(v[n] = malloc(sizeof(**v)))) {
+			if (v)
+				nw = v;
+			for (k = 0; k < n; k++)
+				free(nw[k]);
+			free(nw);
+			pthread_mutex_unlock(&hc->lock);
+			return kvs_fail(ENOMEM);
+		}
+		nw = v;
+		n++;
+	}
+	rc = inside(arg);
+	if (rc < 0)
+		err = errno;
+	/* The blocks whose pages moved, in page order as counted above. */
+	k = 0;
+	for (i = 0; i < (int32_t)hc->nblocks && k < n; i++) {
+		if (!hc->b[i].iso || hc->b[i].ref > 0)
+			continue;
+		if (newpage[i] >= 0)
+			block_move(hc, i, newpage[i], nw[k++]);
+	}
+	for (; k < n; k++)
+		free(nw[k]);
+	free(nw);
+	pthread_mutex_unlock(&hc->lock);
+	if (rc < 0)
+		errno = err;
+	return rc;
+}
+
+static const struct kvsi_cache_ops hcache_ops = {
+	.kind = "hcache",
+	.evictable = ops_evictable,
+	.evict = ops_evict,
+	.unlocked_pages = ops_queue_pages,
+	.held_pages = ops_queue_pages,
+	.evict_slabs = ops_evict_slabs,
+	.isolate = ops_isolate,
+	.migrate = ops_migrate,
+	.putback = ops_putback,
+};
 
 /* ---------------------------------------------------------------- API */
 
@@ -364,6 +621,19 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	}
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
+	if (kvsi_pool_cache_add(pool, &hcache_ops, hc) < 0) {
+		pthread_mutex_destroy(&hc->lock);
+		free(hc->b);
+		free(hc->bucket);
+		free(hc->scratch);
+		free(hc->wq);
+		free(hc->wh);
+		free(hc->wqt);
+		free(hc->wht);
+		free(hc);
+		errno = ENOMEM;
+		return NULL;
+	}
 	return hc;
 }
 
@@ -388,6 +658,7 @@ KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
 		return 0;
 	if (hc->nused)
 		return kvs_fail(EBUSY);
+	kvsi_pool_cache_del(hc->pool, hc); /* no elastic call runs on it from here on */
 	drop_all(hc);
 	synchronize_rcu();
 	rcu_barrier();
@@ -476,6 +747,10 @@ static void touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
 		if (b->ref == 0) {
 			q_remove(hc, blocks[i]);
 			hc->nused++;
+			if (b->iso) { /* a hit: in use now, compaction leaves it */
+				b->iso = false;
+				hc->niso--;
+			}
 		}
 		b->ref++;
 	}
@@ -567,14 +842,14 @@ static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32
 	for (i = 0; i < nhits; i++) {
 		struct hblock *b = &hc->b[hits[i]];
 
-		if (b->ref == 0 && !b->mark) {
+		if (b->ref == 0 && !b->mark && !b->iso) {
 			b->mark = 1;
 			queued_hits++;
 		}
 	}
 	for (i = 0; i < nhits; i++)
 		hc->b[hits[i]].mark = 0;
-	evictable = hc->qlen - queued_hits;
+	evictable = hc->qlen - hc->niso - queued_hits;
 	if (n > kvs_pool_available(hc->pool) / hc->ps + evictable)
 		return kvs_fail(ENOMEM);
 	while (got < n && kvs_pool_alloc(hc->pool, hc->ps, hc->scratch) == 0)
@@ -813,7 +1088,7 @@ KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
 	/* Any @n: the queue never holds more than INT32_MAX blocks. */
-	for (; k < n && hc->qhead >= 0; k++)
+	for (; k < n && hc->qlen > hc->niso; k++)
 		page_free(hc, evict_head(hc, true));
 	pthread_mutex_unlock(&hc->lock);
 	return (ssize_t)k;
@@ -836,7 +1111,7 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	if (!hc)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
-	if (hc->nused) {
+	if (hc->nused || hc->niso) {
 		pthread_mutex_unlock(&hc->lock);
 		return kvs_fail(EBUSY);
 	}
@@ -961,7 +1236,7 @@ KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
  */
 KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 {
-	uint64_t n = 0, used = 0, ents = 0, inq = 0;
+	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0;
 	int32_t i, prev = -1;
 	int bad = 0;
 
@@ -982,7 +1257,8 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 
 		used += b->ref > 0;
 		inq += b->inq;
-		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) ||
+		iso += b->iso;
+		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->inq) ||
 		    (b->ent && b->ent->block != (int32_t)j))
 			bad = 1;
 	}
@@ -999,7 +1275,7 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 				break;
 		}
 	}
-	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached)
+	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
 		bad = 1;
 	pthread_mutex_unlock(&hc->lock);
 	return bad ? kvs_fail(EUCLEAN) : 0;

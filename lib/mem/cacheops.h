@@ -37,7 +37,9 @@ struct kvsi_cache_ops {
 	/* Set in @pages every page the cache holds that eviction could free:
 	 * held by evictable entries only, one reference of the cache's. */
 	int (*unlocked_pages)(void *cache, uint64_t *pages);
-	/* OR into @pages every page the cache holds (one reference each). */
+	/* OR into @pages every page whose reference the cache can move
+	 * (migrate() rewrites its holders), one reference each: compaction
+	 * counts the cache's other pages as holders it cannot see. */
 	int (*held_pages)(void *cache, uint64_t *pages);
 	/* Evict every evictable entry holding a page of a slab in @slabs (and
 	 * what cannot outlive it); the tokens evicted, or -1 with errno

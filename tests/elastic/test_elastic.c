@@ -694,6 +694,117 @@ START_TEST(test_compact)
 }
 END_TEST
 
+/*
+ * The hashed block cache over the same pool (it registers on its pool as
+ * the radix cache does).  Blocks 0-2 (slab A) and 8-10 (slab C) are in
+ * use; block 4 (slab B) is a free cached block of hash 4; every other page
+ * is free.  B can empty only by evicting or moving block 4.
+ */
+struct hc_env {
+	kvs_hcache_t *hc;
+	int32_t used[6];
+};
+
+static kvs_block_hash_t hc_hash(uint8_t v)
+{
+	kvs_block_hash_t h;
+
+	memset(&h, 0, sizeof(h));
+	h.len = 32;
+	h.bytes[0] = v;
+	h.bytes[31] = 0x5a;
+	return h;
+}
+
+static void hc_open(struct env *e, struct hc_env *h)
+{
+	static const int32_t used[6] = {0, 1, 2, 8, 9, 10};
+	int32_t b[16], spare[9], four = 4;
+	kvs_block_hash_t h4 = hc_hash(4);
+	int i, n = 0;
+
+	h->hc = kvs_hcache_create(e->pool, NULL);
+	ck_assert_ptr_nonnull(h->hc);
+	memcpy(h->used, used, sizeof(used));
+	ck_assert_int_eq(kvs_hcache_alloc(h->hc, 16, b), 0);
+	for (i = 0; i < 16; i++)
+		ck_assert_int_eq(b[i], i);
+	ck_assert_int_eq(kvs_hcache_cache(h->hc, &four, 1, &h4, NULL, 0, NULL), 0);
+	for (i = 0; i < 16; i++)
+		if (i != 4 && !(i <= 2 || (i >= 8 && i <= 10)))
+			spare[n++] = i;
+	ck_assert_int_eq(kvs_hcache_free(h->hc, spare, (size_t)n), 0);
+	ck_assert_int_eq(kvs_hcache_free(h->hc, &four, 1), 0);
+	ck_assert_int_eq(kvs_slab_shrink(e->s), 0);
+	ck_assert_uint_eq(st(e, KVS_SLAB_STAT_bytes_mapped), 3 * SLAB_BYTES);
+}
+
+static void hc_close(struct env *e, struct hc_env *h)
+{
+	ck_assert_int_eq(kvs_hcache_validate(h->hc), 0);
+	ck_assert_int_eq(kvs_hcache_free(h->hc, h->used, 6), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(h->hc), 0);
+	env_close(e);
+}
+
+/* A limit evicts the hashed cache's free blocks in the chosen slabs (it
+ * used to count them as pinned: ENOMEM, a floor of 3 slabs). */
+START_TEST(test_limit_hcache)
+{
+	struct env e;
+	struct hc_env h;
+	kvs_limit_report_t rep;
+	kvs_block_hash_t h4 = hc_hash(4);
+	int32_t got;
+
+	env_open(&e, _i, 32, 0);
+	hc_open(&e, &h);
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, 2 * SLAB_BYTES, NULL, &rep), 0);
+	ck_assert_uint_eq(rep.floor_bytes, 2 * SLAB_BYTES);
+	ck_assert_uint_eq(rep.evicted_tokens, 1);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
+	ck_assert_int_eq(kvs_hcache_lookup(h.hc, &h4, 1, 2, &got), 0);
+	ck_assert_int_eq(kvs_hcache_free_queue(h.hc, NULL, 0), 0);
+	hc_close(&e, &h);
+}
+END_TEST
+
+/* Compaction moves the hashed cache's free cached block out of slab B:
+ * its hash finds it at its new page, and B empties (it used to stay, the
+ * cache's reference counted as a holder the call could not see). */
+START_TEST(test_compact_hcache)
+{
+	struct env e;
+	struct hc_env h;
+	kvs_block_hash_t h4 = hc_hash(4), got_h;
+	int32_t got = -1;
+	uint32_t ref = 99;
+
+	env_open(&e, _i, 32, 0);
+	hc_open(&e, &h);
+	page_fill(e.pool, 4, 44);
+	ck_assert_int_eq(kvs_pool_compact(e.pool, NULL, NULL, 16), 1);
+	ck_assert_int_eq(kvs_hcache_validate(h.hc), 0);
+	ck_assert_int_eq(kvs_slab_validate(e.s), 0);
+	ck_assert_int_eq(kvs_hcache_match_ro(h.hc, &h4, 1, 2), 1);
+	ck_assert_int_eq(kvs_hcache_free_queue(h.hc, &got, 1), 1);
+	ck_assert(got == 3 || got == 11);
+	page_check(e.pool, got, 44);
+	ck_assert_int_eq(kvs_hcache_block(h.hc, got, &ref, &got_h), 1);
+	ck_assert_uint_eq(ref, 0);
+	ck_assert_int_eq(memcmp(&got_h, &h4, sizeof(h4)), 0);
+	ck_assert_int_eq(kvs_hcache_block(h.hc, 4, &ref, NULL), 0);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 4), 0);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)got), 1);
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
+	/* The moved block is evicted and reused like any other. */
+	ck_assert_int_eq(kvs_hcache_evict(h.hc, 1), 1);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, (uint32_t)got), 0);
+	hc_close(&e, &h);
+}
+END_TEST
+
 static Suite *elastic_suite(void)
 {
 	Suite *s = suite_create("elastic");
@@ -711,6 +822,8 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_limit_no_cache, 0, nb);
 	tcase_add_loop_test(tc, test_limit_zero, 0, nb);
 	tcase_add_loop_test(tc, test_compact, 0, nb);
+	tcase_add_loop_test(tc, test_limit_hcache, 0, nb);
+	tcase_add_loop_test(tc, test_compact_hcache, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -41,15 +41,12 @@ struct env {
 	int hook_calls;
 };
 
-static void env_open(struct env *e)
+/* The pool (32 pages, none allocated) and an empty radix cache. */
+static void env_pool(struct env *e)
 {
-	static const int32_t mine[6] = {0, 1, 2, 8, 9, 10};
-	int32_t locs[NPAGES], unused[NPAGES - 7], key = 201, loc = 4;
 	kvs_pool_attr_t pa;
-	int i, n = 0;
 
 	memset(e, 0, sizeof(*e));
-	memcpy(e->mine, mine, sizeof(mine));
 	e->d = tu_open_gran(0, GRAN, 0, 0);
 	ck_assert_ptr_nonnull(e->d);
 	kvs_pool_attr_init(&pa);
@@ -72,6 +69,16 @@ static void env_open(struct env *e)
 	ck_assert_uint_eq(kvs_slab_pages_per_slab(e->s), PPS);
 	e->r = kvs_radix_create(e->pool, NULL);
 	ck_assert_ptr_nonnull(e->r);
+}
+
+static void env_open(struct env *e)
+{
+	static const int32_t mine[6] = {0, 1, 2, 8, 9, 10};
+	int32_t locs[NPAGES], unused[NPAGES - 7], key = 201, loc = 4;
+	int i, n = 0;
+
+	env_pool(e);
+	memcpy(e->mine, mine, sizeof(mine));
 	ck_assert_int_eq(kvs_pool_alloc(e->pool, NPAGES, locs), 0);
 	for (i = 0; i < NPAGES; i++)
 		ck_assert_int_eq(locs[i], i);
@@ -92,7 +99,8 @@ static void env_close(struct env *e)
 
 	ck_assert_int_eq(kvs_slab_validate(e->s), 0);
 	ck_assert_int_eq(kvs_radix_validate(e->r), 0);
-	ck_assert_int_eq(kvs_pool_free(e->pool, 6, e->mine), 0);
+	if (e->mine[0] >= 0)
+		ck_assert_int_eq(kvs_pool_free(e->pool, 6, e->mine), 0);
 	ck_assert_int_ge(kvs_radix_evict(e->r, 1000), 0);
 	ck_assert_uint_eq(kvs_radix_tokens(e->r), 0);
 	avail = kvs_pool_available(e->pool);
@@ -186,6 +194,91 @@ START_TEST(test_ref_during_compact)
 }
 END_TEST
 
+/* ------------------------------------------------- the hashed block cache */
+
+struct henv {
+	struct env e;			/* its radix cache stays empty */
+	kvs_hcache_t *hc;
+	kvs_block_hash_t h4;
+	int32_t hit;
+	int hook_calls;
+};
+
+/* Blocks 0-2 and 8-10 in use, block 4 a free cached block (hash h4). */
+static void henv_open(struct henv *h)
+{
+	static const int32_t used[6] = {0, 1, 2, 8, 9, 10};
+	int32_t b[NPAGES], spare[NPAGES], four = 4;
+	int i, n = 0;
+
+	memset(h, 0, sizeof(*h));
+	env_pool(&h->e);
+	memcpy(h->e.mine, used, sizeof(used));
+	h->hc = kvs_hcache_create(h->e.pool, NULL);
+	ck_assert_ptr_nonnull(h->hc);
+	ck_assert_int_eq(kvs_hcache_alloc(h->hc, NPAGES, b), 0);
+	for (i = 0; i < NPAGES; i++)
+		ck_assert_int_eq(b[i], i);
+	h->h4.len = 32;
+	h->h4.bytes[0] = 4;
+	ck_assert_int_eq(kvs_hcache_cache(h->hc, &four, 1, &h->h4, NULL, 0, NULL), 0);
+	for (i = 0; i < NPAGES; i++)
+		if (i != 4 && !(i <= 2 || (i >= 8 && i <= 10)))
+			spare[n++] = i;
+	ck_assert_int_eq(kvs_hcache_free(h->hc, spare, (size_t)n), 0);
+	ck_assert_int_eq(kvs_hcache_free(h->hc, &four, 1), 0);
+}
+
+static void henv_close(struct henv *h)
+{
+	ck_assert_int_eq(kvs_hcache_validate(h->hc), 0);
+	ck_assert_int_eq(kvs_hcache_free(h->hc, h->e.mine, 6), 0);
+	ck_assert_int_eq(kvs_hcache_destroy(h->hc), 0);
+	h->e.mine[0] = -1; /* the cache gave them back */
+	env_close(&h->e);
+}
+
+static void hook_hit(void *arg)
+{
+	struct henv *h = arg;
+
+	h->hook_calls++;
+	ck_assert_int_eq(kvs_hcache_lookup(h->hc, &h->h4, 1, 2, &h->hit), 1);
+}
+
+/*
+ * A hit on the free block being moved, between the copy and the commit:
+ * the block is in use from then on, its id in the engine's block table,
+ * so it must not move; it stays with its hash, and the destination goes
+ * back.
+ */
+START_TEST(test_hcache_hit_during_compact)
+{
+	struct henv h;
+	uint32_t ref = 0;
+
+	henv_open(&h);
+	kvsi_compact_test_arg = &h;
+	kvsi_compact_test_hook = hook_hit;
+	ck_assert_int_eq(kvs_pool_compact(h.e.pool, NULL, NULL, 16), 0);
+	kvsi_compact_test_hook = NULL;
+	ck_assert_int_eq(h.hook_calls, 1);
+	ck_assert_int_eq(h.hit, 4);
+	ck_assert_int_eq(kvs_hcache_block(h.hc, 4, &ref, NULL), 1);
+	ck_assert_uint_eq(ref, 1);
+	ck_assert_int_eq(kvs_slab_refcount(h.e.s, 4), 1);
+	ck_assert_int_eq(kvs_slab_refcount(h.e.s, 3), 0);
+	ck_assert_int_eq(kvs_slab_refcount(h.e.s, 11), 0);
+	ck_assert_int_eq(kvs_slab_validate(h.e.s), 0);
+	ck_assert_int_eq(kvs_hcache_validate(h.hc), 0);
+	ck_assert_int_eq(kvs_hcache_free(h.hc, &h.hit, 1), 0);
+	/* And with no hit, the same block moves. */
+	ck_assert_int_eq(kvs_pool_compact(h.e.pool, NULL, NULL, 16), 1);
+	ck_assert_int_eq(kvs_hcache_block(h.hc, 4, NULL, NULL), 0);
+	henv_close(&h);
+}
+END_TEST
+
 static Suite *reg_suite(void)
 {
 	Suite *s = suite_create("reg_compact_race");
@@ -194,6 +287,7 @@ static Suite *reg_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_evict_during_compact);
 	tcase_add_test(tc, test_ref_during_compact);
+	tcase_add_test(tc, test_hcache_hit_during_compact);
 	suite_add_tcase(s, tc);
 	return s;
 }
