@@ -49,7 +49,8 @@ typedef struct kvs_ctl_attr {
 	uint32_t timeout_ms;		/* idle client and blocked write limit; default 10000 */
 	/* Instead of the callbacks: a pool whose limit the limit requests read
 	 * and set with kvs_pool_limit() and kvs_pool_set_limit(), evicting
-	 * from @cache (may be NULL).  Used when set_limit is NULL. */
+	 * from @cache, or from every cache over the pool when it is NULL.
+	 * Used when set_limit is NULL. */
 	kvs_pool_t *pool;
 	kvs_radix_t *cache;
 	uint64_t _reserved[6];

@@ -648,6 +648,9 @@ static void drop_all(kvs_hcache_t *hc)
  * kvs_hcache_destroy() - give back every cached page and free the cache.
  * @hc: cache, or NULL.
  *
+ * Takes the cache off its pool first (lib/mem/cacheops.h), waiting for an
+ * elastic call under way on the pool.
+ *
  * Context: MT-Unsafe: no other call on @hc may run or follow.
  * Return: 0, or -1 with errno EBUSY (a block is still referenced; nothing
  * changed).
@@ -1103,8 +1106,8 @@ KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
  * the hit-ratio window restarts, and one all-cleared event is sent.
  *
  * Context: MT-Safe; serialized with the other writers.
- * Return: 0, or -1 with errno EINVAL or EBUSY (blocks in use; nothing
- * changed).
+ * Return: 0, or -1 with errno EINVAL or EBUSY (blocks in use, or isolated
+ * by kvs_pool_compact(); nothing changed).
  */
 KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 {

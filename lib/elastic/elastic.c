@@ -4,29 +4,49 @@
  * engine lowers and raises at run time (engines sharing a device give
  * memory to each other), and compaction.
  *
+ * Both work on every cache registered on the pool (lib/mem/cacheops.h:
+ * the radix, hashed and tiered caches register at creation), or on the
+ * one radix cache the caller names, through the caches' operations; this
+ * file knows no cache's structure.
+ *
  * Lowering the limit is planned before anything changes.  A census of the
- * slabs (lib/mem/slab_limit.c) and the pages the prefix cache holds in
- * unlocked nodes (lib/cache/radix.c) tell, for every mapped slab, whether a page
- * in it is *pinned*: held by someone other than the cache's evictable
- * nodes (a running request, a locked node, a page shared by both).  A slab
- * with a pinned page cannot empty; those slabs, and the ones in flight or
- * broken, are the floor: a limit below it fails ENOMEM with nothing
- * changed.  Otherwise the slabs to give back are the empty ones first, then
- * the unpinned slabs with the fewest live pages (slab-aware eviction:
- * whole slabs empty, and no page outside them is evicted, apart from the
- * nodes below an evicted node, which cannot outlive it).  The cap goes on
- * first, so nothing maps past it meanwhile; the cache evicts what holds
- * pages of the chosen slabs; the emptied slabs go back through the
- * allocator's fenced release (the call waits for the fence), and the chunk
- * pool too when it is what stands above the limit.
+ * slabs (lib/mem/slab_limit.c) and, per page, how many caches hold it in
+ * an evictable entry (unlocked_pages()) tell, for every mapped slab,
+ * whether a page in it is *pinned*: its count exceeds the caches'
+ * evictable references (a running request, a locked node, a block in use,
+ * a page shared by a request and a cache).  A slab with a pinned page
+ * cannot empty; those slabs, and the ones in flight or broken, are the
+ * floor: a limit below it fails ENOMEM with nothing changed.  Otherwise
+ * the slabs to give back are the empty ones first, then the unpinned
+ * slabs with the fewest live pages (slab-aware eviction: whole slabs
+ * empty, and no page outside them is evicted, apart from the nodes below
+ * an evicted node, which cannot outlive it).  The cap goes on first, so
+ * nothing maps past it meanwhile; each cache evicts what holds pages of
+ * the chosen slabs (evict_slabs()); the emptied slabs go back through the
+ * allocator's fenced release (the call waits for the fence), and the
+ * chunk pool too when it is what stands above the limit.
+ *
+ * Compaction plans the same way (a page can move when its count is the
+ * caches' movable references, held_pages(), plus the request table's rows
+ * naming it), then isolates the pages to move in every cache (their
+ * holders pinned: no eviction, reset or limit can drop them), copies the
+ * bytes with no lock held, and commits inside every cache's writer section
+ * (the caches' migrate() nested in registration order, the commit
+ * innermost): a page moves only if its count is still what the plan saw,
+ * compared and moved under slab->lock (kvsi_slab_move_refs()), then the
+ * rows are rewritten and each cache names the new pages; last, the caches
+ * put their entries back.  Rows are the caller's to keep still (the
+ * documented rule: no other thread uses the table meanwhile); a reference
+ * taken or dropped behind the call's back is caught by the count check.
  *
  * Locking (the order is in common/common.h).  pool->elastic serializes
- * these calls on one pool; radix->wlock and slab->lock are taken under it,
- * one call at a time, never together except as the cache's eviction takes
- * them.  Allocation, free and matching may run meanwhile: the plan is a
- * snapshot, so a limit may end up unmet (EBUSY: pages cached by another
- * thread, or taken meanwhile), which the report shows; the engine calls
- * this between forward passes.
+ * these calls on one pool and the caches' registration; each cache's
+ * writer lock and slab->lock are taken under it, one cache at a time,
+ * except in compaction's commit, where the caches' writer locks nest in
+ * registration order (only there).  Allocation, free and matching may run
+ * meanwhile: the plan is a snapshot, so a limit may end up unmet (EBUSY:
+ * pages cached by another thread, or taken meanwhile), which the report
+ * shows; the engine calls these between forward passes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -110,14 +130,14 @@ static int cand_cmp(const void *a, const void *b)
  * @pool: pool.
  * @bytes: the new limit on mapped bytes, all buffers (0 gives back all it
  *         can).  Above the pool's creation budget, the budget still binds.
- * @cache: the prefix cache over @pool whose unlocked pages may be evicted
- *         to meet the limit, or NULL.
+ * @cache: the radix cache over @pool whose unlocked pages may be evicted
+ *         to meet the limit, or NULL for every cache registered on @pool.
  * @rep: receives what was done, or NULL.
  *
  * See kvs_pool_set_limit(3).
  *
  * Context: MT-Safe; calls on one pool are serialized (pool->elastic), and
- * take the cache's wlock and slab->lock under it.  Waits for the device
+ * take each cache's writer lock and slab->lock under it.  Waits for the device
  * (the release fence) with no lock of the cache or the allocator held.
  * Return: 0, or -1 with errno EINVAL, ENOMEM (the running requests' slabs
  * alone exceed @bytes: the limit is not applied, nothing is evicted),
@@ -469,19 +489,21 @@ static int dense_cmp(const void *a, const void *b)
  * free pages of denser ones, so the sparse slabs empty.
  * @pool: pool.
  * @tab: the request table whose rows name @pool's locations, or NULL.
- * @cache: the prefix cache over @pool, or NULL.
+ * @cache: the radix cache over @pool whose pages may move, or NULL for
+ *         every cache registered on @pool.
  * @max_pages: most pages to move in this call.
  *
  * See kvs_pool_compact(3).
  *
- * Context: MT-Safe against other elastic calls on @pool (pool->elastic);
- * the engine's scheduler calls it between forward passes, with no other
- * thread using @tab or the pages' references meanwhile.  Takes the
- * cache's wlock (rows, references and values change in that one section)
- * and slab->lock under it; waits for the driver's copies with neither
- * held.
- * Return: pages moved (0: nothing to gain), or -1 with errno EINVAL,
- * ENOMEM or the driver's errno (nothing changed).
+ * Context: MT-Safe against other elastic calls on @pool (pool->elastic)
+ * and against the caches' own calls (their holders of the pages to move
+ * are isolated); the engine's scheduler calls it between forward passes,
+ * with no other thread using @tab meanwhile.  Takes every cache's writer
+ * lock for the commit (nested in registration order) and slab->lock under
+ * them; waits for the driver's copies with none held.
+ * Return: pages moved (0: nothing to gain, or every planned page's count
+ * changed meanwhile), or -1 with errno EINVAL, ENOMEM or the driver's
+ * errno (nothing changed).
  */
 KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_t *cache,
 				    size_t max_pages)
