@@ -307,7 +307,7 @@ KVS_EXPORT size_t kvs_pool_limit(kvs_pool_t *p)
 
 /* ----------------------------------------------------------- compaction */
 
-void (*kvsi_compact_test_hook)(void *arg);
+void (*kvsi_compact_test_hook)(void *arg, int stage);
 void *kvsi_compact_test_arg;
 
 struct compact {
@@ -510,7 +510,7 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 {
 	uint64_t nslabs, npages, i, *srcmap = NULL;
 	uint32_t pps, ps, *inuse = NULL, *refs = NULL, *mark = NULL, *from = NULL, *to = NULL;
-	uint16_t *held = NULL, *rc0 = NULL, *expect = NULL;
+	uint16_t *held = NULL, *held2 = NULL, *rc0 = NULL, *expect = NULL;
 	int32_t *newpage = NULL;
 	struct dense *ord = NULL;
 	size_t slab_total, mapped, pooled, nord = 0, lo, hi, moved = 0, k, nkeep = 0;
@@ -537,6 +537,7 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	inuse = malloc(nslabs * sizeof(*inuse));
 	srcmap = calloc((npages + 63) / 64, sizeof(*srcmap));
 	held = calloc(npages, sizeof(*held));
+	held2 = calloc(npages, sizeof(*held2));
 	refs = calloc(npages, sizeof(*refs));
 	mark = calloc(npages, sizeof(*mark));
 	newpage = malloc(npages * sizeof(*newpage));
@@ -546,7 +547,7 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	rc0 = malloc(max_pages * sizeof(*rc0));
 	expect = malloc(max_pages * sizeof(*expect));
 	ok = malloc(max_pages * sizeof(*ok));
-	if (!inuse || !srcmap || !held || !refs || !mark || !newpage || !ord || !from || !to ||
+	if (!inuse || !srcmap || !held || !held2 || !refs || !mark || !newpage || !ord || !from || !to ||
 	    !rc0 || !expect || !ok || uses_get(p, cache, &u) < 0) {
 		err = ENOMEM;
 		goto out;
@@ -658,6 +659,8 @@ planned:
 		goto out;
 	/* Isolate: pin the caches' holders of the pages to move, so that no
 	 * eviction can drop them while the bytes are copied. */
+	if (kvsi_compact_test_hook)
+		kvsi_compact_test_hook(kvsi_compact_test_arg, KVSI_COMPACT_PLANNED);
 	for (k = 0; k < moved; k++)
 		bit_set(srcmap, from[k]);
 	for (niso = 0; niso < u.n; niso++) {
@@ -666,12 +669,25 @@ planned:
 			goto undo;
 		}
 	}
+	/* A page may have changed hands between the plan and the isolation
+	 * (evicted, then allocated to someone else): keep only the pages whose
+	 * holders are, now that the caches' are pinned, still exactly the
+	 * caches' and the rows' the plan counted. */
+	memset(srcmap, 0, (npages + 63) / 64 * sizeof(*srcmap));
+	if (uses_count(&u, true, srcmap, (npages + 63) / 64, held2, npages) < 0) {
+		err = errno;
+		goto undo;
+	}
+	for (k = 0; k < moved; k++) {
+		if (held2[from[k]] != held[from[k]] || kvs_slab_refcount(s, from[k]) != rc0[k])
+			newpage[from[k]] = -1;
+	}
 	if (compact_copy(p, moved, from, to) < 0) {
 		err = errno;
 		goto undo;
 	}
 	if (kvsi_compact_test_hook)
-		kvsi_compact_test_hook(kvsi_compact_test_arg);
+		kvsi_compact_test_hook(kvsi_compact_test_arg, KVSI_COMPACT_COPIED);
 	{
 		struct compact cc = {.p = p, .tab = tab, .newpage = newpage, .ps = ps,
 				     .n = moved, .from = from, .to = to, .rc0 = rc0,
@@ -702,6 +718,7 @@ out:
 	free(inuse);
 	free(srcmap);
 	free(held);
+	free(held2);
 	free(refs);
 	free(mark);
 	free(newpage);
