@@ -278,4 +278,41 @@ int slab_worker_start(struct kvs_slab *s);
 void slab_worker_stop(struct kvs_slab *s);
 int slab_teardown(struct kvs_slab *s);
 
+/* Drop one reference; 1 when it was the last, 0 when others remain.  The
+ * last one leaves @zero behind: 0, or REF_DYING for a bulk free that has yet
+ * to give the page back. */
+static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint32_t p,
+						       uint16_t zero)
+{
+	uint16_t r;
+
+	if (unlikely(p >= s->npages))
+		return kvs_fail(EINVAL);
+	r = atomic_load_explicit(&s->ref[p], memory_order_relaxed);
+	for (;;) {
+		if (unlikely(r == 0 || r == REF_DYING))
+			return kvs_fail(EINVAL);
+		if (r == 1) {
+			atomic_store_explicit(&s->ref[p], zero, memory_order_relaxed);
+			return 1;
+		}
+		if (atomic_compare_exchange_weak_explicit(&s->ref[p], &r, r - 1,
+							  memory_order_relaxed,
+							  memory_order_relaxed)) {
+			slab_share_changed(s);
+			return 0;
+		}
+	}
+}
+
+/* An allocation failed: count it, check the watermarks (pages taken and put
+ * back may have emptied slabs), unlock, fail with @err.  Lock held. */
+static inline int alloc_failed_unlock(struct kvs_slab *s, int err)
+{
+	ST(s, alloc_fail)++;
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return kvs_fail(err);
+}
+
 #endif /* KVSLAB_SLAB_DEFS_H */
