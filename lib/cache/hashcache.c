@@ -555,6 +555,19 @@ KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 	return 0;
 }
 
+/* Free the cache's arrays and the cache (NULL arrays are fine). */
+static void hc_free_mem(kvs_hcache_t *hc)
+{
+	free(hc->b);
+	free(hc->bucket);
+	free(hc->scratch);
+	free(hc->wq);
+	free(hc->wh);
+	free(hc->wqt);
+	free(hc->wht);
+	free(hc);
+}
+
 /**
  * kvs_hcache_create() - a hashed block cache over @pool.
  * @pool: the KV pool its blocks (one page each) come from.
@@ -606,35 +619,20 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht ||
-	    pthread_mutex_init(&hc->lock, NULL)) {
-		free(hc->b);
-		free(hc->bucket);
-		free(hc->scratch);
-		free(hc->wq);
-		free(hc->wh);
-		free(hc->wqt);
-		free(hc->wht);
-		free(hc);
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht)
+		goto nomem;
+	pthread_mutex_init(&hc->lock, NULL);
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
 	if (kvsi_pool_cache_add(pool, &hcache_ops, hc) < 0) {
 		pthread_mutex_destroy(&hc->lock);
-		free(hc->b);
-		free(hc->bucket);
-		free(hc->scratch);
-		free(hc->wq);
-		free(hc->wh);
-		free(hc->wqt);
-		free(hc->wht);
-		free(hc);
-		errno = ENOMEM;
-		return NULL;
+		goto nomem;
 	}
 	return hc;
+nomem:
+	hc_free_mem(hc);
+	errno = ENOMEM;
+	return NULL;
 }
 
 /* Give every cached free block's page back and empty the table. */
@@ -666,14 +664,7 @@ KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
 	synchronize_rcu();
 	rcu_barrier();
 	pthread_mutex_destroy(&hc->lock);
-	free(hc->b);
-	free(hc->bucket);
-	free(hc->scratch);
-	free(hc->wq);
-	free(hc->wh);
-	free(hc->wqt);
-	free(hc->wht);
-	free(hc);
+	hc_free_mem(hc);
 	return 0;
 }
 
