@@ -64,7 +64,7 @@ struct hblock {
 	uint32_t mark;			/* scratch for validating a call's input */
 	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
 	bool inq;
-	bool iso;			/* in the queue, isolated by kvs_pool_compact() */
+	bool iso;			/* isolated by kvs_pool_compact(): in the queue or in use */
 };
 
 struct kvs_hcache {
@@ -76,7 +76,7 @@ struct kvs_hcache {
 	uint64_t mask;
 	int32_t qhead, qtail;
 	uint64_t qlen, ncached, nused, nevict;
-	uint64_t niso;			/* blocks of the queue isolated (kept from eviction) */
+	uint64_t niso;			/* isolated blocks in the queue (kept from eviction) */
 	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */
 	pthread_mutex_t lock;
 	kvs_hcache_attr_t attr;
@@ -314,8 +314,10 @@ static void page_free(kvs_hcache_t *hc, int32_t i)
  * the free queue's blocks are what eviction can give back.  Compaction
  * moves only free cached blocks: a block in use has its id in the engine's
  * block tables.  Isolation flags a free block so that eviction passes over
- * it (it keeps its place in the queue, and so the eviction order); a hit
- * takes it out of isolation, and migration then leaves it.  Migration
+ * it (it keeps its place in the queue, and so the eviction order) until
+ * the compaction puts it back: a hit puts it in use (migration then leaves
+ * it), and freed again it returns to the queue still flagged, so that its
+ * page cannot change hands while the compaction runs.  Migration
  * gives the block's hash entry, queue place and record to its new page,
  * publishing a new entry in the old one's place in its chain (entries are
  * immutable for the lock-free readers).  Each operation takes hc->lock;
@@ -395,7 +397,7 @@ struct hiso {
 	size_t n;
 };
 
-static int ops_isolate(void *cache, const uint64_t *pages, void **token)
+static int ops_isolate(void *cache, const uint64_t *pages, uint64_t *pinned, void **token)
 {
 	kvs_hcache_t *hc = cache;
 	struct hiso *t = calloc(1, sizeof(*t));
@@ -418,8 +420,10 @@ static int ops_isolate(void *cache, const uint64_t *pages, void **token)
 		t->v = v;
 		t->v[t->n++] = i;
 	}
-	for (size_t k = 0; k < t->n; k++)
+	for (size_t k = 0; k < t->n; k++) {
 		hc->b[t->v[k]].iso = true;
+		bit_set(pinned, (uint64_t)t->v[k]);
+	}
 	hc->niso += t->n;
 	pthread_mutex_unlock(&hc->lock);
 	*token = t;
@@ -437,7 +441,7 @@ static void ops_putback(void *cache, void *token)
 
 		if (b->iso) {
 			b->iso = false;
-			hc->niso--;
+			hc->niso -= b->inq;
 		}
 	}
 	pthread_mutex_unlock(&hc->lock);
@@ -486,7 +490,7 @@ static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), 
 
 		if (newpage[j] < 0 || !hc_holds(hc, j))
 			continue;
-		if (!b->iso || b->ref > 0 || (uint32_t)newpage[j] >= hc->nblocks ||
+		if (!b->iso || !b->inq || (uint32_t)newpage[j] >= hc->nblocks ||
 		    hc_holds(hc, (uint32_t)newpage[j])) {
 			newpage[j] = -1;
 			continue;
@@ -511,7 +515,7 @@ static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), 
 	/* The blocks whose pages moved, in page order as counted above. */
 	k = 0;
 	for (i = 0; i < (int32_t)hc->nblocks && k < n; i++) {
-		if (!hc->b[i].iso || hc->b[i].ref > 0)
+		if (!hc->b[i].iso || !hc->b[i].inq)
 			continue;
 		if (newpage[i] >= 0)
 			block_move(hc, i, newpage[i], nw[k++]);
@@ -741,10 +745,10 @@ static void touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
 		if (b->ref == 0) {
 			q_remove(hc, blocks[i]);
 			hc->nused++;
-			if (b->iso) { /* a hit: in use now, compaction leaves it */
-				b->iso = false;
-				hc->niso--;
-			}
+			/* A hit: in use now, so compaction leaves it; it stays
+			 * isolated (it cannot lose its hash), so that once freed
+			 * again it cannot be evicted before the compaction ends. */
+			hc->niso -= b->iso;
 		}
 		b->ref++;
 	}
@@ -1052,10 +1056,12 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
 			if (--b->ref)
 				continue;
 			hc->nused--;
-			if (b->ent)
+			if (b->ent) {
 				q_push_tail(hc, blocks[i]);
-			else
+				hc->niso += b->iso;
+			} else {
 				page_free(hc, blocks[i]);
+			}
 		}
 	}
 	pthread_mutex_unlock(&hc->lock);
@@ -1251,8 +1257,8 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 
 		used += b->ref > 0;
 		inq += b->inq;
-		iso += b->iso;
-		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->inq) ||
+		iso += b->iso && b->inq;
+		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
 		    (b->ent && b->ent->block != (int32_t)j))
 			bad = 1;
 	}

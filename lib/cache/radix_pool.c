@@ -151,6 +151,7 @@ struct iso {
 	struct rnode **v;
 	size_t n, cap;
 	const uint64_t *pages;
+	uint64_t *pinned;
 	bool nomem;
 };
 
@@ -172,6 +173,9 @@ static void iso_walk(struct kvs_radix *r, struct rnode *n, struct iso *i)
 		}
 		i->v = v;
 		i->v[i->n++] = n;
+		for (; j < s->len; j += r->ps)
+			if (bit_test(i->pages, (uint64_t)s->vals[j] / r->ps))
+				bit_set(i->pinned, (uint64_t)s->vals[j] / r->ps);
 		break;
 	}
 	if (k)
@@ -180,7 +184,7 @@ static void iso_walk(struct kvs_radix *r, struct rnode *n, struct iso *i)
 }
 
 /* isolate(): lock every node holding a page in @pages. */
-static int ops_isolate(void *cache, const uint64_t *pages, void **token)
+static int ops_isolate(void *cache, const uint64_t *pages, uint64_t *pinned, void **token)
 {
 	struct kvs_radix *r = cache;
 	struct iso *i = calloc(1, sizeof(*i));
@@ -189,6 +193,7 @@ static int ops_isolate(void *cache, const uint64_t *pages, void **token)
 	if (!i)
 		return kvs_fail(ENOMEM);
 	i->pages = pages;
+	i->pinned = pinned;
 	pthread_mutex_lock(&r->wlock);
 	iso_walk(r, r->root, i);
 	if (i->nomem) {
@@ -201,6 +206,7 @@ static int ops_isolate(void *cache, const uint64_t *pages, void **token)
 		rx_lock_path(r, i->v[j]);
 	pthread_mutex_unlock(&r->wlock);
 	i->pages = NULL;
+	i->pinned = NULL;
 	*token = i;
 	return 0;
 }

@@ -508,7 +508,7 @@ static int dense_cmp(const void *a, const void *b)
 KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_t *cache,
 				    size_t max_pages)
 {
-	uint64_t nslabs, npages, i, *srcmap = NULL;
+	uint64_t nslabs, npages, i, *srcmap = NULL, *pinned = NULL;
 	uint32_t pps, ps, *inuse = NULL, *refs = NULL, *mark = NULL, *from = NULL, *to = NULL;
 	uint16_t *held = NULL, *held2 = NULL, *rc0 = NULL, *expect = NULL;
 	int32_t *newpage = NULL;
@@ -636,7 +636,10 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 				continue;
 			while (hi > lo && inuse[ord[hi].slab] >= pps)
 				hi--;
-			got = hi > lo ? kvsi_slab_take_in(s, ord[hi].slab, 1, &to[moved]) : 0;
+			/* A page allocated since the census has a holder the
+			 * plan cannot see: this source cannot empty. */
+			got = hi > lo && (uint32_t)rc <= (uint32_t)held[pg] + refs[pg]
+				      ? kvsi_slab_take_in(s, ord[hi].slab, 1, &to[moved]) : 0;
 			if (!got) {
 				/* Taken meanwhile: give this source's pages back. */
 				if (moved > start)
@@ -663,23 +666,31 @@ planned:
 		kvsi_compact_test_hook(kvsi_compact_test_arg, KVSI_COMPACT_PLANNED);
 	for (k = 0; k < moved; k++)
 		bit_set(srcmap, from[k]);
+	/* Keep only the pages whose holders, now pinned, are still the ones
+	 * planned: a page may have changed hands in between (evicted, then
+	 * allocated to someone else, even cached again), and a count alone
+	 * cannot tell.  Each cache says which pages it pinned, in the section
+	 * that pinned them. */
+	pinned = calloc((npages + 63) / 64, sizeof(*pinned));
+	if (!pinned) {
+		err = ENOMEM;
+		goto undo;
+	}
 	for (niso = 0; niso < u.n; niso++) {
-		if (u.v[niso].ops->isolate(u.v[niso].obj, srcmap, &tok[niso]) < 0) {
+		uint64_t pg;
+
+		memset(pinned, 0, (npages + 63) / 64 * sizeof(*pinned));
+		if (u.v[niso].ops->isolate(u.v[niso].obj, srcmap, pinned, &tok[niso]) < 0) {
 			err = errno;
 			goto undo;
 		}
-	}
-	/* A page may have changed hands between the plan and the isolation
-	 * (evicted, then allocated to someone else): keep only the pages whose
-	 * holders are, now that the caches' are pinned, still exactly the
-	 * caches' and the rows' the plan counted. */
-	memset(srcmap, 0, (npages + 63) / 64 * sizeof(*srcmap));
-	if (uses_count(&u, true, srcmap, (npages + 63) / 64, held2, npages) < 0) {
-		err = errno;
-		goto undo;
+		for (pg = bits_next_set(pinned, 0, npages); pg < npages;
+		     pg = bits_next_set(pinned, pg + 1, npages))
+			held2[pg]++;
 	}
 	for (k = 0; k < moved; k++) {
-		if (held2[from[k]] != held[from[k]] || kvs_slab_refcount(s, from[k]) != rc0[k])
+		if (held2[from[k]] != held[from[k]] || (uint32_t)rc0[k] != held2[from[k]] + refs[from[k]] ||
+		    kvs_slab_refcount(s, from[k]) != rc0[k])
 			newpage[from[k]] = -1;
 	}
 	if (compact_copy(p, moved, from, to) < 0) {
@@ -717,6 +728,7 @@ out:
 	pthread_mutex_unlock(lk);
 	free(inuse);
 	free(srcmap);
+	free(pinned);
 	free(held);
 	free(held2);
 	free(refs);

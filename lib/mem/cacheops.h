@@ -47,9 +47,12 @@ struct kvsi_cache_ops {
 	long (*evict_slabs)(void *cache, const uint64_t *slabs);
 	/* Isolate the holders of the pages in @pages: from now until
 	 * putback(), eviction, reset or a hit cannot drop the cache's
-	 * reference to them.  *@token receives what putback() needs.  0, or -1
-	 * with errno ENOMEM (nothing isolated). */
-	int (*isolate)(void *cache, const uint64_t *pages, void **token);
+	 * reference to them.  Sets in @pinned (zeroed by the caller) every
+	 * page of @pages whose holder it pinned, in the same section: a page
+	 * the cache let go of since the plan is not there, even if the cache
+	 * holds it again by now.  *@token receives what putback() needs.  0,
+	 * or -1 with errno ENOMEM (nothing isolated). */
+	int (*isolate)(void *cache, const uint64_t *pages, uint64_t *pinned, void **token);
 	/*
 	 * Migrate: under the cache's writer lock, first clear @newpage[p] (set
 	 * -1) for every page p the cache holds that must not move now (its

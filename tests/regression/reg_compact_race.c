@@ -249,6 +249,7 @@ struct henv {
 	kvs_hcache_t *hc;
 	kvs_block_hash_t h4;
 	int32_t hit;
+	ssize_t evicted;
 	int hook_calls;
 };
 
@@ -329,6 +330,48 @@ START_TEST(test_hcache_hit_during_compact)
 }
 END_TEST
 
+static void hook_hit_free_evict(void *arg, int stage)
+{
+	struct henv *h = arg;
+
+	if (stage != KVSI_COMPACT_COPIED)
+		return;
+	h->hook_calls++;
+	ck_assert_int_eq(kvs_hcache_lookup(h->hc, &h->h4, 1, 2, &h->hit), 1);
+	ck_assert_int_eq(kvs_hcache_free(h->hc, &h->hit, 1), 0);
+	h->evicted = kvs_hcache_evict(h->hc, SIZE_MAX);
+}
+
+/*
+ * A hit on the block being moved, then its free, then an eviction of the
+ * whole queue, all in the window: the block went back to the queue, but
+ * its page must not change hands before the compaction ends (it used to
+ * leave isolation at the hit, be evicted here, and its page could be
+ * allocated to someone else and moved from under them).  It stays out of
+ * eviction and, free again at the commit, it moves.
+ */
+START_TEST(test_hcache_hit_free_evict_during_compact)
+{
+	struct henv h;
+	int32_t blk = -1;
+
+	henv_open(&h);
+	kvsi_compact_test_arg = &h;
+	kvsi_compact_test_hook = hook_hit_free_evict;
+	ck_assert_int_eq(kvs_pool_compact(h.e.pool, NULL, NULL, 16), 1);
+	kvsi_compact_test_hook = NULL;
+	ck_assert_int_eq(h.hook_calls, 1);
+	ck_assert_int_eq(h.evicted, 0);
+	ck_assert_int_eq(kvs_hcache_free_queue(h.hc, &blk, 1), 1);
+	ck_assert(blk == 3 || blk == 11);
+	ck_assert_int_eq(kvs_hcache_match_ro(h.hc, &h.h4, 1, 2), 1);
+	ck_assert_int_eq(kvs_slab_refcount(h.e.s, 4), 0);
+	ck_assert_int_eq(kvs_slab_validate(h.e.s), 0);
+	ck_assert_int_eq(kvs_hcache_validate(h.hc), 0);
+	henv_close(&h);
+}
+END_TEST
+
 static Suite *reg_suite(void)
 {
 	Suite *s = suite_create("reg_compact_race");
@@ -339,6 +382,7 @@ static Suite *reg_suite(void)
 	tcase_add_test(tc, test_ref_during_compact);
 	tcase_add_test(tc, test_evict_realloc_before_isolate);
 	tcase_add_test(tc, test_hcache_hit_during_compact);
+	tcase_add_test(tc, test_hcache_hit_free_evict_during_compact);
 	suite_add_tcase(s, tc);
 	return s;
 }
