@@ -88,18 +88,6 @@ struct kvs_host_block {
 	struct kvs_host_block *next;
 };
 
-static const char *const stat_names[] = {
-#define KVS_X_NAME(n, k, d) #n,
-	KVS_DRV_STATS(KVS_X_NAME)
-#undef KVS_X_NAME
-};
-
-static const char *const stat_descs[] = {
-#define KVS_X_DESC(n, k, d) d,
-	KVS_DRV_STATS(KVS_X_DESC)
-#undef KVS_X_DESC
-};
-
 static inline void stat_add(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
 {
 	atomic_fetch_add_explicit(&d->stats[s], v, memory_order_relaxed);
@@ -1384,7 +1372,7 @@ KVS_EXPORT int kvs_drv_mem_info(kvs_drv_t *d, size_t *free_bytes, size_t *total_
 	if (BE_CALL(d, d->be->mem_info(d, &f, &t)) < 0)
 		return fail(d, errno);
 	if (d->mem_limit) {
-		uint64_t used = kvs_drv_stat(d, KVS_DRV_STAT_bytes_created);
+		uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
 		size_t room = used >= d->mem_limit ? 0 : d->mem_limit - used;
 
 		if (t > d->mem_limit)
@@ -1409,84 +1397,4 @@ KVS_EXPORT int kvs_drv_mem_info(kvs_drv_t *d, size_t *free_bytes, size_t *total_
 KVS_EXPORT const char *kvs_drv_strerror(const kvs_drv_t *d)
 {
 	return d ? d->errdetail : "";
-}
-
-/**
- * kvs_drv_stat() - read one counter.
- * @drv: driver.
- * @item: counter.
- *
- * Context: MT-Safe.
- * Return: the value; 0 for NULL or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_drv_stat(const kvs_drv_t *d, enum kvs_drv_stat item)
-{
-	if (!d || (unsigned)item >= KVS_DRV_STAT__COUNT)
-		return 0;
-	return atomic_load_explicit(&((struct kvs_drv *)d)->stats[item], memory_order_relaxed);
-}
-
-/**
- * kvs_drv_stat_name() - a counter's name.
- * @item: counter.
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_drv_stat_name(enum kvs_drv_stat item)
-{
-	if ((unsigned)item >= KVS_DRV_STAT__COUNT)
-		return NULL;
-	return stat_names[item];
-}
-
-/**
- * kvs_drv_stat_get() - read a counter by name.
- * @drv: driver.
- * @name: counter name, as kvs_drv_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL, ENOENT (no such counter).
- */
-KVS_EXPORT int kvs_drv_stat_get(const kvs_drv_t *d, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!d || !name || !value)
-		return fail(NULL, EINVAL);
-	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_drv_stat(d, i);
-			return 0;
-		}
-	}
-	return fail(NULL, ENOENT);
-}
-
-/**
- * kvs_drv_stats_print() - print every counter through a callback.
- * @drv: driver.
- * @write_cb: called once per line ("name value  # description\n").
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_drv_stats_print(const kvs_drv_t *d,
-				   void (*write_cb)(void *arg, const char *line), void *arg)
-{
-	char line[160];
-	unsigned i;
-
-	if (!d || !write_cb)
-		return fail(NULL, EINVAL);
-	snprintf(line, sizeof(line), "driver %s granularity %zu\n", d->be->name, d->granularity);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", stat_names[i],
-			 (unsigned long long)kvs_drv_stat(d, i), stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
 }

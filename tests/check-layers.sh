@@ -5,7 +5,8 @@
 #
 #   0 common/          (the shim's and the core's shared inlines)
 #   1 drv/             (the driver shim: nothing of lib/)
-#   2 lib/internal.h   (what every core file shares)
+#   2 lib/internal.h   (what every core file shares; lib/stats.[ch], the
+#                      statistics module, beside it)
 #   3 lib/mem/         slab, pool, planner, request table, fence
 #   4 lib/tier/        host pool, storage and its backends
 #   5 lib/cache/       the trees, the hashed cache, eviction, events, hashes
@@ -25,7 +26,7 @@ rank_of() { # path (as written in the tree) -> rank, or "" when unknown
 	case $1 in
 	common/*) echo 0 ;;
 	drv/*) echo 1 ;;
-	lib/internal.h) echo 2 ;;
+	lib/internal.h | lib/stats.h | lib/stats.c) echo 2 ;;
 	lib/mem/*) echo 3 ;;
 	lib/tier/*) echo 4 ;;
 	lib/cache/*) echo 5 ;;

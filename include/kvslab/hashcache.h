@@ -93,6 +93,40 @@ ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n);
 int kvs_hcache_reset(kvs_hcache_t *hc);
 
 int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st);
+
+/*
+ * The same statistics one by one, defined once (the fields of
+ * kvs_hcache_stats_t of the same names; window_hit_ratio, a double, is
+ * not in the list).  X(name, kind, description).
+ */
+#define KVS_HCACHE_STATS(X)                                                           \
+	X(queries, counter, "requests looked up (lookup and admit calls)")            \
+	X(query_blocks, counter, "blocks those lookups could have hit")               \
+	X(hit_blocks, counter, "blocks those lookups hit")                            \
+	X(window_queries, gauge, "lookups over the last window requests")             \
+	X(window_query_blocks, gauge, "blocks they could have hit")                   \
+	X(window_hit_blocks, gauge, "blocks they hit")                                \
+	X(cached_blocks, gauge, "blocks with a hash (table entries)")                 \
+	X(free_queue_blocks, gauge, "cached blocks of refcount 0")                    \
+	X(used_blocks, gauge, "blocks of refcount > 0")                               \
+	X(evictions, counter, "cached blocks evicted")                                \
+	X(query_tokens, counter, "the requests' tokens (vLLM's prefix-cache queries)") \
+	X(hit_tokens, counter, "their hit blocks' tokens (vLLM's prefix-cache hits)") \
+	X(window_query_tokens, gauge, "query_tokens over the last window requests")   \
+	X(window_hit_tokens, gauge, "hit_tokens over the last window requests")
+
+enum kvs_hcache_stat {
+#define KVS_X_ENUM(n, k, d) KVS_HCACHE_STAT_##n,
+	KVS_HCACHE_STATS(KVS_X_ENUM)
+#undef KVS_X_ENUM
+	KVS_HCACHE_STAT__COUNT
+};
+
+uint64_t kvs_hcache_stat(kvs_hcache_t *hc, enum kvs_hcache_stat item);
+int kvs_hcache_stat_get(kvs_hcache_t *hc, const char *name, uint64_t *value);
+const char *kvs_hcache_stat_name(enum kvs_hcache_stat item);
+int kvs_hcache_stats_print(kvs_hcache_t *hc, void (*write_cb)(void *arg, const char *line),
+			   void *arg);
 ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max);
 int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref, kvs_block_hash_t *hash);
 uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc);

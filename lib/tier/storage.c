@@ -1070,87 +1070,35 @@ KVS_EXPORT int kvs_store_fault_clear(kvs_store_t *fault)
 
 /* ------------------------------------------------------------ stats */
 
-#define KVS_X_NAME(n, k, d) #n,
-static const char *const stat_names[] = {KVS_STORE_STATS(KVS_X_NAME)};
-#undef KVS_X_NAME
+KVSI_STAT_TABLES(store, KVS_STORE_STATS);
+
+/* Relaxed atomic counters, read one by one. */
+static void store_fill(void *obj, uint64_t *v)
+{
+	struct kvs_store *s = obj;
+
+	for (unsigned i = 0; i < KVS_STORE_STAT__COUNT; i++)
+		v[i] = atomic_load_explicit(&s->st[i], memory_order_relaxed);
+}
+
+const struct kvsi_stat_family kvsi_store_stats = {
+	.prefix = "store",
+	KVSI_STAT_LISTS(store),
+	.fill = store_fill,
+	.plain = true,
+	.set_errno = true,
+};
 
 /**
- * kvs_store_stat() - one statistic.
+ * kvs_store_stat() - one statistic; kvs_store_stat_get() reads one by name,
+ * kvs_store_stat_name() names one, kvs_store_stats_print() prints every one
+ * as "store name value\n" lines, all through lib/stats.c.
  * @s: store.
  * @item: which.
  *
  * Context: MT-Safe.
- * Return: its value, or 0 with errno EINVAL.
+ * Return: kvs_store_stat(): its value, or 0 with errno EINVAL;
+ * kvs_store_stat_name(): the name, or NULL with errno EINVAL; the others:
+ * 0, or -1 with errno EINVAL or ENOENT.
  */
-KVS_EXPORT uint64_t kvs_store_stat(kvs_store_t *s, enum kvs_store_stat item)
-{
-	if (!s || (unsigned)item >= KVS_STORE_STAT__COUNT) {
-		errno = EINVAL;
-		return 0;
-	}
-	return atomic_load_explicit(&s->st[item], memory_order_relaxed);
-}
-
-/**
- * kvs_store_stat_name() - a statistic's name.
- * @item: which.
- *
- * Context: any thread.
- * Return: the name, or NULL with errno EINVAL.
- */
-KVS_EXPORT const char *kvs_store_stat_name(enum kvs_store_stat item)
-{
-	if ((unsigned)item >= KVS_STORE_STAT__COUNT) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return stat_names[item];
-}
-
-/**
- * kvs_store_stat_get() - a statistic by name.
- * @s: store.
- * @name: its name.
- * @value: receives it.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_store_stat_get(kvs_store_t *s, const char *name, uint64_t *value)
-{
-	int i;
-
-	if (!s || !name || !value)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_STORE_STAT__COUNT; i++)
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_store_stat(s, (enum kvs_store_stat)i);
-			return 0;
-		}
-	return kvs_fail(ENOENT);
-}
-
-/**
- * kvs_store_stats_print() - every statistic as "name value\n" lines.
- * @s: store.
- * @write_cb: receives each line.
- * @arg: its argument.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_store_stats_print(kvs_store_t *s, void (*write_cb)(void *arg, const char *line),
-				     void *arg)
-{
-	char line[128];
-	int i;
-
-	if (!s || !write_cb)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_STORE_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "store %s %llu\n", stat_names[i],
-			 (unsigned long long)kvs_store_stat(s, (enum kvs_store_stat)i));
-		write_cb(arg, line);
-	}
-	return 0;
-}
+KVSI_STATS_EXPORTS(store, kvs_store_t, enum kvs_store_stat, kvsi_store_stats);
