@@ -93,4 +93,14 @@ extern const struct store_backend store_redis_backend;
 extern const struct store_backend store_redis_unix_backend;
 #endif
 
+/* lib/tier/store_registry.c: every scheme kvs_store_open() knows, in
+ * order; @be NULL for one this build lacks. */
+struct store_backend_entry {
+	const char *scheme;
+	const struct store_backend *be;
+};
+
+extern const struct store_backend_entry store_backends[];
+extern const size_t store_nbackends;
+
 #endif /* KVSLAB_STORAGE_BE_H */
