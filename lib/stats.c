@@ -22,10 +22,15 @@
 #include "stats.h"
 #include "backend.h"
 
+const struct kvsi_stat_style kvsi_style_desc = {.width = 20};
+const struct kvsi_stat_style kvsi_style_kind = {.width = 20, .show_kind = true};
+const struct kvsi_stat_style kvsi_style_kind16 = {.width = 16, .show_kind = true};
+const struct kvsi_stat_style kvsi_style_plain = {.plain = true, .set_errno = true};
+
 /* A bad argument: errno EINVAL where the family promises it. */
 static void bad_arg(const struct kvsi_stat_family *f)
 {
-	if (f->set_errno)
+	if (f->style->set_errno)
 		errno = EINVAL;
 }
 
@@ -85,15 +90,16 @@ int kvsi_stats_print(const struct kvsi_stat_family *f, void *obj,
 		write_cb(arg, line);
 	}
 	for (i = 0; i < f->count; i++) {
+		const struct kvsi_stat_style *st = f->style;
 		unsigned long long x = v[i];
 
-		if (f->plain)
+		if (st->plain)
 			snprintf(line, sizeof(line), "%s %s %llu\n", f->prefix, f->names[i], x);
-		else if (f->show_kind)
-			snprintf(line, sizeof(line), "%-*s %20llu  %-7s # %s\n", (int)f->width,
+		else if (st->show_kind)
+			snprintf(line, sizeof(line), "%-*s %20llu  %-7s # %s\n", (int)st->width,
 				 f->names[i], x, f->kinds[i], f->descs[i]);
 		else
-			snprintf(line, sizeof(line), "%-*s %20llu  # %s\n", (int)f->width,
+			snprintf(line, sizeof(line), "%-*s %20llu  # %s\n", (int)st->width,
 				 f->names[i], x, f->descs[i]);
 		write_cb(arg, line);
 	}
@@ -101,8 +107,6 @@ int kvsi_stats_print(const struct kvsi_stat_family *f, void *obj,
 }
 
 /* ---------------------------------------------------------- the driver */
-
-KVSI_STAT_TABLES(drv, KVS_DRV_STATS);
 
 static void drv_fill(void *obj, uint64_t *v)
 {
@@ -115,14 +119,6 @@ static void drv_header(void *obj, char *line, size_t size)
 	snprintf(line, size, "driver %s granularity %zu\n", kvs_drv_name(obj),
 		 kvs_drv_granularity(obj));
 }
-
-const struct kvsi_stat_family kvsi_drv_stats = {
-	.prefix = "drv",
-	KVSI_STAT_LISTS(drv),
-	.fill = drv_fill,
-	.header = drv_header,
-	.width = 20,
-};
 
 /**
  * kvs_drv_stat() - read one counter; kvs_drv_stat_get() reads one by name,
@@ -138,4 +134,5 @@ const struct kvsi_stat_family kvsi_drv_stats = {
  * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
  * counter).
  */
-KVSI_STATS_EXPORTS(drv, const kvs_drv_t, enum kvs_drv_stat, kvsi_drv_stats);
+KVSI_STATS_FAMILY(drv, KVS_DRV_STATS, drv_fill, drv_header, &kvsi_style_desc, NULL, const kvs_drv_t,
+		  enum kvs_drv_stat);

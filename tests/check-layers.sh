@@ -33,7 +33,8 @@ rank_of() { # path (as written in the tree) -> rank, or "" when unknown
 	lib/elastic/*) echo 6 ;;
 	lib/flow/*) echo 7 ;;
 	lib/ops/*) echo 8 ;;
-	include/kvslab/version.h | include/kvslab/drv.h | include/kvslab/fault.h) echo 1 ;;
+	include/kvslab/version.h | include/kvslab/stats.h | include/kvslab/drv.h | \
+	include/kvslab/fault.h) echo 1 ;;
 	include/kvslab/slab.h | include/kvslab/pool.h | include/kvslab/reqtab.h) echo 3 ;;
 	include/kvslab/hostpool.h | include/kvslab/storage.h) echo 4 ;;
 	include/kvslab/radix.h | include/kvslab/hashcache.h | include/kvslab/hiradix.h | \

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -95,8 +97,6 @@ int kvs_drv_copy_dtoh(kvs_drv_t *drv, void *dst, kvs_devptr_t src, size_t n,
 		      kvs_event_t *ev);
 int kvs_drv_synchronize(kvs_drv_t *drv);
 
-int kvs_drv_host_alloc(kvs_drv_t *drv, size_t size, void **ptr);
-int kvs_drv_host_free(kvs_drv_t *drv, void *ptr);
 
 /*
  * Counters, defined once.  X(name, kind, description); kind is gauge (a
@@ -124,18 +124,11 @@ int kvs_drv_host_free(kvs_drv_t *drv, void *ptr);
 	X(chunks, gauge, "live chunks now")                                                    \
 	X(ns_in_calls, counter, "wall time spent inside backend calls")
 
-enum kvs_drv_stat {
-#define KVS_X_ENUM(n, k, d) KVS_DRV_STAT_##n,
-	KVS_DRV_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_DRV_STAT__COUNT
-};
-
-uint64_t kvs_drv_stat(const kvs_drv_t *drv, enum kvs_drv_stat item);
-int kvs_drv_stat_get(const kvs_drv_t *drv, const char *name, uint64_t *value);
-const char *kvs_drv_stat_name(enum kvs_drv_stat item);
-int kvs_drv_stats_print(const kvs_drv_t *drv,
-			void (*write_cb)(void *arg, const char *line), void *arg);
+/* Relaxed atomic counters, read from any thread. */
+#define KVS_DRV_STAT_ITEM(n, k, d) KVS_DRV_STAT_##n,
+KVS_STATS_DECLARE(drv, const kvs_drv_t, KVS_DRV_STATS, KVS_DRV_STAT_ITEM, KVS_DRV_STAT__COUNT);
+int kvs_drv_host_alloc(kvs_drv_t *drv, size_t size, void **ptr);
+int kvs_drv_host_free(kvs_drv_t *drv, void *ptr);
 
 #ifdef __cplusplus
 }

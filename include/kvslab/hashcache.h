@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 #include <kvslab/radix.h>
 
@@ -115,18 +116,9 @@ int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st);
 	X(window_query_tokens, gauge, "query_tokens over the last window requests")   \
 	X(window_hit_tokens, gauge, "hit_tokens over the last window requests")
 
-enum kvs_hcache_stat {
-#define KVS_X_ENUM(n, k, d) KVS_HCACHE_STAT_##n,
-	KVS_HCACHE_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_HCACHE_STAT__COUNT
-};
-
-uint64_t kvs_hcache_stat(kvs_hcache_t *hc, enum kvs_hcache_stat item);
-int kvs_hcache_stat_get(kvs_hcache_t *hc, const char *name, uint64_t *value);
-const char *kvs_hcache_stat_name(enum kvs_hcache_stat item);
-int kvs_hcache_stats_print(kvs_hcache_t *hc, void (*write_cb)(void *arg, const char *line),
-			   void *arg);
+/* Read under the cache's lock, as kvs_hcache_stats() does. */
+#define KVS_HCACHE_STAT_ITEM(n, k, d) KVS_HCACHE_STAT_##n,
+KVS_STATS_DECLARE(hcache, kvs_hcache_t, KVS_HCACHE_STATS, KVS_HCACHE_STAT_ITEM, KVS_HCACHE_STAT__COUNT);
 ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max);
 int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref, kvs_block_hash_t *hash);
 uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc);

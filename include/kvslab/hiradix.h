@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 #include <kvslab/hostpool.h>
 #include <kvslab/radix.h>
@@ -142,7 +143,6 @@ kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h);
 int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
 			  kvs_hiradix_node_info_t *info);
 int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u);
-int kvs_hiradix_validate(kvs_hiradix_t *h);
 
 /*
  * Statistics, defined once.  X(name, kind, description); kind is gauge (a
@@ -181,18 +181,10 @@ int kvs_hiradix_validate(kvs_hiradix_t *h);
 	X(prefetch_tokens, counter, "tokens prefetches put on the host")                  \
 	X(prefetch_revoked, counter, "prefetches revoked")
 
-enum kvs_hiradix_stat {
-#define KVS_X_ENUM(n, k, d) KVS_HIRADIX_STAT_##n,
-	KVS_HIRADIX_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_HIRADIX_STAT__COUNT
-};
-
-uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item);
-int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value);
-const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item);
-int kvs_hiradix_stats_print(kvs_hiradix_t *h, void (*write_cb)(void *arg, const char *line),
-			    void *arg);
+/* The gauges walk the tree under the cache's lock. */
+#define KVS_HIRADIX_STAT_ITEM(n, k, d) KVS_HIRADIX_STAT_##n,
+KVS_STATS_DECLARE(hiradix, kvs_hiradix_t, KVS_HIRADIX_STATS, KVS_HIRADIX_STAT_ITEM, KVS_HIRADIX_STAT__COUNT);
+int kvs_hiradix_validate(kvs_hiradix_t *h);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 
 #ifdef __cplusplus
@@ -67,7 +68,6 @@ int kvs_hpool_xfer_query(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_wait(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_layer_query(kvs_hpool_xfer_t *xfer, uint32_t layer);
 int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *xfer, uint32_t layer);
-int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
 
 /*
  * Statistics, defined once.  X(name, kind, description); kind is gauge (a
@@ -91,18 +91,10 @@ int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
 	X(submit_fail, counter, "transfers undone because a copy could not be submitted") \
 	X(xfer_fail, counter, "transfers whose completion reported an error")
 
-enum kvs_hpool_stat {
-#define KVS_X_ENUM(n, k, d) KVS_HPOOL_STAT_##n,
-	KVS_HPOOL_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_HPOOL_STAT__COUNT
-};
-
-uint64_t kvs_hpool_stat(kvs_hpool_t *hp, enum kvs_hpool_stat item);
-int kvs_hpool_stat_get(kvs_hpool_t *hp, const char *name, uint64_t *value);
-const char *kvs_hpool_stat_name(enum kvs_hpool_stat item);
-int kvs_hpool_stats_print(kvs_hpool_t *hp, void (*write_cb)(void *arg, const char *line),
-			  void *arg);
+/* Read in one snapshot under the pool's lock. */
+#define KVS_HPOOL_STAT_ITEM(n, k, d) KVS_HPOOL_STAT_##n,
+KVS_STATS_DECLARE(hpool, kvs_hpool_t, KVS_HPOOL_STATS, KVS_HPOOL_STAT_ITEM, KVS_HPOOL_STAT__COUNT);
+int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
 
 #ifdef __cplusplus
 }

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/drv.h>
 
 #ifdef __cplusplus
@@ -148,18 +149,9 @@ int kvs_slab_page_mapped(kvs_slab_t *slab, uint32_t page);
 	X(chunks_parked, gauge, "chunks whose release failed, to release again")               \
 	X(release_fail, counter, "chunk releases and unmaps that failed and were retried")
 
-enum kvs_slab_stat {
-#define KVS_X_ENUM(n, k, d) KVS_SLAB_STAT_##n,
-	KVS_SLAB_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_SLAB_STAT__COUNT
-};
-
-uint64_t kvs_slab_stat(kvs_slab_t *slab, enum kvs_slab_stat item);
-int kvs_slab_stat_get(kvs_slab_t *slab, const char *name, uint64_t *value);
-const char *kvs_slab_stat_name(enum kvs_slab_stat item);
-int kvs_slab_stats_print(kvs_slab_t *slab, void (*write_cb)(void *arg, const char *line),
-			 void *arg);
+/* Read under the slab's lock, the per-thread caches' counts summed. */
+#define KVS_SLAB_STAT_ITEM(n, k, d) KVS_SLAB_STAT_##n,
+KVS_STATS_DECLARE(slab, kvs_slab_t, KVS_SLAB_STATS, KVS_SLAB_STAT_ITEM, KVS_SLAB_STAT__COUNT);
 double kvs_slab_fragmentation(kvs_slab_t *slab);
 
 #ifdef __cplusplus

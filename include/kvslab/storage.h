@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/hostpool.h>
 
 #ifdef __cplusplus
@@ -86,26 +87,6 @@ ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *keys, size_t n
 			    kvs_hpool_t *hp, const int32_t *host_pages);
 size_t kvs_store_page_bytes(const kvs_store_t *s);
 
-/* Fault injection: a store that wraps another and fails chosen operations. */
-enum kvs_store_op {
-	KVS_SOP_ANY = 0,
-	KVS_SOP_EXISTS,
-	KVS_SOP_GET,
-	KVS_SOP_SET,
-	KVS_SOP__COUNT
-};
-
-/* How an injected fault fails (kvs_store_fault_fail_nth()'s @kind). */
-#define KVS_SFAULT_ERROR 0	/* the operation fails with an I/O error */
-#define KVS_SFAULT_SHORT 1	/* get: a short value; set: a short write */
-#define KVS_SFAULT_CORRUPT 2	/* get: one flipped byte in the value */
-
-kvs_store_t *kvs_store_fault_open(kvs_store_t *inner);
-int kvs_store_fault_fail_nth(kvs_store_t *fault, enum kvs_store_op op, uint64_t nth, int kind);
-int kvs_store_fault_fail_random(kvs_store_t *fault, enum kvs_store_op op, double p,
-				uint64_t seed, int kind);
-int kvs_store_fault_clear(kvs_store_t *fault);
-
 /*
  * Statistics, defined once.  X(name, kind, description); every counter
  * counts pages (or bytes) since kvs_store_open().
@@ -127,18 +108,29 @@ int kvs_store_fault_clear(kvs_store_t *fault);
 	X(evicted, counter, "file: objects removed by the size limit")                       \
 	X(bytes_stored, gauge, "file: bytes of the objects in the directory")
 
-enum kvs_store_stat {
-#define KVS_X_ENUM(n, k, d) KVS_STORE_STAT_##n,
-	KVS_STORE_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_STORE_STAT__COUNT
+/* Atomic counters; an unknown item sets errno EINVAL. */
+#define KVS_STORE_STAT_ITEM(n, k, d) KVS_STORE_STAT_##n,
+KVS_STATS_DECLARE(store, kvs_store_t, KVS_STORE_STATS, KVS_STORE_STAT_ITEM, KVS_STORE_STAT__COUNT);
+
+/* Fault injection: a store that wraps another and fails chosen operations. */
+enum kvs_store_op {
+	KVS_SOP_ANY = 0,
+	KVS_SOP_EXISTS,
+	KVS_SOP_GET,
+	KVS_SOP_SET,
+	KVS_SOP__COUNT
 };
 
-uint64_t kvs_store_stat(kvs_store_t *s, enum kvs_store_stat item);
-int kvs_store_stat_get(kvs_store_t *s, const char *name, uint64_t *value);
-const char *kvs_store_stat_name(enum kvs_store_stat item);
-int kvs_store_stats_print(kvs_store_t *s, void (*write_cb)(void *arg, const char *line),
-			  void *arg);
+/* How an injected fault fails (kvs_store_fault_fail_nth()'s @kind). */
+#define KVS_SFAULT_ERROR 0	/* the operation fails with an I/O error */
+#define KVS_SFAULT_SHORT 1	/* get: a short value; set: a short write */
+#define KVS_SFAULT_CORRUPT 2	/* get: one flipped byte in the value */
+
+kvs_store_t *kvs_store_fault_open(kvs_store_t *inner);
+int kvs_store_fault_fail_nth(kvs_store_t *fault, enum kvs_store_op op, uint64_t nth, int kind);
+int kvs_store_fault_fail_random(kvs_store_t *fault, enum kvs_store_op op, double p,
+				uint64_t seed, int kind);
+int kvs_store_fault_clear(kvs_store_t *fault);
 
 #ifdef __cplusplus
 }

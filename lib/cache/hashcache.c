@@ -881,8 +881,6 @@ KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
 	return 0;
 }
 
-KVSI_STAT_TABLES(hcache, KVS_HCACHE_STATS);
-
 /* kvs_hcache_stats()'s snapshot, field by field. */
 static void hcache_fill(void *obj, uint64_t *v)
 {
@@ -911,16 +909,6 @@ static const struct kvsi_stat_ratio hcache_ratio = {
 	.den = KVS_HCACHE_STAT_window_query_blocks,
 };
 
-const struct kvsi_stat_family kvsi_hcache_stats = {
-	.prefix = "hcache",
-	KVSI_STAT_LISTS(hcache),
-	.fill = hcache_fill,
-	.header = hcache_header,
-	.width = 20,
-	.show_kind = true,
-	.ratio = &hcache_ratio,
-};
-
 /**
  * kvs_hcache_stat() - one statistic of kvs_hcache_stats(), by its
  * KVS_HCACHE_STATS item; kvs_hcache_stat_get() reads one by name,
@@ -936,7 +924,8 @@ const struct kvsi_stat_family kvsi_hcache_stats = {
  * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
  * statistic).
  */
-KVSI_STATS_EXPORTS(hcache, kvs_hcache_t, enum kvs_hcache_stat, kvsi_hcache_stats);
+KVSI_STATS_FAMILY(hcache, KVS_HCACHE_STATS, hcache_fill, hcache_header, &kvsi_style_kind, &hcache_ratio, kvs_hcache_t,
+		  enum kvs_hcache_stat);
 
 /**
  * kvs_hcache_free_queue() - the free queue, next eviction first.

@@ -2902,8 +2902,6 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 
 /* ------------------------------------------------------------ statistics */
 
-KVSI_STAT_TABLES(hiradix, KVS_HIRADIX_STATS);
-
 /* The counters under h->lock, the gauges from kvs_hiradix_usage() (a walk
  * of the tree under the same lock, taken before). */
 static void hiradix_fill(void *obj, uint64_t *v)
@@ -2933,15 +2931,6 @@ static void hiradix_header(void *obj, char *line, size_t size)
 		 policies[h->policy], h->threshold);
 }
 
-const struct kvsi_stat_family kvsi_hiradix_stats = {
-	.prefix = "hiradix",
-	KVSI_STAT_LISTS(hiradix),
-	.fill = hiradix_fill,
-	.header = hiradix_header,
-	.width = 20,
-	.show_kind = true,
-};
-
 /**
  * kvs_hiradix_stat() - one statistic; kvs_hiradix_stat_get() reads one by
  * name, kvs_hiradix_stat_name() names one, kvs_hiradix_stats_print() prints
@@ -2957,4 +2946,5 @@ const struct kvsi_stat_family kvsi_hiradix_stats = {
  * the others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no
  * such statistic).
  */
-KVSI_STATS_EXPORTS(hiradix, kvs_hiradix_t, enum kvs_hiradix_stat, kvsi_hiradix_stats);
+KVSI_STATS_FAMILY(hiradix, KVS_HIRADIX_STATS, hiradix_fill, hiradix_header, &kvsi_style_kind, NULL, kvs_hiradix_t,
+		  enum kvs_hiradix_stat);

@@ -2356,8 +2356,6 @@ KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 
 /* ------------------------------------------------------------ statistics */
 
-KVSI_STAT_TABLES(radix, KVS_RADIX_STATS);
-
 /* Every counter: the writer's under wlock, the readers' relaxed. */
 static void radix_fill(void *obj, uint64_t *v)
 {
@@ -2385,14 +2383,6 @@ static void radix_header(void *obj, char *line, size_t size)
 		 r->policy, (unsigned long long)tokens, (unsigned long long)nodes);
 }
 
-const struct kvsi_stat_family kvsi_radix_stats = {
-	.prefix = "radix",
-	KVSI_STAT_LISTS(radix),
-	.fill = radix_fill,
-	.header = radix_header,
-	.width = 20,
-};
-
 /**
  * kvs_radix_stat() - one statistic; kvs_radix_stat_get() reads one by name,
  * kvs_radix_stat_name() names one, kvs_radix_stats_print() prints every one
@@ -2408,4 +2398,5 @@ const struct kvsi_stat_family kvsi_radix_stats = {
  * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
  * statistic).
  */
-KVSI_STATS_EXPORTS(radix, kvs_radix_t, enum kvs_radix_stat, kvsi_radix_stats);
+KVSI_STATS_FAMILY(radix, KVS_RADIX_STATS, radix_fill, radix_header, &kvsi_style_desc, NULL, kvs_radix_t,
+		  enum kvs_radix_stat);

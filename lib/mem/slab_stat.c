@@ -149,8 +149,6 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 
 /* ---------------------------------------------------------- statistics */
 
-KVSI_STAT_TABLES(slab, KVS_SLAB_STATS);
-
 /* Every statistic in one snapshot: the books under slab->lock, the
  * magazines' counts summed, the driver-call counters after. */
 static void slab_fill(void *obj, uint64_t *v)
@@ -220,14 +218,6 @@ static void slab_header(void *obj, char *line, size_t size)
 		 s->page_size, s->pps, (unsigned long long)s->nslabs, s->nbuf);
 }
 
-const struct kvsi_stat_family kvsi_slab_stats = {
-	.prefix = "slab",
-	KVSI_STAT_LISTS(slab),
-	.fill = slab_fill,
-	.header = slab_header,
-	.width = 20,
-};
-
 /**
  * kvs_slab_stat() - read one statistic; kvs_slab_stat_get() reads one by
  * name, kvs_slab_stat_name() names one, kvs_slab_stats_print() prints every
@@ -243,4 +233,5 @@ const struct kvsi_stat_family kvsi_slab_stats = {
  * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
  * statistic).
  */
-KVSI_STATS_EXPORTS(slab, kvs_slab_t, enum kvs_slab_stat, kvsi_slab_stats);
+KVSI_STATS_FAMILY(slab, KVS_SLAB_STATS, slab_fill, slab_header, &kvsi_style_desc, NULL, kvs_slab_t,
+		  enum kvs_slab_stat);

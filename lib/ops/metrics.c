@@ -79,8 +79,6 @@ struct kvs_metrics {
 	X(available_pages, gauge, "pages free to allocate now") \
 	X(page_size_tokens, gauge, "tokens per page")
 
-KVSI_STAT_TABLES(pool, POOL_STATS);
-
 static void pool_fill(void *obj, uint64_t *v)
 {
 	v[0] = kvs_pool_capacity(obj);
@@ -88,15 +86,11 @@ static void pool_fill(void *obj, uint64_t *v)
 	v[2] = kvs_pool_page_size(obj);
 }
 
-static const struct kvsi_stat_family pool_stats = {
-	.prefix = "pool",
-	KVSI_STAT_LISTS(pool),
-	.fill = pool_fill,
-};
+KVSI_STATS_DESCRIPTOR(pool, POOL_STATS, pool_fill, NULL, &kvsi_style_desc, NULL);
 
 /* The registry of families, in the order they are written. */
 static const struct kvsi_stat_family *const families[] = {
-	&kvsi_drv_stats, &kvsi_slab_stats,  &pool_stats,	 &kvsi_radix_stats,
+	&kvsi_drv_stats, &kvsi_slab_stats,  &kvsi_pool_stats,	 &kvsi_radix_stats,
 	&kvsi_hcache_stats, &kvsi_hpool_stats, &kvsi_hiradix_stats, &kvsi_store_stats,
 };
 
@@ -108,7 +102,7 @@ static void *member_obj(const struct entry *e, const struct kvsi_stat_family *f)
 {
 	if (e->fam == f)
 		return e->obj;
-	if (f == &kvsi_slab_stats && e->fam == &pool_stats)
+	if (f == &kvsi_slab_stats && e->fam == &kvsi_pool_stats)
 		return kvs_pool_slab(e->obj);
 	return NULL;
 }
@@ -163,8 +157,8 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 static bool same_series(const struct entry *e, const struct kvsi_stat_family *fam,
 			const char *label)
 {
-	bool slabish = (fam == &kvsi_slab_stats || fam == &pool_stats) &&
-		       (e->fam == &kvsi_slab_stats || e->fam == &pool_stats);
+	bool slabish = (fam == &kvsi_slab_stats || fam == &kvsi_pool_stats) &&
+		       (e->fam == &kvsi_slab_stats || e->fam == &kvsi_pool_stats);
 
 	if (e->fam != fam && !slabish)
 		return false;
@@ -243,9 +237,9 @@ static int add(kvs_metrics_t *m, const struct kvsi_stat_family *fam, void *obj,
 		bool dup = o->obj == obj;
 
 		/* A pool's slab is written with the pool. */
-		if (fam == &kvsi_slab_stats && o->fam == &pool_stats && kvs_pool_slab(o->obj) == obj)
+		if (fam == &kvsi_slab_stats && o->fam == &kvsi_pool_stats && kvs_pool_slab(o->obj) == obj)
 			dup = true;
-		if (fam == &pool_stats && o->fam == &kvsi_slab_stats && kvs_pool_slab(obj) == o->obj)
+		if (fam == &kvsi_pool_stats && o->fam == &kvsi_slab_stats && kvs_pool_slab(obj) == o->obj)
 			dup = true;
 		if (dup || same_series(o, fam, label)) {
 			err = EEXIST;
@@ -289,7 +283,7 @@ KVS_EXPORT int kvs_metrics_add_slab(kvs_metrics_t *m, kvs_slab_t *slab, const ch
 
 KVS_EXPORT int kvs_metrics_add_pool(kvs_metrics_t *m, kvs_pool_t *pool, const char *label)
 {
-	return add(m, &pool_stats, pool, label);
+	return add(m, &kvsi_pool_stats, pool, label);
 }
 
 KVS_EXPORT int kvs_metrics_add_radix(kvs_metrics_t *m, kvs_radix_t *radix, const char *label)

@@ -1064,8 +1064,6 @@ KVS_EXPORT int kvs_hpool_xfer_free(kvs_hpool_xfer_t *x)
 
 /* ------------------------------------------------------------ statistics */
 
-KVSI_STAT_TABLES(hpool, KVS_HPOOL_STATS);
-
 static void hpool_fill(void *obj, uint64_t *v)
 {
 	struct kvs_hpool *hp = obj;
@@ -1091,15 +1089,6 @@ static void hpool_header(void *obj, char *line, size_t size)
 		 hp->bytes);
 }
 
-const struct kvsi_stat_family kvsi_hpool_stats = {
-	.prefix = "hpool",
-	KVSI_STAT_LISTS(hpool),
-	.fill = hpool_fill,
-	.header = hpool_header,
-	.width = 16,
-	.show_kind = true,
-};
-
 /**
  * kvs_hpool_stat() - one statistic; kvs_hpool_stat_get() reads one by name,
  * kvs_hpool_stat_name() names one, kvs_hpool_stats_print() prints every one
@@ -1114,4 +1103,5 @@ const struct kvsi_stat_family kvsi_hpool_stats = {
  * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
  * statistic).
  */
-KVSI_STATS_EXPORTS(hpool, kvs_hpool_t, enum kvs_hpool_stat, kvsi_hpool_stats);
+KVSI_STATS_FAMILY(hpool, KVS_HPOOL_STATS, hpool_fill, hpool_header, &kvsi_style_kind16, NULL, kvs_hpool_t,
+		  enum kvs_hpool_stat);

@@ -680,8 +680,6 @@ KVS_EXPORT ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *key
 
 /* ------------------------------------------------------------ stats */
 
-KVSI_STAT_TABLES(store, KVS_STORE_STATS);
-
 /* Relaxed atomic counters, read one by one. */
 static void store_fill(void *obj, uint64_t *v)
 {
@@ -690,14 +688,6 @@ static void store_fill(void *obj, uint64_t *v)
 	for (unsigned i = 0; i < KVS_STORE_STAT__COUNT; i++)
 		v[i] = atomic_load_explicit(&s->st[i], memory_order_relaxed);
 }
-
-const struct kvsi_stat_family kvsi_store_stats = {
-	.prefix = "store",
-	KVSI_STAT_LISTS(store),
-	.fill = store_fill,
-	.plain = true,
-	.set_errno = true,
-};
 
 /**
  * kvs_store_stat() - one statistic; kvs_store_stat_get() reads one by name,
@@ -711,4 +701,5 @@ const struct kvsi_stat_family kvsi_store_stats = {
  * kvs_store_stat_name(): the name, or NULL with errno EINVAL; the others:
  * 0, or -1 with errno EINVAL or ENOENT.
  */
-KVSI_STATS_EXPORTS(store, kvs_store_t, enum kvs_store_stat, kvsi_store_stats);
+KVSI_STATS_FAMILY(store, KVS_STORE_STATS, store_fill, NULL, &kvsi_style_plain, NULL, kvs_store_t,
+		  enum kvs_store_stat);
