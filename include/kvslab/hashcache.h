@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <kvslab/stats.h>
+#include <kvslab/blockhash.h>
 #include <kvslab/pool.h>
 #include <kvslab/radix.h>
 
@@ -18,14 +19,8 @@
 extern "C" {
 #endif
 
-#ifndef KVS_BLOCK_HASH_DEFINED
-#define KVS_BLOCK_HASH_DEFINED
-/** A block hash, opaque to the cache: the first @len (1 to 32) bytes count. */
-typedef struct kvs_block_hash {
-	uint8_t bytes[32];
-	uint32_t len;
-} kvs_block_hash_t;
-#endif
+/* kvs_block_hash_t (<kvslab/blockhash.h>) is opaque to the cache: the
+ * first len (1 to 32) bytes count. */
 
 typedef struct kvs_hcache kvs_hcache_t;
 
@@ -95,29 +90,7 @@ int kvs_hcache_reset(kvs_hcache_t *hc);
 
 int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st);
 
-/*
- * The same statistics one by one, defined once (the fields of
- * kvs_hcache_stats_t of the same names; window_hit_ratio, a double, is
- * not in the list).  X(name, kind, description).
- */
-#define KVS_HCACHE_STATS(X)                                                           \
-	X(queries, counter, "requests looked up (lookup and admit calls)")            \
-	X(query_blocks, counter, "blocks those lookups could have hit")               \
-	X(hit_blocks, counter, "blocks those lookups hit")                            \
-	X(window_queries, gauge, "lookups over the last window requests")             \
-	X(window_query_blocks, gauge, "blocks they could have hit")                   \
-	X(window_hit_blocks, gauge, "blocks they hit")                                \
-	X(cached_blocks, gauge, "blocks with a hash (table entries)")                 \
-	X(free_queue_blocks, gauge, "cached blocks of refcount 0")                    \
-	X(used_blocks, gauge, "blocks of refcount > 0")                               \
-	X(evictions, counter, "cached blocks evicted")                                \
-	X(query_tokens, counter, "the requests' tokens (vLLM's prefix-cache queries)") \
-	X(hit_tokens, counter, "their hit blocks' tokens (vLLM's prefix-cache hits)") \
-	X(window_query_tokens, gauge, "query_tokens over the last window requests")   \
-	X(window_hit_tokens, gauge, "hit_tokens over the last window requests")
-
 /* Read under the cache's lock, as kvs_hcache_stats() does. */
-#define KVS_HCACHE_STAT_ITEM(n, k, d) KVS_HCACHE_STAT_##n,
 KVS_STATS_DECLARE(hcache, kvs_hcache_t, KVS_HCACHE_STATS, KVS_HCACHE_STAT_ITEM, KVS_HCACHE_STAT__COUNT);
 ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max);
 int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref, kvs_block_hash_t *hash);

@@ -69,30 +69,7 @@ int kvs_hpool_xfer_wait(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_layer_query(kvs_hpool_xfer_t *xfer, uint32_t layer);
 int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *xfer, uint32_t layer);
 
-/*
- * Statistics, defined once.  X(name, kind, description); kind is gauge (a
- * level now) or counter (events since kvs_hpool_create()).
- */
-#define KVS_HPOOL_STATS(X)                                                                \
-	X(pages, gauge, "host pages in the pool")                                        \
-	X(pages_used, gauge, "host pages allocated now")                                 \
-	X(pages_used_peak, gauge, "peak of pages_used")                                  \
-	X(pages_busy, gauge, "allocated pages that a transfer not yet complete copies")  \
-	X(xfers_live, gauge, "transfer handles not yet freed")                           \
-	X(allocs, counter, "kvs_hpool_alloc() calls that allocated")                     \
-	X(alloc_fail, counter, "kvs_hpool_alloc() calls that failed for want of pages")  \
-	X(frees, counter, "kvs_hpool_free() calls that freed")                           \
-	X(backups, counter, "kvs_hpool_backup() calls whose copies were all submitted")  \
-	X(loads, counter, "kvs_hpool_load() calls whose copies were all submitted")      \
-	X(backup_pages, counter, "pages those backups copied, device to host")           \
-	X(load_pages, counter, "pages those loads copied, host to device")               \
-	X(copies, counter, "driver copies submitted, after merging runs of pages")       \
-	X(bytes_copied, counter, "bytes of those copies")                                \
-	X(submit_fail, counter, "transfers undone because a copy could not be submitted") \
-	X(xfer_fail, counter, "transfers whose completion reported an error")
-
 /* Read in one snapshot under the pool's lock. */
-#define KVS_HPOOL_STAT_ITEM(n, k, d) KVS_HPOOL_STAT_##n,
 KVS_STATS_DECLARE(hpool, kvs_hpool_t, KVS_HPOOL_STATS, KVS_HPOOL_STAT_ITEM, KVS_HPOOL_STAT__COUNT);
 int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
 

@@ -87,29 +87,7 @@ ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *keys, size_t n
 			    kvs_hpool_t *hp, const int32_t *host_pages);
 size_t kvs_store_page_bytes(const kvs_store_t *s);
 
-/*
- * Statistics, defined once.  X(name, kind, description); every counter
- * counts pages (or bytes) since kvs_store_open().
- */
-#define KVS_STORE_STATS(X)                                                                  \
-	X(exists_calls, counter, "kvs_store_exists() calls")                                \
-	X(exists_hits, counter, "pages exists found present (the prefix counted)")          \
-	X(get_pages, counter, "pages asked of get")                                          \
-	X(get_hits, counter, "pages get returned")                                           \
-	X(get_misses, counter, "pages get did not return: absent, bad or failed")           \
-	X(set_pages, counter, "pages given to set")                                          \
-	X(set_stored, counter, "pages set wrote")                                            \
-	X(set_skipped, counter, "pages set did not write: already present")                 \
-	X(bytes_read, counter, "value bytes read")                                           \
-	X(bytes_written, counter, "value bytes written")                                     \
-	X(checksum_fail, counter, "values whose header or checksum did not verify (removed)") \
-	X(io_errors, counter, "operations that failed: I/O, connection, server, full disk")  \
-	X(reconnects, counter, "redis: connections made again after a failure")              \
-	X(evicted, counter, "file: objects removed by the size limit")                       \
-	X(bytes_stored, gauge, "file: bytes of the objects in the directory")
-
 /* Atomic counters; an unknown item sets errno EINVAL. */
-#define KVS_STORE_STAT_ITEM(n, k, d) KVS_STORE_STAT_##n,
 KVS_STATS_DECLARE(store, kvs_store_t, KVS_STORE_STATS, KVS_STORE_STAT_ITEM, KVS_STORE_STAT__COUNT);
 
 /* Fault injection: a store that wraps another and fails chosen operations. */
