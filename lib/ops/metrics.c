@@ -261,9 +261,11 @@ static int add(kvs_metrics_t *m, const struct kvsi_stat_family *fam, void *obj,
 
 /**
  * kvs_metrics_add_drv() - register an object; the other kvs_metrics_add_*
- * calls are the same for their families.
+ * calls (slab, pool, radix, hcache, hpool, hiradix, store) are the same for
+ * their families, and METRICS_ADD() writes each of them.
  * @m: the registry.
- * @drv: the object; it must outlive its registration.
+ * @obj: the object (a kvs_drv_t for kvs_metrics_add_drv()); it must outlive
+ * its registration.
  * @label: the value of its "instance" label (copied), or NULL for none.
  *
  * Context: any thread; takes m->lock.
@@ -271,45 +273,21 @@ static int add(kvs_metrics_t *m, const struct kvsi_stat_family *fam, void *obj,
  * not UTF-8), EEXIST (the object is registered, or one of its family has
  * the same label), ENOMEM.
  */
-KVS_EXPORT int kvs_metrics_add_drv(kvs_metrics_t *m, kvs_drv_t *drv, const char *label)
-{
-	return add(m, &kvsi_drv_stats, drv, label);
-}
+#define METRICS_ADD(tag, type)                                                          \
+	KVS_EXPORT int kvs_metrics_add_##tag(kvs_metrics_t *m, type *obj, const char *label) \
+	{                                                                               \
+		return add(m, &kvsi_##tag##_stats, obj, label);                         \
+	}                                                                               \
+	_Static_assert(1, "a semicolon after the macro")
 
-KVS_EXPORT int kvs_metrics_add_slab(kvs_metrics_t *m, kvs_slab_t *slab, const char *label)
-{
-	return add(m, &kvsi_slab_stats, slab, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_pool(kvs_metrics_t *m, kvs_pool_t *pool, const char *label)
-{
-	return add(m, &kvsi_pool_stats, pool, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_radix(kvs_metrics_t *m, kvs_radix_t *radix, const char *label)
-{
-	return add(m, &kvsi_radix_stats, radix, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hcache(kvs_metrics_t *m, kvs_hcache_t *hc, const char *label)
-{
-	return add(m, &kvsi_hcache_stats, hc, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hpool(kvs_metrics_t *m, kvs_hpool_t *hp, const char *label)
-{
-	return add(m, &kvsi_hpool_stats, hp, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hiradix(kvs_metrics_t *m, kvs_hiradix_t *h, const char *label)
-{
-	return add(m, &kvsi_hiradix_stats, h, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_store(kvs_metrics_t *m, kvs_store_t *s, const char *label)
-{
-	return add(m, &kvsi_store_stats, s, label);
-}
+METRICS_ADD(drv, kvs_drv_t);
+METRICS_ADD(slab, kvs_slab_t);
+METRICS_ADD(pool, kvs_pool_t);
+METRICS_ADD(radix, kvs_radix_t);
+METRICS_ADD(hcache, kvs_hcache_t);
+METRICS_ADD(hpool, kvs_hpool_t);
+METRICS_ADD(hiradix, kvs_hiradix_t);
+METRICS_ADD(store, kvs_store_t);
 
 /**
  * kvs_metrics_remove() - unregister an object.

@@ -409,38 +409,62 @@ KVS_EXPORT ssize_t kvs_store_exists(kvs_store_t *s, const kvs_page_key_t *keys, 
 	return (ssize_t)r;
 }
 
-/* Get into val[i] (page_bytes each); the pages returned from the first. */
-static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, void *const *val)
-{
+/* The scratch of one batched call: the objects' names, their headers,
+ * pointers to the headers, and the backend's per-object results (@rsize
+ * bytes each, zeroed). */
+struct batch {
+	char **names;
 	uint8_t *hdrs;
 	void **hp;
-	ssize_t *got;
-	char **names;
-	size_t i, ok = 0;
-	bool run = true;
+	void *res;
+};
 
-	names = names_of(s, keys, n);
-	hdrs = malloc(n * STORE_HDR_BYTES);
-	hp = malloc(n * sizeof(*hp));
-	got = malloc(n * sizeof(*got));
-	if (!names || !hdrs || !hp || !got) {
-		free(names);
-		free(hdrs);
-		free(hp);
-		free(got);
+static void batch_free(struct batch *b)
+{
+	free(b->names);
+	free(b->hdrs);
+	free(b->hp);
+	free(b->res);
+}
+
+static int batch_alloc(struct batch *b, const struct kvs_store *s, const kvs_page_key_t *keys,
+		       size_t n, size_t rsize)
+{
+	size_t i;
+
+	b->names = names_of(s, keys, n);
+	b->hdrs = malloc(n * STORE_HDR_BYTES);
+	b->hp = malloc(n * sizeof(*b->hp));
+	b->res = calloc(n, rsize);
+	if (!b->names || !b->hdrs || !b->hp || !b->res) {
+		batch_free(b);
 		return kvs_fail(ENOMEM);
 	}
 	for (i = 0; i < n; i++)
-		hp[i] = hdrs + i * STORE_HDR_BYTES;
-	s->be->get(s, (const char *const *)names, n, hp, val, got);
+		b->hp[i] = b->hdrs + i * STORE_HDR_BYTES;
+	return 0;
+}
+
+/* Get into val[i] (page_bytes each); the pages returned from the first. */
+static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, void *const *val)
+{
+	struct batch b;
+	ssize_t *got;
+	size_t i, ok = 0;
+	bool run = true;
+
+	if (batch_alloc(&b, s, keys, n, sizeof(*got)) < 0)
+		return -1;
+	got = b.res;
+	s->be->get(s, (const char *const *)b.names, n, b.hp, val, got);
 	for (i = 0; i < n; i++) {
 		bool good = got[i] == (ssize_t)(STORE_HDR_BYTES + s->attr.page_bytes) &&
-			    hdr_check(s, &keys[i], val[i], hp[i]);
+			    hdr_check(s, &keys[i], val[i], b.hp[i]);
 
-		if (!good && hdr_ours(s, hp[i], got[i])) {
+		if (!good && hdr_ours(s, b.hp[i], got[i])) {
 			/* Ours, but torn, short, long or flipped. */
 			store_count(s, KVS_STORE_STAT_checksum_fail, 1);
-			(void)s->be->remove(s, names[i]);
+			(void)s->be->remove(s, b.names[i]);
 		}
 		if (good && run) {
 			ok++;
@@ -452,40 +476,24 @@ static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, vo
 	store_count(s, KVS_STORE_STAT_get_pages, n);
 	store_count(s, KVS_STORE_STAT_get_hits, ok);
 	store_count(s, KVS_STORE_STAT_get_misses, n - ok);
-	free(names);
-	free(hdrs);
-	free(hp);
-	free(got);
+	batch_free(&b);
 	return (ssize_t)ok;
 }
 
 static ssize_t set_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 			const void *const *val)
 {
-	uint8_t *hdrs;
-	const void **hp;
+	struct batch b;
 	int *res;
-	char **names;
 	size_t i, ok = 0;
 	bool run = true;
 
-	names = names_of(s, keys, n);
-	hdrs = malloc(n * STORE_HDR_BYTES);
-	hp = malloc(n * sizeof(*hp));
-	res = malloc(n * sizeof(*res));
-	if (!names || !hdrs || !hp || !res) {
-		free(names);
-		free(hdrs);
-		free(hp);
-		free(res);
-		return kvs_fail(ENOMEM);
-	}
-	for (i = 0; i < n; i++) {
-		hdr_build(s, &keys[i], val[i], hdrs + i * STORE_HDR_BYTES);
-		hp[i] = hdrs + i * STORE_HDR_BYTES;
-		res[i] = 0;
-	}
-	s->be->set(s, (const char *const *)names, n, hp, val, res);
+	if (batch_alloc(&b, s, keys, n, sizeof(*res)) < 0)
+		return -1;
+	res = b.res;
+	for (i = 0; i < n; i++)
+		hdr_build(s, &keys[i], val[i], b.hp[i]);
+	s->be->set(s, (const char *const *)b.names, n, (const void *const *)b.hp, val, res);
 	for (i = 0; i < n; i++) {
 		if (res[i] == 1) {
 			store_count(s, KVS_STORE_STAT_set_stored, 1);
@@ -499,10 +507,7 @@ static ssize_t set_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 			run = false;
 	}
 	store_count(s, KVS_STORE_STAT_set_pages, n);
-	free(names);
-	free(hdrs);
-	free(hp);
-	free(res);
+	batch_free(&b);
 	return (ssize_t)ok;
 }
 
