@@ -126,6 +126,13 @@ static int fail(struct kvs_drv *d, int err)
 	return -1;
 }
 
+/* fail() from under d->lock, letting it go first. */
+static int fail_unlock(struct kvs_drv *d, int err)
+{
+	pthread_mutex_unlock(&d->lock);
+	return fail(d, err);
+}
+
 /**
  * kvs_drv_attr_init() - fill @attr with the defaults.
  * @attr: attributes to initialise.
@@ -284,6 +291,19 @@ static struct kvs_range *range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t
 		}
 	}
 	return NULL;
+}
+
+/* range_find(), and the granules [*g, *g + *n) the span covers in it. */
+static struct kvs_range *range_span(struct kvs_drv *d, kvs_devptr_t addr, size_t size, size_t *g,
+				    size_t *n)
+{
+	struct kvs_range *r = range_find(d, addr, size);
+
+	if (r) {
+		*g = (addr - r->base) / d->granularity;
+		*n = size / d->granularity;
+	}
+	return r;
 }
 
 static size_t range_index(struct kvs_drv *d, kvs_devptr_t base)
@@ -506,14 +526,10 @@ KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
 	r = range_find(d, base, 1);
-	if (!r || r->base != base) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	if (r->nmapped) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EBUSY);
-	}
+	if (!r || r->base != base)
+		return fail_unlock(d, EINVAL);
+	if (r->nmapped)
+		return fail_unlock(d, EBUSY);
 	stat_add(d, KVS_DRV_STAT_unreserve_calls, 1);
 	if (BE_CALL(d, d->be->unreserve(d, r->base, r->size)) < 0) {
 		int e = errno;
@@ -723,10 +739,8 @@ KVS_EXPORT int kvs_drv_chunk_release(kvs_drv_t *d, kvs_chunk_t *c)
 	if (!d)
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	if (!chunk_valid(d, c)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!chunk_valid(d, c))
+		return fail_unlock(d, EINVAL);
 	stat_add(d, KVS_DRV_STAT_release_calls, 1);
 	if (BE_CALL(d, d->be->release(d, c->handle)) < 0) {
 		int e = errno;
@@ -774,22 +788,16 @@ KVS_EXPORT int kvs_drv_map(kvs_drv_t *d, kvs_devptr_t addr, kvs_chunk_t *c)
 	if (!d || !aligned(d, addr))
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size))) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size)))
+		return fail_unlock(d, EINVAL);
 	g = (addr - r->base) / d->granularity;
 	n = c->size / d->granularity;
 	for (i = 0; i < n; i++) {
-		if (r->chunk[g + i]) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(d, EBUSY);
-		}
+		if (r->chunk[g + i])
+			return fail_unlock(d, EBUSY);
 	}
-	if (over_limit(d, KVS_DRV_STAT_bytes_mapped, c->size)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, ENOMEM);
-	}
+	if (over_limit(d, KVS_DRV_STAT_bytes_mapped, c->size))
+		return fail_unlock(d, ENOMEM);
 	stat_add(d, KVS_DRV_STAT_map_calls, 1);
 	if (BE_CALL(d, d->be->map(d, addr, c->size, c->handle)) < 0) {
 		int e = errno;
@@ -875,17 +883,11 @@ again:
 		pthread_mutex_unlock(&d->lock);
 		goto again;
 	}
-	r = range_find(d, addr, size);
-	if (!r) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	g = (addr - r->base) / d->granularity;
-	n = size / d->granularity;
-	if (!whole_mappings(r, g, n)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	r = range_span(d, addr, size, &g, &n);
+	if (!r)
+		return fail_unlock(d, EINVAL);
+	if (!whole_mappings(r, g, n))
+		return fail_unlock(d, EINVAL);
 	stat_add(d, KVS_DRV_STAT_unmap_calls, 1);
 	if (BE_CALL(d, d->be->unmap(d, addr, size)) < 0) {
 		int e = errno;
@@ -920,18 +922,12 @@ KVS_EXPORT int kvs_drv_set_access(kvs_drv_t *d, kvs_devptr_t addr, size_t size, 
 	     access != KVS_ACCESS_RW))
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	r = range_find(d, addr, size);
-	if (!r) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	g = (addr - r->base) / d->granularity;
-	n = size / d->granularity;
+	r = range_span(d, addr, size, &g, &n);
+	if (!r)
+		return fail_unlock(d, EINVAL);
 	for (i = 0; i < n; i++) {
-		if (!r->chunk[g + i]) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(d, EINVAL);
-		}
+		if (!r->chunk[g + i])
+			return fail_unlock(d, EINVAL);
 	}
 	stat_add(d, KVS_DRV_STAT_set_access_calls, 1);
 	if (BE_CALL(d, d->be->set_access(d, addr, size, access)) < 0) {
@@ -1094,10 +1090,8 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 	if (dev + n < dev)
 		return fail(d, EFAULT);
 	pthread_mutex_lock(&d->lock);
-	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EFAULT);
-	}
+	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ))
+		return fail_unlock(d, EFAULT);
 	stat_add(d, KVS_DRV_STAT_copy_calls, 1);
 	rc = BE_CALL(d, htod ? d->be->copy_htod(d, dev, host, n)
 			     : d->be->copy_dtoh(d, host, dev, n));
@@ -1235,10 +1229,8 @@ KVS_EXPORT int kvs_drv_host_free(kvs_drv_t *d, void *ptr)
 	for (pp = &d->host_blocks; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
 		;
 	b = *pp;
-	if (!b) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!b)
+		return fail_unlock(d, EINVAL);
 	*pp = b->next;
 	pthread_mutex_unlock(&d->lock);
 	d->be->host_free(d, b->ptr);

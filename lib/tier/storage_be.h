@@ -62,6 +62,13 @@ struct store_backend {
 	int (*remove)(struct kvs_store *s, const char *name);
 };
 
+/* The calls of a backend after .open, named PREFIX_close, PREFIX_exists,
+ * ... as every backend names them:
+ *	{ .scheme = "file", .open = file_open, STORE_BACKEND_OPS(file) } */
+#define STORE_BACKEND_OPS(prefix)                                                  \
+	.close = prefix##_close, .exists = prefix##_exists, .get = prefix##_get,   \
+	.set = prefix##_set, .remove = prefix##_remove
+
 struct kvs_store {
 	const struct store_backend *be;
 	void *be_priv;

@@ -163,11 +163,7 @@ static int fault_be_remove(struct kvs_store *s, const char *name)
 static const struct store_backend store_fault_backend = {
 	.scheme = "fault",
 	.open = fault_be_open,
-	.close = fault_be_close,
-	.exists = fault_be_exists,
-	.get = fault_be_get,
-	.set = fault_be_set,
-	.remove = fault_be_remove,
+	STORE_BACKEND_OPS(fault_be),
 };
 
 static struct fault *fault_of(kvs_store_t *s)

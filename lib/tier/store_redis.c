@@ -918,19 +918,11 @@ out:
 const struct store_backend store_redis_backend = {
 	.scheme = "redis",
 	.open = redis_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.set = redis_set,
-	.remove = redis_remove,
+	STORE_BACKEND_OPS(redis),
 };
 
 const struct store_backend store_redis_unix_backend = {
 	.scheme = "redis+unix",
 	.open = redis_unix_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.set = redis_set,
-	.remove = redis_remove,
+	STORE_BACKEND_OPS(redis),
 };
