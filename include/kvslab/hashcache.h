@@ -19,8 +19,8 @@
 extern "C" {
 #endif
 
-/* kvs_block_hash_t (<kvslab/blockhash.h>) is opaque to the cache: the
- * first len (1 to 32) bytes count. */
+/* A block hash, kvs_block_hash_t of <kvslab/blockhash.h>, is opaque to the
+ * cache: the first len (1 to 32) bytes count. */
 
 typedef struct kvs_hcache kvs_hcache_t;
 
