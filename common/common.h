@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * common/common.h - what the core (lib/) and the driver shim (drv/) both
- * need: the export macro, branch hints, the monotonic clock, the one failure
+ * need: the export macro, branch hints, the monotonic clock, a counter read
+ * under its lock, the one failure
  * convention, overflow-checked size arithmetic and intrusive doubly linked
  * lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
  * holds what only the core shares.  Everything is static inline or a macro,
@@ -103,6 +104,7 @@
 #define KVSLAB_COMMON_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -118,6 +120,17 @@ static inline uint64_t kvs_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One counter read under the lock that guards it: what a getter hands out. */
+static inline uint64_t kvs_locked_read(pthread_mutex_t *lock, const uint64_t *v)
+{
+	uint64_t x;
+
+	pthread_mutex_lock(lock);
+	x = *v;
+	pthread_mutex_unlock(lock);
+	return x;
 }
 
 /* Set errno and return -1: the one failure convention of the library. */

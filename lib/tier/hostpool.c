@@ -361,14 +361,7 @@ KVS_EXPORT uint64_t kvs_hpool_capacity(const kvs_hpool_t *hp)
  */
 KVS_EXPORT uint64_t kvs_hpool_available(kvs_hpool_t *hp)
 {
-	uint64_t n;
-
-	if (!hp)
-		return 0;
-	pthread_mutex_lock(&hp->lock);
-	n = hp->nfree;
-	pthread_mutex_unlock(&hp->lock);
-	return n;
+	return hp ? kvs_locked_read(&hp->lock, &hp->nfree) : 0;
 }
 
 /**
