@@ -2,9 +2,8 @@
 /*
  * common/common.h - what the core (lib/) and the driver shim (drv/) both
  * need: the export macro, branch hints, the monotonic clock, a counter read
- * under its lock, the one failure
- * convention, overflow-checked size arithmetic and intrusive doubly linked
- * lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
+ * under its lock, the one failure convention, overflow-checked size
+ * arithmetic and intrusive doubly linked lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
  * holds what only the core shares.  Everything is static inline or a macro,
  * so the header adds no symbol to the library.
  *
