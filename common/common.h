@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * common/common.h - what the core (lib/) and the driver shim (drv/) both
- * need: the export macro, branch hints, the monotonic clock, the one failure
- * convention, overflow-checked size arithmetic and intrusive doubly linked
- * lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
+ * need: the export macro, branch hints, the monotonic clock, a counter read
+ * under its lock, the one failure convention, overflow-checked size
+ * arithmetic and intrusive doubly linked lists.  Nothing here knows about slabs, trees or drivers; lib/internal.h
  * holds what only the core shares.  Everything is static inline or a macro,
  * so the header adds no symbol to the library.
  *
@@ -32,7 +32,7 @@
  *     writer section); never held across a driver call or a wait for the
  *     device, and no lock is taken under it (it reads device pages'
  *     reference counts with relaxed loads, not under slab->lock).
- *  4. slab->lock (lib/slab*.c): pages, lists, the chunk pool, the
+ *  4. slab->lock (lib/mem/slab*.c): pages, lists, the chunk pool, the
  *     magazine registry.  Never held across a driver call, a fence
  *     callback, or a wait for the device: whoever maps, unmaps, records
  *     or queries a fence marks the slab or the fence BUSY and drops it.
@@ -52,11 +52,58 @@
  * Engine callbacks (kvs_fence_t, radix event callbacks) run with at most
  * the locks above that their caller's page names, never slab->lock or
  * drv->lock.
+ *
+ * EVERY MUTEX (grep pthread_mutex_t lib/ drv/): its level in the order
+ * above ("leaf": nothing is taken under it, whoever holds what), its file,
+ * and what may be taken under it.
+ *
+ *  lvl  mutex               file                   may be taken under it
+ *  0    pool->elastic       lib/mem/pool.c         2 (the caches' writer
+ *                           (lib/elastic/ uses it)  locks), 3-6
+ *  0    metrics->scrape     lib/ops/metrics.c      each registered object's
+ *                                                  stats locks (2-6, one at
+ *                                                  a time, through its
+ *                                                  family's fill()), then
+ *                                                  metrics->lock; never held
+ *                                                  across write_cb; never
+ *                                                  nests with pool->elastic
+ *  1    flow->lock          lib/flow/flow.c        2-6
+ *  2    radix->wlock        lib/cache/radix.c      kvpub->qlock, sc->lock,
+ *                                                  3-6
+ *  2    hc->lock            lib/cache/hashcache.c  kvpub->qlock, 3-6
+ *  2    h->lock             lib/cache/hiradix.c    hp->lock, 4-6 (the L3
+ *                                                  engine's: see below)
+ *  -    kvpub->slock        lib/ops/kvpub.c        kvpub->qlock; the
+ *                                                  publisher's lora_cb; not
+ *                                                  taken under a cache lock
+ *  3    hp->lock            lib/tier/hostpool.c    nothing (leaf)
+ *  4    slab->lock          lib/mem/slab_defs.h    nothing (leaf; sleeps on
+ *                                                  slab->mapped)
+ *  5    drv->lock           drv/backend.h          6
+ *  6    fb->lock            drv/fault.c            nothing (leaf)
+ *  6    hb->alock           drv/host.c             nothing (leaf; after
+ *                                                  drv->lock)
+ *  6    hb->qlock           drv/host.c             nothing (leaf; never
+ *                                                  across a wait)
+ *  leaf metrics->lock       lib/ops/metrics.c      nothing (the list only)
+ *  leaf kvpub->qlock        lib/ops/kvpub.c        nothing (an event's copy)
+ *  leaf sc->lock            lib/cache/radix.c      nothing (the segment
+ *                                                  cache's free lists; also
+ *                                                  from RCU's thread)
+ *  leaf fault->lock         lib/tier/storage.c     nothing (the fault
+ *                                                  store's dice)
+ *  leaf fstore->lock        lib/tier/store_file.c  nothing (the index; I/O
+ *                                                  runs outside it)
+ *  leaf rs->lock            lib/tier/store_redis.c nothing (held across the
+ *                                                  connection's round trip)
+ *  [hiradix] the L3 engine's mutexes (lib/cache/hiradix*.c: a prefetch's
+ *  op->m, ...): their levels are written here by the hiradix split.
  */
 #ifndef KVSLAB_COMMON_H
 #define KVSLAB_COMMON_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +119,17 @@ static inline uint64_t kvs_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One counter read under the lock that guards it: what a getter hands out. */
+static inline uint64_t kvs_locked_read(pthread_mutex_t *lock, const uint64_t *v)
+{
+	uint64_t x;
+
+	pthread_mutex_lock(lock);
+	x = *v;
+	pthread_mutex_unlock(lock);
+	return x;
 }
 
 /* Set errno and return -1: the one failure convention of the library. */

@@ -374,6 +374,14 @@ static int cuda_bind_strict(struct kvs_drv *drv, struct cuda_priv *p)
 		r_;								\
 	})
 
+/*
+ * CU_CALL(drv, p, call, name) - the whole of most backend calls: bind @p's
+ * context (cuda_bind()), evaluate @call with CU_RETRY(), and give 0, or -1
+ * with errno and @drv's detail naming @name (cuda_result()).
+ */
+#define CU_CALL(drv, p, call, name)						\
+	(cuda_bind((drv), (p)) < 0 ? -1 : cuda_result((drv), (p), CU_RETRY((p), call), (name)))
+
 /**
  * cuda_load() - dlopen libcuda and resolve every function of CUDA_FNS().
  * @cu: filled with the function pointers.
@@ -658,12 +666,8 @@ static int cuda_reserve(struct kvs_drv *drv, size_t size, kvs_devptr_t *base)
 static int cuda_unreserve(struct kvs_drv *drv, kvs_devptr_t base, size_t size)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemAddressFree(base, size));
-	return cuda_result(drv, p, r, "cuMemAddressFree");
+	return CU_CALL(drv, p, p->cu.MemAddressFree(base, size), "cuMemAddressFree");
 }
 
 static int cuda_create(struct kvs_drv *drv, size_t size, uint64_t *handle)
@@ -684,23 +688,15 @@ static int cuda_create(struct kvs_drv *drv, size_t size, uint64_t *handle)
 static int cuda_release(struct kvs_drv *drv, uint64_t handle)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemRelease(handle));
-	return cuda_result(drv, p, r, "cuMemRelease");
+	return CU_CALL(drv, p, p->cu.MemRelease(handle), "cuMemRelease");
 }
 
 static int cuda_map(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, uint64_t handle)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemMap(addr, size, 0, handle, 0));
-	return cuda_result(drv, p, r, "cuMemMap");
+	return CU_CALL(drv, p, p->cu.MemMap(addr, size, 0, handle, 0), "cuMemMap");
 }
 
 /**
@@ -740,12 +736,8 @@ static int cuda_quiesce(struct kvs_drv *drv)
 static int cuda_unmap(struct kvs_drv *drv, kvs_devptr_t addr, size_t size)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemUnmap(addr, size));
-	return cuda_result(drv, p, r, "cuMemUnmap");
+	return CU_CALL(drv, p, p->cu.MemUnmap(addr, size), "cuMemUnmap");
 }
 
 /**
@@ -762,7 +754,6 @@ static int cuda_set_access(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, 
 {
 	struct cuda_priv *p = drv->priv;
 	CUmemAccessDesc desc;
-	CUresult r;
 
 	memset(&desc, 0, sizeof(desc));
 	desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -782,32 +773,21 @@ static int cuda_set_access(struct kvs_drv *drv, kvs_devptr_t addr, size_t size, 
 		errno = EINVAL;
 		return -1;
 	}
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemSetAccess(addr, size, &desc, 1));
-	return cuda_result(drv, p, r, "cuMemSetAccess");
+	return CU_CALL(drv, p, p->cu.MemSetAccess(addr, size, &desc, 1), "cuMemSetAccess");
 }
 
 static int cuda_copy_htod(struct kvs_drv *drv, kvs_devptr_t dst, const void *src, size_t n)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemcpyHtoDAsync(dst, src, n, p->stream));
-	return cuda_result(drv, p, r, "cuMemcpyHtoDAsync");
+	return CU_CALL(drv, p, p->cu.MemcpyHtoDAsync(dst, src, n, p->stream), "cuMemcpyHtoDAsync");
 }
 
 static int cuda_copy_dtoh(struct kvs_drv *drv, void *dst, kvs_devptr_t src, size_t n)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemcpyDtoHAsync(dst, src, n, p->stream));
-	return cuda_result(drv, p, r, "cuMemcpyDtoHAsync");
+	return CU_CALL(drv, p, p->cu.MemcpyDtoHAsync(dst, src, n, p->stream), "cuMemcpyDtoHAsync");
 }
 
 /*
@@ -841,24 +821,17 @@ static void cuda_event_destroy(struct kvs_drv *drv, void *bev)
 static int cuda_event_record(struct kvs_drv *drv, void *bev)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.EventRecord((CUevent)bev, p->stream));
-	return cuda_result(drv, p, r, "cuEventRecord");
+	return CU_CALL(drv, p, p->cu.EventRecord((CUevent)bev, p->stream), "cuEventRecord");
 }
 
 /* After all work submitted so far on the engine's @stream (0: legacy). */
 static int cuda_event_record_stream(struct kvs_drv *drv, void *bev, uint64_t stream)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.EventRecord((CUevent)bev, (CUstream)(uintptr_t)stream));
-	return cuda_result(drv, p, r, "cuEventRecord");
+	return CU_CALL(drv, p, p->cu.EventRecord((CUevent)bev, (CUstream)(uintptr_t)stream),
+		       "cuEventRecord");
 }
 
 /**
@@ -888,23 +861,15 @@ static int cuda_event_query(struct kvs_drv *drv, void *bev)
 static int cuda_event_wait(struct kvs_drv *drv, void *bev)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.EventSynchronize((CUevent)bev));
-	return cuda_result(drv, p, r, "cuEventSynchronize");
+	return CU_CALL(drv, p, p->cu.EventSynchronize((CUevent)bev), "cuEventSynchronize");
 }
 
 static int cuda_synchronize(struct kvs_drv *drv)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.StreamSynchronize(p->stream));
-	return cuda_result(drv, p, r, "cuStreamSynchronize");
+	return CU_CALL(drv, p, p->cu.StreamSynchronize(p->stream), "cuStreamSynchronize");
 }
 
 /* Pinned and PORTABLE: usable for async copies from any context. */
@@ -926,12 +891,8 @@ static int cuda_host_alloc(struct kvs_drv *drv, size_t size, void **ptr)
 static int cuda_host_free(struct kvs_drv *drv, void *ptr)
 {
 	struct cuda_priv *p = drv->priv;
-	CUresult r;
 
-	if (cuda_bind(drv, p) < 0)
-		return -1;
-	r = CU_RETRY(p, p->cu.MemFreeHost(ptr));
-	return cuda_result(drv, p, r, "cuMemFreeHost");
+	return CU_CALL(drv, p, p->cu.MemFreeHost(ptr), "cuMemFreeHost");
 }
 
 

@@ -88,18 +88,6 @@ struct kvs_host_block {
 	struct kvs_host_block *next;
 };
 
-static const char *const stat_names[] = {
-#define KVS_X_NAME(n, k, d) #n,
-	KVS_DRV_STATS(KVS_X_NAME)
-#undef KVS_X_NAME
-};
-
-static const char *const stat_descs[] = {
-#define KVS_X_DESC(n, k, d) d,
-	KVS_DRV_STATS(KVS_X_DESC)
-#undef KVS_X_DESC
-};
-
 static inline void stat_add(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
 {
 	atomic_fetch_add_explicit(&d->stats[s], v, memory_order_relaxed);
@@ -136,6 +124,13 @@ static int fail(struct kvs_drv *d, int err)
 		stat_add(d, KVS_DRV_STAT_failed_calls, 1);
 	errno = err;
 	return -1;
+}
+
+/* fail() from under d->lock, letting it go first. */
+static int fail_unlock(struct kvs_drv *d, int err)
+{
+	pthread_mutex_unlock(&d->lock);
+	return fail(d, err);
 }
 
 /**
@@ -296,6 +291,19 @@ static struct kvs_range *range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t
 		}
 	}
 	return NULL;
+}
+
+/* range_find(), and the granules [*g, *g + *n) the span covers in it. */
+static struct kvs_range *range_span(struct kvs_drv *d, kvs_devptr_t addr, size_t size, size_t *g,
+				    size_t *n)
+{
+	struct kvs_range *r = range_find(d, addr, size);
+
+	if (r) {
+		*g = (addr - r->base) / d->granularity;
+		*n = size / d->granularity;
+	}
+	return r;
 }
 
 static size_t range_index(struct kvs_drv *d, kvs_devptr_t base)
@@ -518,14 +526,10 @@ KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
 	r = range_find(d, base, 1);
-	if (!r || r->base != base) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	if (r->nmapped) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EBUSY);
-	}
+	if (!r || r->base != base)
+		return fail_unlock(d, EINVAL);
+	if (r->nmapped)
+		return fail_unlock(d, EBUSY);
 	stat_add(d, KVS_DRV_STAT_unreserve_calls, 1);
 	if (BE_CALL(d, d->be->unreserve(d, r->base, r->size)) < 0) {
 		int e = errno;
@@ -735,10 +739,8 @@ KVS_EXPORT int kvs_drv_chunk_release(kvs_drv_t *d, kvs_chunk_t *c)
 	if (!d)
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	if (!chunk_valid(d, c)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!chunk_valid(d, c))
+		return fail_unlock(d, EINVAL);
 	stat_add(d, KVS_DRV_STAT_release_calls, 1);
 	if (BE_CALL(d, d->be->release(d, c->handle)) < 0) {
 		int e = errno;
@@ -786,22 +788,16 @@ KVS_EXPORT int kvs_drv_map(kvs_drv_t *d, kvs_devptr_t addr, kvs_chunk_t *c)
 	if (!d || !aligned(d, addr))
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size))) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size)))
+		return fail_unlock(d, EINVAL);
 	g = (addr - r->base) / d->granularity;
 	n = c->size / d->granularity;
 	for (i = 0; i < n; i++) {
-		if (r->chunk[g + i]) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(d, EBUSY);
-		}
+		if (r->chunk[g + i])
+			return fail_unlock(d, EBUSY);
 	}
-	if (over_limit(d, KVS_DRV_STAT_bytes_mapped, c->size)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, ENOMEM);
-	}
+	if (over_limit(d, KVS_DRV_STAT_bytes_mapped, c->size))
+		return fail_unlock(d, ENOMEM);
 	stat_add(d, KVS_DRV_STAT_map_calls, 1);
 	if (BE_CALL(d, d->be->map(d, addr, c->size, c->handle)) < 0) {
 		int e = errno;
@@ -887,17 +883,11 @@ again:
 		pthread_mutex_unlock(&d->lock);
 		goto again;
 	}
-	r = range_find(d, addr, size);
-	if (!r) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	g = (addr - r->base) / d->granularity;
-	n = size / d->granularity;
-	if (!whole_mappings(r, g, n)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	r = range_span(d, addr, size, &g, &n);
+	if (!r)
+		return fail_unlock(d, EINVAL);
+	if (!whole_mappings(r, g, n))
+		return fail_unlock(d, EINVAL);
 	stat_add(d, KVS_DRV_STAT_unmap_calls, 1);
 	if (BE_CALL(d, d->be->unmap(d, addr, size)) < 0) {
 		int e = errno;
@@ -932,18 +922,12 @@ KVS_EXPORT int kvs_drv_set_access(kvs_drv_t *d, kvs_devptr_t addr, size_t size, 
 	     access != KVS_ACCESS_RW))
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	r = range_find(d, addr, size);
-	if (!r) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
-	g = (addr - r->base) / d->granularity;
-	n = size / d->granularity;
+	r = range_span(d, addr, size, &g, &n);
+	if (!r)
+		return fail_unlock(d, EINVAL);
 	for (i = 0; i < n; i++) {
-		if (!r->chunk[g + i]) {
-			pthread_mutex_unlock(&d->lock);
-			return fail(d, EINVAL);
-		}
+		if (!r->chunk[g + i])
+			return fail_unlock(d, EINVAL);
 	}
 	stat_add(d, KVS_DRV_STAT_set_access_calls, 1);
 	if (BE_CALL(d, d->be->set_access(d, addr, size, access)) < 0) {
@@ -1106,10 +1090,8 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 	if (dev + n < dev)
 		return fail(d, EFAULT);
 	pthread_mutex_lock(&d->lock);
-	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ)) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EFAULT);
-	}
+	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ))
+		return fail_unlock(d, EFAULT);
 	stat_add(d, KVS_DRV_STAT_copy_calls, 1);
 	rc = BE_CALL(d, htod ? d->be->copy_htod(d, dev, host, n)
 			     : d->be->copy_dtoh(d, host, dev, n));
@@ -1247,10 +1229,8 @@ KVS_EXPORT int kvs_drv_host_free(kvs_drv_t *d, void *ptr)
 	for (pp = &d->host_blocks; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
 		;
 	b = *pp;
-	if (!b) {
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, EINVAL);
-	}
+	if (!b)
+		return fail_unlock(d, EINVAL);
 	*pp = b->next;
 	pthread_mutex_unlock(&d->lock);
 	d->be->host_free(d, b->ptr);
@@ -1384,7 +1364,7 @@ KVS_EXPORT int kvs_drv_mem_info(kvs_drv_t *d, size_t *free_bytes, size_t *total_
 	if (BE_CALL(d, d->be->mem_info(d, &f, &t)) < 0)
 		return fail(d, errno);
 	if (d->mem_limit) {
-		uint64_t used = kvs_drv_stat(d, KVS_DRV_STAT_bytes_created);
+		uint64_t used = kvsi_drv_stat(d, KVS_DRV_STAT_bytes_created);
 		size_t room = used >= d->mem_limit ? 0 : d->mem_limit - used;
 
 		if (t > d->mem_limit)
@@ -1409,84 +1389,4 @@ KVS_EXPORT int kvs_drv_mem_info(kvs_drv_t *d, size_t *free_bytes, size_t *total_
 KVS_EXPORT const char *kvs_drv_strerror(const kvs_drv_t *d)
 {
 	return d ? d->errdetail : "";
-}
-
-/**
- * kvs_drv_stat() - read one counter.
- * @drv: driver.
- * @item: counter.
- *
- * Context: MT-Safe.
- * Return: the value; 0 for NULL or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_drv_stat(const kvs_drv_t *d, enum kvs_drv_stat item)
-{
-	if (!d || (unsigned)item >= KVS_DRV_STAT__COUNT)
-		return 0;
-	return atomic_load_explicit(&((struct kvs_drv *)d)->stats[item], memory_order_relaxed);
-}
-
-/**
- * kvs_drv_stat_name() - a counter's name.
- * @item: counter.
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_drv_stat_name(enum kvs_drv_stat item)
-{
-	if ((unsigned)item >= KVS_DRV_STAT__COUNT)
-		return NULL;
-	return stat_names[item];
-}
-
-/**
- * kvs_drv_stat_get() - read a counter by name.
- * @drv: driver.
- * @name: counter name, as kvs_drv_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL, ENOENT (no such counter).
- */
-KVS_EXPORT int kvs_drv_stat_get(const kvs_drv_t *d, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!d || !name || !value)
-		return fail(NULL, EINVAL);
-	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_drv_stat(d, i);
-			return 0;
-		}
-	}
-	return fail(NULL, ENOENT);
-}
-
-/**
- * kvs_drv_stats_print() - print every counter through a callback.
- * @drv: driver.
- * @write_cb: called once per line ("name value  # description\n").
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_drv_stats_print(const kvs_drv_t *d,
-				   void (*write_cb)(void *arg, const char *line), void *arg)
-{
-	char line[160];
-	unsigned i;
-
-	if (!d || !write_cb)
-		return fail(NULL, EINVAL);
-	snprintf(line, sizeof(line), "driver %s granularity %zu\n", d->be->name, d->granularity);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_DRV_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", stat_names[i],
-			 (unsigned long long)kvs_drv_stat(d, i), stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
 }

@@ -470,12 +470,6 @@ KVS_EXPORT uint64_t kvs_fault_calls(const kvs_drv_t *fault, enum kvs_drv_op op)
 KVS_EXPORT uint64_t kvs_fault_injected(const kvs_drv_t *fault)
 {
 	struct fault_be *fb = fault_of(fault);
-	uint64_t v;
 
-	if (!fb)
-		return 0;
-	pthread_mutex_lock(&fb->lock);
-	v = fb->injected;
-	pthread_mutex_unlock(&fb->lock);
-	return v;
+	return fb ? kvs_locked_read(&fb->lock, &fb->injected) : 0;
 }

@@ -3,7 +3,8 @@
  * lib/internal.h - what only the core files share: bit operations on page
  * bitmaps and gcd.  What the driver shim needs too (export macro, branch
  * hints, timing, kvs_fail, lists, checked size arithmetic) is in
- * common/common.h, included here.
+ * common/common.h, included here, and so is lib/stats.h (the statistics
+ * families).
  */
 #ifndef KVSLAB_INTERNAL_H
 #define KVSLAB_INTERNAL_H
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "stats.h"
 
 static inline bool bit_test(const uint64_t *map, uint64_t i)
 {
@@ -252,17 +254,6 @@ uint32_t kvsi_slab_inuse_locked(struct kvs_slab *s, uint64_t i);
 uint32_t kvsi_slab_take_in(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out);
 size_t kvsi_slab_move_refs(struct kvs_slab *s, size_t n, const uint32_t *from, const uint32_t *to,
 			   const uint16_t *expect, bool *moved);
-
-/* Every statistic of an object in one snapshot (v[] has the family's
- * __COUNT entries), for lib/ops/metrics.c's scrapes: lib/mem/slab_stat.c,
- * lib/cache/radix.c, lib/tier/hostpool.c, lib/cache/hiradix.c. */
-struct kvs_radix;
-struct kvs_hiradix;
-struct kvs_hpool;
-void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v);
-void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v);
-void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v);
-void kvsi_hiradix_stats_fill(struct kvs_hiradix *h, uint64_t *v);
 
 /* lib/tier/hostpool.c, for the store (lib/tier/storage.c) and lib/cache/hiradix.c: the
  * bytes of a host page (every buffer's piece, whatever the layout), and

@@ -5,7 +5,8 @@
 #
 #   0 common/          (the shim's and the core's shared inlines)
 #   1 drv/             (the driver shim: nothing of lib/)
-#   2 lib/internal.h   (what every core file shares)
+#   2 lib/internal.h   (what every core file shares; lib/stats.[ch], the
+#                      statistics module, beside it)
 #   3 lib/mem/         slab, pool, planner, request table, fence
 #   4 lib/tier/        host pool, storage and its backends
 #   5 lib/cache/       the trees, the hashed cache, eviction, events, hashes
@@ -26,14 +27,15 @@ rank_of() { # path (as written in the tree) -> rank, or "" when unknown
 	case $1 in
 	common/*) echo 0 ;;
 	drv/*) echo 1 ;;
-	lib/internal.h) echo 2 ;;
+	lib/internal.h | lib/stats.h | lib/stats.c) echo 2 ;;
 	lib/mem/*) echo 3 ;;
 	lib/tier/*) echo 4 ;;
 	lib/cache/*) echo 5 ;;
 	lib/elastic/*) echo 6 ;;
 	lib/flow/*) echo 7 ;;
 	lib/ops/*) echo 8 ;;
-	include/kvslab/version.h | include/kvslab/drv.h | include/kvslab/fault.h) echo 1 ;;
+	include/kvslab/version.h | include/kvslab/stats.h | include/kvslab/drv.h | \
+	include/kvslab/fault.h) echo 1 ;;
 	include/kvslab/slab.h | include/kvslab/pool.h | include/kvslab/reqtab.h) echo 3 ;;
 	include/kvslab/hostpool.h | include/kvslab/storage.h) echo 4 ;;
 	include/kvslab/radix.h | include/kvslab/hashcache.h | include/kvslab/hiradix.h | \

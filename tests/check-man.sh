@@ -8,7 +8,15 @@
 # every real page lints clean with mandoc.
 set -eu
 src=${KVSLAB_TOP_SRCDIR:-.}
-declared=$(cat "$src"/include/kvslab.h "$src"/include/kvslab/*.h | grep -o '\bkvs_[a-z0-9_]*[[:space:]]*(' | sed 's/[[:space:]]*(//' | sort -u)
+# The functions the headers declare: written out, or four a family by
+# KVS_STATS_DECLARE(F, ...) of kvslab/stats.h (kvs_F_stat, _stat_get,
+# _stat_name, _stats_print).
+declared=$({
+	cat "$src"/include/kvslab.h "$src"/include/kvslab/*.h |
+		grep -o '\bkvs_[a-z0-9_]*[[:space:]]*(' | sed 's/[[:space:]]*(//'
+	sed -n 's/^KVS_STATS_DECLARE(\([a-z0-9_]*\),.*/\1/p' "$src"/include/kvslab/*.h |
+		sed 's/.*/kvs_&_stat\nkvs_&_stat_get\nkvs_&_stat_name\nkvs_&_stats_print/'
+} | sort -u)
 fail=0
 for f in $declared; do
 	page="$src/man/man3/$f.3"

@@ -29,7 +29,6 @@ enum kvs_hash_fn {
  * them (the 64-bit form: the integer big-endian). */
 #ifndef KVS_BLOCK_HASH_DEFINED
 #define KVS_BLOCK_HASH_DEFINED
-/* Also declared, identically, by <kvslab/hashcache.h>. */
 typedef struct kvs_block_hash {
 	uint8_t bytes[32];
 	uint32_t len;

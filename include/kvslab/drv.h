@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -95,47 +97,11 @@ int kvs_drv_copy_dtoh(kvs_drv_t *drv, void *dst, kvs_devptr_t src, size_t n,
 		      kvs_event_t *ev);
 int kvs_drv_synchronize(kvs_drv_t *drv);
 
+
+/* Relaxed atomic counters, read from any thread. */
+KVS_STATS_DECLARE(drv, const kvs_drv_t, KVS_DRV_STATS, KVS_DRV_STAT_ITEM, KVS_DRV_STAT__COUNT);
 int kvs_drv_host_alloc(kvs_drv_t *drv, size_t size, void **ptr);
 int kvs_drv_host_free(kvs_drv_t *drv, void *ptr);
-
-/*
- * Counters, defined once.  X(name, kind, description); kind is gauge (a
- * level now) or counter (events since kvs_drv_open()); the name says the
- * unit (calls, bytes, ns).  Read with kvs_drv_stat() or kvs_drv_stat_get().
- */
-#define KVS_DRV_STATS(X)                                                      \
-	X(reserve_calls, counter, "kvs_drv_reserve calls")                                     \
-	X(unreserve_calls, counter, "kvs_drv_unreserve calls")                                 \
-	X(create_calls, counter, "kvs_drv_chunk_create calls")                                 \
-	X(release_calls, counter, "kvs_drv_chunk_release calls")                               \
-	X(map_calls, counter, "kvs_drv_map calls")                                             \
-	X(unmap_calls, counter, "kvs_drv_unmap calls")                                         \
-	X(set_access_calls, counter, "kvs_drv_set_access calls")                               \
-	X(copy_calls, counter, "kvs_drv_copy_htod/dtoh calls")                                 \
-	X(host_alloc_calls, counter, "kvs_drv_host_alloc calls")                               \
-	X(failed_calls, counter, "calls that returned -1")                                     \
-	X(bytes_reserved, gauge, "virtual bytes reserved now")                                 \
-	X(bytes_created, gauge, "physical bytes held by live chunks now")                      \
-	X(bytes_created_peak, gauge, "peak of bytes_created")                                  \
-	X(bytes_mapped, gauge, "bytes mapped now")                                             \
-	X(bytes_mapped_peak, gauge, "peak of bytes_mapped")                                    \
-	X(bytes_copied, counter, "bytes submitted for copy")                                   \
-	X(bytes_host, gauge, "pinned host bytes allocated now")                                \
-	X(chunks, gauge, "live chunks now")                                                    \
-	X(ns_in_calls, counter, "wall time spent inside backend calls")
-
-enum kvs_drv_stat {
-#define KVS_X_ENUM(n, k, d) KVS_DRV_STAT_##n,
-	KVS_DRV_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_DRV_STAT__COUNT
-};
-
-uint64_t kvs_drv_stat(const kvs_drv_t *drv, enum kvs_drv_stat item);
-int kvs_drv_stat_get(const kvs_drv_t *drv, const char *name, uint64_t *value);
-const char *kvs_drv_stat_name(enum kvs_drv_stat item);
-int kvs_drv_stats_print(const kvs_drv_t *drv,
-			void (*write_cb)(void *arg, const char *line), void *arg);
 
 #ifdef __cplusplus
 }

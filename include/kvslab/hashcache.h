@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
+#include <kvslab/blockhash.h>
 #include <kvslab/pool.h>
 #include <kvslab/radix.h>
 
@@ -17,14 +19,8 @@
 extern "C" {
 #endif
 
-#ifndef KVS_BLOCK_HASH_DEFINED
-#define KVS_BLOCK_HASH_DEFINED
-/** A block hash, opaque to the cache: the first @len (1 to 32) bytes count. */
-typedef struct kvs_block_hash {
-	uint8_t bytes[32];
-	uint32_t len;
-} kvs_block_hash_t;
-#endif
+/* A block hash, kvs_block_hash_t of <kvslab/blockhash.h>, is opaque to the
+ * cache: the first len (1 to 32) bytes count. */
 
 typedef struct kvs_hcache kvs_hcache_t;
 
@@ -93,6 +89,9 @@ ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n);
 int kvs_hcache_reset(kvs_hcache_t *hc);
 
 int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st);
+
+/* Read under the cache's lock, as kvs_hcache_stats() does. */
+KVS_STATS_DECLARE(hcache, kvs_hcache_t, KVS_HCACHE_STATS, KVS_HCACHE_STAT_ITEM, KVS_HCACHE_STAT__COUNT);
 ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max);
 int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref, kvs_block_hash_t *hash);
 uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc);

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 #include <kvslab/hostpool.h>
 #include <kvslab/radix.h>
@@ -142,57 +143,10 @@ kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h);
 int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
 			  kvs_hiradix_node_info_t *info);
 int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u);
+
+/* The gauges walk the tree under the cache's lock. */
+KVS_STATS_DECLARE(hiradix, kvs_hiradix_t, KVS_HIRADIX_STATS, KVS_HIRADIX_STAT_ITEM, KVS_HIRADIX_STAT__COUNT);
 int kvs_hiradix_validate(kvs_hiradix_t *h);
-
-/*
- * Statistics, defined once.  X(name, kind, description); kind is gauge (a
- * level now) or counter (events since kvs_hiradix_create()).
- */
-#define KVS_HIRADIX_STATS(X)                                                               \
-	X(nodes, gauge, "nodes, the root not counted")                                     \
-	X(device_tokens, gauge, "tokens on the device")                                    \
-	X(host_tokens, gauge, "tokens with host pages, valid or in flight")                \
-	X(tombstone_tokens, gauge, "tokens on the host only")                              \
-	X(backups_pending, gauge, "backups in flight")                                     \
-	X(loads_pending, gauge, "loads back in flight")                                    \
-	X(matches, counter, "kvs_hiradix_match() calls that succeeded")                    \
-	X(match_device_tokens, counter, "device tokens those matches found")               \
-	X(match_host_tokens, counter, "host-only tokens those matches found")              \
-	X(inserts, counter, "kvs_hiradix_insert() calls that succeeded")                   \
-	X(remat_tokens, counter, "tombstone tokens inserts made device-resident again")    \
-	X(backups, counter, "node backups submitted")                                      \
-	X(backup_tokens, counter, "tokens those backups copy")                             \
-	X(backup_fail, counter, "backups not submitted (no host pages, copy refused)")     \
-	X(backup_lost, counter, "host copies dropped: their transfer or a parent's failed") \
-	X(evict_device_tokens, counter, "device tokens freed by device eviction")          \
-	X(tombstoned, counter, "nodes device eviction made tombstones")                    \
-	X(deleted, counter, "nodes device eviction deleted")                               \
-	X(evict_host_tokens, counter, "host tokens freed by host eviction")                \
-	X(load_backs, counter, "loads back submitted")                                     \
-	X(load_tokens, counter, "tokens those loads copy")                                 \
-	X(load_skipped, counter, "loads back skipped: below the threshold or over quota")  \
-	X(load_fail, counter, "loads back whose completion reported an error")            \
-	X(write_batches, counter, "backup transfers started (merged backups)")             \
-	X(load_batches, counter, "load transfers started (merged loads back)")             \
-	X(l3_backup_pages, counter, "pages the store took from host copies")               \
-	X(l3_backup_fail, counter, "host copies not backed up to the store")               \
-	X(prefetches, counter, "prefetches started")                                       \
-	X(prefetch_skipped, counter, "prefetches skipped: below the threshold or no room") \
-	X(prefetch_tokens, counter, "tokens prefetches put on the host")                  \
-	X(prefetch_revoked, counter, "prefetches revoked")
-
-enum kvs_hiradix_stat {
-#define KVS_X_ENUM(n, k, d) KVS_HIRADIX_STAT_##n,
-	KVS_HIRADIX_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_HIRADIX_STAT__COUNT
-};
-
-uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item);
-int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value);
-const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item);
-int kvs_hiradix_stats_print(kvs_hiradix_t *h, void (*write_cb)(void *arg, const char *line),
-			    void *arg);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 
 #ifdef __cplusplus
@@ -67,42 +68,10 @@ int kvs_hpool_xfer_query(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_wait(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_layer_query(kvs_hpool_xfer_t *xfer, uint32_t layer);
 int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *xfer, uint32_t layer);
+
+/* Read in one snapshot under the pool's lock. */
+KVS_STATS_DECLARE(hpool, kvs_hpool_t, KVS_HPOOL_STATS, KVS_HPOOL_STAT_ITEM, KVS_HPOOL_STAT__COUNT);
 int kvs_hpool_xfer_free(kvs_hpool_xfer_t *xfer);
-
-/*
- * Statistics, defined once.  X(name, kind, description); kind is gauge (a
- * level now) or counter (events since kvs_hpool_create()).
- */
-#define KVS_HPOOL_STATS(X)                                                                \
-	X(pages, gauge, "host pages in the pool")                                        \
-	X(pages_used, gauge, "host pages allocated now")                                 \
-	X(pages_used_peak, gauge, "peak of pages_used")                                  \
-	X(pages_busy, gauge, "allocated pages that a transfer not yet complete copies")  \
-	X(xfers_live, gauge, "transfer handles not yet freed")                           \
-	X(allocs, counter, "kvs_hpool_alloc() calls that allocated")                     \
-	X(alloc_fail, counter, "kvs_hpool_alloc() calls that failed for want of pages")  \
-	X(frees, counter, "kvs_hpool_free() calls that freed")                           \
-	X(backups, counter, "kvs_hpool_backup() calls whose copies were all submitted")  \
-	X(loads, counter, "kvs_hpool_load() calls whose copies were all submitted")      \
-	X(backup_pages, counter, "pages those backups copied, device to host")           \
-	X(load_pages, counter, "pages those loads copied, host to device")               \
-	X(copies, counter, "driver copies submitted, after merging runs of pages")       \
-	X(bytes_copied, counter, "bytes of those copies")                                \
-	X(submit_fail, counter, "transfers undone because a copy could not be submitted") \
-	X(xfer_fail, counter, "transfers whose completion reported an error")
-
-enum kvs_hpool_stat {
-#define KVS_X_ENUM(n, k, d) KVS_HPOOL_STAT_##n,
-	KVS_HPOOL_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_HPOOL_STAT__COUNT
-};
-
-uint64_t kvs_hpool_stat(kvs_hpool_t *hp, enum kvs_hpool_stat item);
-int kvs_hpool_stat_get(kvs_hpool_t *hp, const char *name, uint64_t *value);
-const char *kvs_hpool_stat_name(enum kvs_hpool_stat item);
-int kvs_hpool_stats_print(kvs_hpool_t *hp, void (*write_cb)(void *arg, const char *line),
-			  void *arg);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/pool.h>
 
 #ifdef __cplusplus
@@ -99,37 +100,10 @@ uint32_t kvs_radix_page_size(const kvs_radix_t *radix);
 int kvs_radix_disabled(const kvs_radix_t *radix);
 kvs_radix_node_t *kvs_radix_root(kvs_radix_t *radix);
 int kvs_radix_validate(kvs_radix_t *radix);
+
+/* Read under the writer lock: not from an event callback. */
+KVS_STATS_DECLARE(radix, kvs_radix_t, KVS_RADIX_STATS, KVS_RADIX_STAT_ITEM, KVS_RADIX_STAT__COUNT);
 kvs_pool_t *kvs_radix_pool(const kvs_radix_t *radix);
-
-/*
- * Statistics, defined once; all are event counts since kvs_radix_create().
- * X(name, kind, description); kind is counter for every one.
- */
-#define KVS_RADIX_STATS(X)                                                             \
-	X(matches, counter, "kvs_radix_match() and kvs_radix_match_lock() calls")              \
-	X(match_ro, counter, "kvs_radix_match_ro() calls")                                     \
-	X(hit_tokens, counter, "tokens found by kvs_radix_match() and kvs_radix_match_lock()") \
-	X(inserts, counter, "kvs_radix_insert() and kvs_radix_insert_lock() calls that succeeded") \
-	X(inserted_tokens, counter, "tokens the tree took over from inserts")                  \
-	X(splits, counter, "nodes split by a match or an insert")                              \
-	X(evictions, counter, "nodes evicted")                                                 \
-	X(evicted_tokens, counter, "tokens evicted")                                           \
-	X(reader_retries, counter, "lock-free reads started over because the tree changed") \
-	X(reader_fallbacks, counter, "lock-free reads that gave up and read under the writer lock") \
-	X(resets, counter, "kvs_radix_reset() calls that emptied the tree")
-
-enum kvs_radix_stat {
-#define KVS_X_ENUM(n, k, d) KVS_RADIX_STAT_##n,
-	KVS_RADIX_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_RADIX_STAT__COUNT
-};
-
-uint64_t kvs_radix_stat(kvs_radix_t *radix, enum kvs_radix_stat item);
-int kvs_radix_stat_get(kvs_radix_t *radix, const char *name, uint64_t *value);
-const char *kvs_radix_stat_name(enum kvs_radix_stat item);
-int kvs_radix_stats_print(kvs_radix_t *radix, void (*write_cb)(void *arg, const char *line),
-			  void *arg);
 
 #ifdef __cplusplus
 }

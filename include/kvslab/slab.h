@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/drv.h>
 
 #ifdef __cplusplus
@@ -109,57 +110,8 @@ uint64_t kvs_slab_available(kvs_slab_t *slab);
 kvs_devptr_t kvs_slab_buffer(const kvs_slab_t *slab, uint32_t buffer);
 int kvs_slab_page_mapped(kvs_slab_t *slab, uint32_t page);
 
-/*
- * Statistics, defined once, named after /sys/kernel/slab/<cache>/ where one
- * exists.  X(name, kind, description); kind is gauge (a level now) or
- * counter (events since kvs_slab_create()).
- */
-#define KVS_SLAB_STATS(X)                                                               \
-	X(objects, gauge, "pages held (refcount > 0)")                                         \
-	X(objects_free, gauge, "free pages in mapped slabs, per-thread caches included") \
-	X(cpu_cached, gauge, "free pages sitting in per-thread caches")                        \
-	X(objs_per_slab, gauge, "pages per slab")                                              \
-	X(total_objects, gauge, "pages in mapped slabs")                                       \
-	X(slabs_full, gauge, "mapped slabs with no free page")                                 \
-	X(slabs_partial, gauge, "mapped slabs with some pages free")                           \
-	X(slabs_empty, gauge, "mapped slabs with every page free")                             \
-	X(slabs_unmapped, gauge, "slabs with no memory behind them")                           \
-	X(bytes_mapped, gauge, "bytes mapped now, all buffers")                                \
-	X(bytes_mapped_peak, gauge, "peak of bytes_mapped")                                    \
-	X(bytes_live, gauge, "bytes of held pages, all buffers")                               \
-	X(bytes_pooled, gauge, "bytes created but unmapped, kept in the chunk pool")           \
-	X(alloc_fast, counter, "pages allocated from a per-thread cache")                      \
-	X(alloc_slow, counter, "pages allocated under the allocator lock")                     \
-	X(free_fast, counter, "pages freed into a per-thread cache")                           \
-	X(free_slow, counter, "pages freed under the allocator lock")                          \
-	X(alloc_fail, counter, "allocations that failed")                                      \
-	X(slab_maps, counter, "slabs mapped")                                                  \
-	X(slab_unmaps, counter, "slabs unmapped")                                              \
-	X(map_fail, counter, "slab maps that failed and were undone")                          \
-	X(drv_calls, counter, "driver calls made by the allocator")                            \
-	X(drv_calls_caller, counter, "driver calls made on a caller's thread (not the worker)") \
-	X(drv_creates_caller, counter, "chunk creations on a caller's thread")                 \
-	X(drv_ns, counter, "time spent in driver calls")                                       \
-	X(alloc_waits, counter, "allocations that waited for a slab being mapped")             \
-	X(fences, counter, "fences recorded before unmapping emptied slabs")                   \
-	X(fence_fail, counter, "fence records or queries that failed")                         \
-	X(decay_unmaps, counter, "slabs unmapped because they stayed empty for decay_ms") \
-	X(slabs_broken, gauge, "slabs parked after a failed unmap, to unmap again")            \
-	X(chunks_parked, gauge, "chunks whose release failed, to release again")               \
-	X(release_fail, counter, "chunk releases and unmaps that failed and were retried")
-
-enum kvs_slab_stat {
-#define KVS_X_ENUM(n, k, d) KVS_SLAB_STAT_##n,
-	KVS_SLAB_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_SLAB_STAT__COUNT
-};
-
-uint64_t kvs_slab_stat(kvs_slab_t *slab, enum kvs_slab_stat item);
-int kvs_slab_stat_get(kvs_slab_t *slab, const char *name, uint64_t *value);
-const char *kvs_slab_stat_name(enum kvs_slab_stat item);
-int kvs_slab_stats_print(kvs_slab_t *slab, void (*write_cb)(void *arg, const char *line),
-			 void *arg);
+/* Read under the slab's lock, the per-thread caches' counts summed. */
+KVS_STATS_DECLARE(slab, kvs_slab_t, KVS_SLAB_STATS, KVS_SLAB_STAT_ITEM, KVS_SLAB_STAT__COUNT);
 double kvs_slab_fragmentation(kvs_slab_t *slab);
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <kvslab/stats.h>
 #include <kvslab/hostpool.h>
 
 #ifdef __cplusplus
@@ -86,6 +87,9 @@ ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *keys, size_t n
 			    kvs_hpool_t *hp, const int32_t *host_pages);
 size_t kvs_store_page_bytes(const kvs_store_t *s);
 
+/* Atomic counters; an unknown item sets errno EINVAL. */
+KVS_STATS_DECLARE(store, kvs_store_t, KVS_STORE_STATS, KVS_STORE_STAT_ITEM, KVS_STORE_STAT__COUNT);
+
 /* Fault injection: a store that wraps another and fails chosen operations. */
 enum kvs_store_op {
 	KVS_SOP_ANY = 0,
@@ -105,40 +109,6 @@ int kvs_store_fault_fail_nth(kvs_store_t *fault, enum kvs_store_op op, uint64_t 
 int kvs_store_fault_fail_random(kvs_store_t *fault, enum kvs_store_op op, double p,
 				uint64_t seed, int kind);
 int kvs_store_fault_clear(kvs_store_t *fault);
-
-/*
- * Statistics, defined once.  X(name, kind, description); every counter
- * counts pages (or bytes) since kvs_store_open().
- */
-#define KVS_STORE_STATS(X)                                                                  \
-	X(exists_calls, counter, "kvs_store_exists() calls")                                \
-	X(exists_hits, counter, "pages exists found present (the prefix counted)")          \
-	X(get_pages, counter, "pages asked of get")                                          \
-	X(get_hits, counter, "pages get returned")                                           \
-	X(get_misses, counter, "pages get did not return: absent, bad or failed")           \
-	X(set_pages, counter, "pages given to set")                                          \
-	X(set_stored, counter, "pages set wrote")                                            \
-	X(set_skipped, counter, "pages set did not write: already present")                 \
-	X(bytes_read, counter, "value bytes read")                                           \
-	X(bytes_written, counter, "value bytes written")                                     \
-	X(checksum_fail, counter, "values whose header or checksum did not verify (removed)") \
-	X(io_errors, counter, "operations that failed: I/O, connection, server, full disk")  \
-	X(reconnects, counter, "redis: connections made again after a failure")              \
-	X(evicted, counter, "file: objects removed by the size limit")                       \
-	X(bytes_stored, gauge, "file: bytes of the objects in the directory")
-
-enum kvs_store_stat {
-#define KVS_X_ENUM(n, k, d) KVS_STORE_STAT_##n,
-	KVS_STORE_STATS(KVS_X_ENUM)
-#undef KVS_X_ENUM
-	KVS_STORE_STAT__COUNT
-};
-
-uint64_t kvs_store_stat(kvs_store_t *s, enum kvs_store_stat item);
-int kvs_store_stat_get(kvs_store_t *s, const char *name, uint64_t *value);
-const char *kvs_store_stat_name(enum kvs_store_stat item);
-int kvs_store_stats_print(kvs_store_t *s, void (*write_cb)(void *arg, const char *line),
-			  void *arg);
 
 #ifdef __cplusplus
 }

@@ -1156,6 +1156,52 @@ KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
 	return 0;
 }
 
+/* kvs_hcache_stats()'s snapshot, field by field. */
+static void hcache_fill(void *obj, uint64_t *v)
+{
+	kvs_hcache_stats_t st;
+
+	kvs_hcache_stats(obj, &st);
+#define HC_GET(n, k, d) v[KVS_HCACHE_STAT_##n] = st.n;
+	KVS_HCACHE_STATS(HC_GET)
+#undef HC_GET
+}
+
+static void hcache_header(void *obj, char *line, size_t size)
+{
+	const struct kvs_hcache *hc = obj;
+
+	snprintf(line, size, "hcache block_size %u blocks %u window %u\n", hc->ps, hc->nblocks,
+		 hc->attr.window);
+}
+
+/* The metrics' one value that is not in the list. */
+static const struct kvsi_stat_ratio hcache_ratio = {
+	.name = "window_hit_ratio",
+	.desc = "window_hit_blocks / window_query_blocks, 0 if none",
+	.after = KVS_HCACHE_STAT_window_hit_blocks,
+	.num = KVS_HCACHE_STAT_window_hit_blocks,
+	.den = KVS_HCACHE_STAT_window_query_blocks,
+};
+
+/**
+ * kvs_hcache_stat() - one statistic of kvs_hcache_stats(), by its
+ * KVS_HCACHE_STATS item; kvs_hcache_stat_get() reads one by name,
+ * kvs_hcache_stat_name() names one, kvs_hcache_stats_print() prints every
+ * one through a callback (a header line, then "name value  kind #
+ * description" lines), all through lib/stats.c.
+ * @hc: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes hc->lock to read, not while calling write_cb).
+ * Return: kvs_hcache_stat(): its value, 0 for NULL or an unknown item;
+ * kvs_hcache_stat_name(): a static string, NULL for an unknown item; the
+ * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
+ * statistic).
+ */
+KVSI_STATS_FAMILY(hcache, KVS_HCACHE_STATS, hcache_fill, hcache_header, &kvsi_style_kind, &hcache_ratio, kvs_hcache_t,
+		  enum kvs_hcache_stat);
+
 /**
  * kvs_hcache_free_queue() - the free queue, next eviction first.
  * @hc: cache.

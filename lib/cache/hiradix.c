@@ -2902,18 +2902,11 @@ KVS_EXPORT int kvs_hiradix_validate(kvs_hiradix_t *h)
 
 /* ------------------------------------------------------------ statistics */
 
-#define KVS_X_NAME(n, k, d) #n,
-#define KVS_X_KIND(n, k, d) #k,
-#define KVS_X_DESC(n, k, d) d,
-static const char *const stat_names[] = {KVS_HIRADIX_STATS(KVS_X_NAME)};
-static const char *const stat_kinds[] = {KVS_HIRADIX_STATS(KVS_X_KIND)};
-static const char *const stat_descs[] = {KVS_HIRADIX_STATS(KVS_X_DESC)};
-#undef KVS_X_NAME
-#undef KVS_X_KIND
-#undef KVS_X_DESC
-
-void kvsi_hiradix_stats_fill(kvs_hiradix_t *h, uint64_t *v)
+/* The counters under h->lock, the gauges from kvs_hiradix_usage() (a walk
+ * of the tree under the same lock, taken before). */
+static void hiradix_fill(void *obj, uint64_t *v)
 {
+	kvs_hiradix_t *h = obj;
 	kvs_hiradix_usage_t u;
 
 	kvs_hiradix_usage(h, &u);
@@ -2928,93 +2921,30 @@ void kvsi_hiradix_stats_fill(kvs_hiradix_t *h, uint64_t *v)
 	v[KVS_HIRADIX_STAT_loads_pending] = u.loads_pending;
 }
 
-/**
- * kvs_hiradix_stat() - one statistic.
- * @h: cache.
- * @item: statistic.
- *
- * Context: MT-Safe (takes h->lock; the gauges walk the tree).
- * Return: its value; 0 for a NULL cache or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_hiradix_stat(kvs_hiradix_t *h, enum kvs_hiradix_stat item)
-{
-	uint64_t v[KVS_HIRADIX_STAT__COUNT];
-
-	if (!h || (unsigned)item >= KVS_HIRADIX_STAT__COUNT)
-		return 0;
-	kvsi_hiradix_stats_fill(h, v);
-	return v[item];
-}
-
-/**
- * kvs_hiradix_stat_name() - a statistic's name.
- * @item: statistic.
- *
- * Context: any thread.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_hiradix_stat_name(enum kvs_hiradix_stat item)
-{
-	return (unsigned)item < KVS_HIRADIX_STAT__COUNT ? stat_names[item] : NULL;
-}
-
-/**
- * kvs_hiradix_stat_get() - read a statistic by name.
- * @h: cache.
- * @name: as kvs_hiradix_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_hiradix_stat_get(kvs_hiradix_t *h, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!h || !name || !value) {
-		errno = EINVAL;
-		return -1;
-	}
-	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_hiradix_stat(h, (enum kvs_hiradix_stat)i);
-			return 0;
-		}
-	}
-	errno = ENOENT;
-	return -1;
-}
-
-/**
- * kvs_hiradix_stats_print() - print every statistic through a callback.
- * @h: cache.
- * @write_cb: called once per line.
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe (takes h->lock to read, not while calling @write_cb).
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hiradix_stats_print(kvs_hiradix_t *h,
-				       void (*write_cb)(void *arg, const char *line), void *arg)
+static void hiradix_header(void *obj, char *line, size_t size)
 {
 	static const char *const policies[] = {"write_through", "write_through_selective",
 					       "write_back"};
-	uint64_t v[KVS_HIRADIX_STAT__COUNT];
-	char line[200];
-	unsigned i;
+	const kvs_hiradix_t *h = obj;
 
-	if (!h || !write_cb) {
-		errno = EINVAL;
-		return -1;
-	}
-	kvsi_hiradix_stats_fill(h, v);
-	snprintf(line, sizeof(line), "hiradix page_size %u write_policy %s hit_threshold %u\n",
-		 h->ps, policies[h->policy], h->threshold);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_HIRADIX_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-20s %20llu  %-7s # %s\n", stat_names[i],
-			 (unsigned long long)v[i], stat_kinds[i], stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
+	snprintf(line, size, "hiradix page_size %u write_policy %s hit_threshold %u\n", h->ps,
+		 policies[h->policy], h->threshold);
 }
+
+/**
+ * kvs_hiradix_stat() - one statistic; kvs_hiradix_stat_get() reads one by
+ * name, kvs_hiradix_stat_name() names one, kvs_hiradix_stats_print() prints
+ * every one through a callback (a header line, then "name value  kind #
+ * description" lines), all through lib/stats.c.
+ * @h: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes h->lock; the gauges walk the tree; write_cb is
+ * called without the lock).
+ * Return: kvs_hiradix_stat(): its value, 0 for a NULL cache or an unknown
+ * item; kvs_hiradix_stat_name(): a static string, NULL for an unknown item;
+ * the others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no
+ * such statistic).
+ */
+KVSI_STATS_FAMILY(hiradix, KVS_HIRADIX_STATS, hiradix_fill, hiradix_header, &kvsi_style_kind, NULL, kvs_hiradix_t,
+		  enum kvs_hiradix_stat);

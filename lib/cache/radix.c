@@ -908,21 +908,11 @@ KVS_EXPORT kvs_pool_t *kvs_radix_pool(const kvs_radix_t *r)
 
 /* ------------------------------------------------------------ statistics */
 
-static const char *const radix_stat_names[] = {
-#define KVS_X_NAME(n, k, d) #n,
-	KVS_RADIX_STATS(KVS_X_NAME)
-#undef KVS_X_NAME
-};
-
-static const char *const radix_stat_descs[] = {
-#define KVS_X_DESC(n, k, d) d,
-	KVS_RADIX_STATS(KVS_X_DESC)
-#undef KVS_X_DESC
-};
-
 /* Every counter: the writer's under wlock, the readers' relaxed. */
-void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v)
+static void radix_fill(void *obj, uint64_t *v)
 {
+	struct kvs_radix *r = obj;
+
 	pthread_mutex_lock(&r->wlock);
 #define W_GET(n) v[KVS_RADIX_STAT_##n] = r->st.n;
 	W_STATS(W_GET)
@@ -935,88 +925,30 @@ void kvsi_radix_stats_fill(struct kvs_radix *r, uint64_t *v)
 		atomic_load_explicit(&r->rst.fallbacks, memory_order_relaxed);
 }
 
-/**
- * kvs_radix_stat() - one statistic.
- * @radix: cache.
- * @item: statistic.
- *
- * Context: MT-Safe (takes wlock: not from an event callback).
- * Return: its value; 0 for NULL or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_radix_stat(kvs_radix_t *r, enum kvs_radix_stat item)
+/* The print's first line (takes wlock for the counts). */
+static void radix_header(void *obj, char *line, size_t size)
 {
-	uint64_t v[KVS_RADIX_STAT__COUNT];
+	struct kvs_radix *r = obj;
+	uint64_t tokens = kvs_radix_tokens(r), nodes = kvs_radix_nodes(r);
 
-	if (!r || (unsigned)item >= KVS_RADIX_STAT__COUNT)
-		return 0;
-	kvsi_radix_stats_fill(r, v);
-	return v[item];
-}
-
-/**
- * kvs_radix_stat_name() - a statistic's name.
- * @item: statistic.
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_radix_stat_name(enum kvs_radix_stat item)
-{
-	return (unsigned)item < KVS_RADIX_STAT__COUNT ? radix_stat_names[item] : NULL;
-}
-
-/**
- * kvs_radix_stat_get() - read a statistic by name.
- * @radix: cache.
- * @name: as kvs_radix_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe (takes wlock: not from an event callback).
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_radix_stat_get(kvs_radix_t *r, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!r || !name || !value)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_RADIX_STAT__COUNT; i++) {
-		if (strcmp(name, radix_stat_names[i]) == 0) {
-			*value = kvs_radix_stat(r, (enum kvs_radix_stat)i);
-			return 0;
-		}
-	}
-	return kvs_fail(ENOENT);
-}
-
-/**
- * kvs_radix_stats_print() - print every statistic through a callback.
- * @radix: cache.
- * @write_cb: called once per line.
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe (takes wlock to read, not while calling @write_cb).
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_radix_stats_print(kvs_radix_t *r, void (*write_cb)(void *arg, const char *line),
-				     void *arg)
-{
-	uint64_t v[KVS_RADIX_STAT__COUNT], tokens, nodes;
-	char line[160];
-	unsigned i;
-
-	if (!r || !write_cb)
-		return kvs_fail(EINVAL);
-	kvsi_radix_stats_fill(r, v);
-	tokens = kvs_radix_tokens(r);
-	nodes = kvs_radix_nodes(r);
-	snprintf(line, sizeof(line), "radix page_size %u policy %d tokens %llu nodes %llu\n", r->ps,
+	snprintf(line, size, "radix page_size %u policy %d tokens %llu nodes %llu\n", r->ps,
 		 r->policy, (unsigned long long)tokens, (unsigned long long)nodes);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_RADIX_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", radix_stat_names[i],
-			 (unsigned long long)v[i], radix_stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
 }
+
+/**
+ * kvs_radix_stat() - one statistic; kvs_radix_stat_get() reads one by name,
+ * kvs_radix_stat_name() names one, kvs_radix_stats_print() prints every one
+ * through a callback (a header line, then "name value  # description"
+ * lines), all through lib/stats.c.
+ * @radix: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes wlock: not from an event callback; write_cb is
+ * called without it).
+ * Return: kvs_radix_stat(): its value, 0 for NULL or an unknown item;
+ * kvs_radix_stat_name(): a static string, NULL for an unknown item; the
+ * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
+ * statistic).
+ */
+KVSI_STATS_FAMILY(radix, KVS_RADIX_STATS, radix_fill, radix_header, &kvsi_style_desc, NULL, kvs_radix_t,
+		  enum kvs_radix_stat);

@@ -2,11 +2,13 @@
 /*
  * lib/mem/slab_stat.c - the slab allocator's statistics and validation.
  *
- * What it owns.  Reading: the counters of kvs_slab_stat() (lock-protected
- * event counts, gauges computed from the books, and the magazines'
- * per-thread fast-path counts summed on read), their names and printing
- * through a write callback, and kvs_slab_validate(), which recounts every
- * page and every chunk from scratch against the books.
+ * What it owns.  Reading: the slab family of the statistics module
+ * (lib/stats.h): one snapshot of the counters of kvs_slab_stat()
+ * (lock-protected event counts, gauges computed from the books, and the
+ * magazines' per-thread fast-path counts summed on read) and the print's
+ * header line, over which lib/stats.c gives the four accessors; and
+ * kvs_slab_validate(), which recounts every page and every chunk from
+ * scratch against the books.
  *
  * Locking (the order is in common/common.h).  Everything here takes
  * slab->lock to read a consistent snapshot; driver-call counters are
@@ -147,20 +149,11 @@ KVS_EXPORT int kvs_slab_validate(kvs_slab_t *s)
 
 /* ---------------------------------------------------------- statistics */
 
-static const char *const slab_stat_names[] = {
-#define KVS_X_NAME(n, k, d) #n,
-	KVS_SLAB_STATS(KVS_X_NAME)
-#undef KVS_X_NAME
-};
-
-static const char *const slab_stat_descs[] = {
-#define KVS_X_DESC(n, k, d) d,
-	KVS_SLAB_STATS(KVS_X_DESC)
-#undef KVS_X_DESC
-};
-
-void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v)
+/* Every statistic in one snapshot: the books under slab->lock, the
+ * magazines' counts summed, the driver-call counters after. */
+static void slab_fill(void *obj, uint64_t *v)
 {
+	struct kvs_slab *s = obj;
 	uint64_t cached = 0, af = 0, ff = 0, mapped_slabs;
 	struct mag *m;
 
@@ -199,60 +192,6 @@ void kvsi_slab_stats_fill(struct kvs_slab *s, uint64_t *v)
 }
 
 /**
- * kvs_slab_stat() - read one statistic.
- * @slab: allocator.
- * @item: statistic.
- *
- * Context: MT-Safe.
- * Return: its value; 0 for NULL or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_slab_stat(kvs_slab_t *s, enum kvs_slab_stat item)
-{
-	uint64_t v[KVS_SLAB_STAT__COUNT];
-
-	if (!s || (unsigned)item >= KVS_SLAB_STAT__COUNT)
-		return 0;
-	kvsi_slab_stats_fill(s, v);
-	return v[item];
-}
-
-/**
- * kvs_slab_stat_name() - a statistic's name.
- * @item: statistic.
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_slab_stat_name(enum kvs_slab_stat item)
-{
-	return (unsigned)item < KVS_SLAB_STAT__COUNT ? slab_stat_names[item] : NULL;
-}
-
-/**
- * kvs_slab_stat_get() - read a statistic by name.
- * @slab: allocator.
- * @name: as kvs_slab_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_slab_stat_get(kvs_slab_t *s, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!s || !name || !value)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_SLAB_STAT__COUNT; i++) {
-		if (strcmp(name, slab_stat_names[i]) == 0) {
-			*value = kvs_slab_stat(s, i);
-			return 0;
-		}
-	}
-	return kvs_fail(ENOENT);
-}
-
-/**
  * kvs_slab_fragmentation() - 1 - live bytes / mapped bytes.
  * @slab: allocator.
  *
@@ -265,38 +204,34 @@ KVS_EXPORT double kvs_slab_fragmentation(kvs_slab_t *s)
 
 	if (!s)
 		return 0;
-	kvsi_slab_stats_fill(s, v);
+	slab_fill(s, v);
 	if (!v[KVS_SLAB_STAT_bytes_mapped])
 		return 0;
 	return 1.0 - (double)v[KVS_SLAB_STAT_bytes_live] / (double)v[KVS_SLAB_STAT_bytes_mapped];
 }
 
-/**
- * kvs_slab_stats_print() - print every statistic through a callback.
- * @slab: allocator.
- * @write_cb: called once per line.
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_slab_stats_print(kvs_slab_t *s, void (*write_cb)(void *arg, const char *line),
-				    void *arg)
+static void slab_header(void *obj, char *line, size_t size)
 {
-	uint64_t v[KVS_SLAB_STAT__COUNT];
-	char line[160];
-	unsigned i;
+	const struct kvs_slab *s = obj;
 
-	if (!s || !write_cb)
-		return kvs_fail(EINVAL);
-	kvsi_slab_stats_fill(s, v);
-	snprintf(line, sizeof(line), "slab page_size %u pages_per_slab %u slabs %llu buffers %u\n",
+	snprintf(line, size, "slab page_size %u pages_per_slab %u slabs %llu buffers %u\n",
 		 s->page_size, s->pps, (unsigned long long)s->nslabs, s->nbuf);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_SLAB_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-20s %20llu  # %s\n", slab_stat_names[i],
-			 (unsigned long long)v[i], slab_stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
 }
+
+/**
+ * kvs_slab_stat() - read one statistic; kvs_slab_stat_get() reads one by
+ * name, kvs_slab_stat_name() names one, kvs_slab_stats_print() prints every
+ * one through a callback (a header line, then "name value  # description"
+ * lines), all through lib/stats.c.
+ * @slab: allocator.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (each read takes slab->lock; write_cb is called without
+ * it).
+ * Return: kvs_slab_stat(): its value, 0 for NULL or an unknown item;
+ * kvs_slab_stat_name(): a static string, NULL for an unknown item; the
+ * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
+ * statistic).
+ */
+KVSI_STATS_FAMILY(slab, KVS_SLAB_STATS, slab_fill, slab_header, &kvsi_style_desc, NULL, kvs_slab_t,
+		  enum kvs_slab_stat);

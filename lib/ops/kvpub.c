@@ -653,14 +653,7 @@ KVS_EXPORT int kvs_kvpub_flush(kvs_kvpub_t *p)
 
 KVS_EXPORT uint64_t kvs_kvpub_dropped(kvs_kvpub_t *p)
 {
-	uint64_t d;
-
-	if (!p)
-		return 0;
-	pthread_mutex_lock(&p->qlock);
-	d = p->dropped;
-	pthread_mutex_unlock(&p->qlock);
-	return d;
+	return p ? kvs_locked_read(&p->qlock, &p->dropped) : 0;
 }
 
 KVS_EXPORT int kvs_kvpub_destroy(kvs_kvpub_t *p)

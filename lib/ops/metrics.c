@@ -14,12 +14,15 @@
  *	# TYPE kvslab_slab_alloc_fast_total counter
  *	kvslab_slab_alloc_fast_total{instance="gpu0"} 1234
  *
- * The statistics come from each family's X-macro list (KVS_SLAB_STATS and
- * the others, name, kind, description), expanded here into tables: a
- * statistic added to a list appears in the output with no change to this
- * file.  A counter's name gets the "_total" suffix Prometheus asks for.  The
- * hashed block cache has no list; its kvs_hcache_stats_t is described by a
- * table below, the one place to extend when that struct grows.
+ * The statistics come from the families of lib/stats.h (each one's
+ * X-macro list, KVS_SLAB_STATS and the others: name, kind, description,
+ * and its fill() callback), walked in the order of the table families[]
+ * below: a statistic added to a list appears in the output with no change
+ * to this file, and a new family is one row of that table and one
+ * kvs_metrics_add_* call.  A counter's name gets the "_total" suffix
+ * Prometheus asks for.  The hashed cache's window_hit_ratio, a double, is
+ * its family's ratio (struct kvsi_stat_ratio), written after
+ * window_hit_blocks.
  *
  * A pool is written as its own family (capacity, available, page size) and
  * as the slab family's sample of its slab, so adding a pool adds its slab;
@@ -28,10 +31,21 @@
  * refused too, as is a label that is not UTF-8: the format has no escape
  * for a raw byte, and replacing it could make two labels one.
  *
- * Locking: one mutex (m->lock) guards the list and is held for the whole of
- * kvs_metrics_write(), write_cb included, so kvs_metrics_remove() returns
- * only once no write reads the object: remove an object before destroying
- * it.  The objects' own stat calls take their own locks inside.
+ * Locking: two mutexes, neither held across a write_cb call.  m->lock
+ * guards the list and is a leaf: nothing is taken under it (the order is
+ * in common/common.h), and no object is read under it.  m->scrape
+ * serialises reading the objects with unregistering them:
+ * kvs_metrics_write() takes m->scrape, copies the list (objects, families
+ * and labels) under m->lock, releases m->lock, fills every object's
+ * snapshot (the objects' stat calls take their own locks inside), releases
+ * m->scrape, and only then formats the text and calls write_cb.
+ * kvs_metrics_remove() takes m->scrape before m->lock, so it waits for the
+ * snapshots in progress and returns only once no write reads the object:
+ * remove an object before destroying it.  A scrape mutex rather than
+ * reference counts: a write holds no entry after it releases m->scrape (it
+ * wrote the labels into its copy), so there is nothing to count, and a
+ * remove waits for at most one snapshot pass, never for a write_cb.
+ * kvs_metrics_add() takes m->lock only.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -46,109 +60,52 @@
 #include "internal.h"
 #include "kvslab/metrics.h"
 
-enum fam { F_DRV, F_SLAB, F_POOL, F_RADIX, F_HCACHE, F_HPOOL, F_HIRADIX, F_STORE, F__COUNT };
-
 struct entry {
-	enum fam fam;
+	const struct kvsi_stat_family *fam;
 	void *obj;
 	char *label;		/* NULL: no instance label */
 	struct entry *next;
 };
 
 struct kvs_metrics {
-	pthread_mutex_t lock;
+	pthread_mutex_t lock;	/* the list; a leaf */
+	pthread_mutex_t scrape;	/* reading the objects; before lock */
 	struct entry *head, **tail;
 };
 
-/* One statistic of a family: its name, whether it is a counter, its help. */
-struct stat_def {
-	const char *name;
-	bool counter;
-	const char *desc;
+/* The pool's own numbers: a family of the metrics only. */
+#define POOL_STATS(X)                                      \
+	X(capacity_pages, gauge, "pages the pool can hold")     \
+	X(available_pages, gauge, "pages free to allocate now") \
+	X(page_size_tokens, gauge, "tokens per page")
+
+static void pool_fill(void *obj, uint64_t *v)
+{
+	v[0] = kvs_pool_capacity(obj);
+	v[1] = kvs_pool_available(obj);
+	v[2] = kvs_pool_page_size(obj);
+}
+
+KVSI_STATS_DESCRIPTOR(pool, POOL_STATS, pool_fill, NULL, &kvsi_style_desc, NULL);
+
+/* The registry of families, in the order they are written. */
+static const struct kvsi_stat_family *const families[] = {
+	&kvsi_drv_stats, &kvsi_slab_stats,  &kvsi_pool_stats,	 &kvsi_radix_stats,
+	&kvsi_hcache_stats, &kvsi_hpool_stats, &kvsi_hiradix_stats, &kvsi_store_stats,
 };
 
-#define KVS_M_KIND_gauge false
-#define KVS_M_KIND_counter true
-#define KVS_M_DEF(n, k, d) {#n, KVS_M_KIND_##k, d},
+#define NFAM (sizeof(families) / sizeof(families[0]))
 
-static const struct stat_def drv_defs[] = {KVS_DRV_STATS(KVS_M_DEF)};
-static const struct stat_def slab_defs[] = {KVS_SLAB_STATS(KVS_M_DEF)};
-static const struct stat_def radix_defs[] = {KVS_RADIX_STATS(KVS_M_DEF)};
-static const struct stat_def hpool_defs[] = {KVS_HPOOL_STATS(KVS_M_DEF)};
-static const struct stat_def hiradix_defs[] = {KVS_HIRADIX_STATS(KVS_M_DEF)};
-static const struct stat_def store_defs[] = {KVS_STORE_STATS(KVS_M_DEF)};
-
-/* The pool's own numbers. */
-static const struct stat_def pool_defs[] = {
-	{"capacity_pages", false, "pages the pool can hold"},
-	{"available_pages", false, "pages free to allocate now"},
-	{"page_size_tokens", false, "tokens per page"},
-};
-
-/* kvs_hcache_stats_t, field by field (window_hit_ratio is the one double). */
-#define HC_U64(f, k, d) {#f, KVS_M_KIND_##k, d}
-static const struct stat_def hcache_defs[] = {
-	HC_U64(queries, counter, "requests looked up (lookup and admit calls)"),
-	HC_U64(query_blocks, counter, "blocks those lookups could have hit"),
-	HC_U64(hit_blocks, counter, "blocks those lookups hit"),
-	HC_U64(window_queries, gauge, "lookups over the last window requests"),
-	HC_U64(window_query_blocks, gauge, "blocks they could have hit"),
-	HC_U64(window_hit_blocks, gauge, "blocks they hit"),
-	HC_U64(window_hit_ratio, gauge, "window_hit_blocks / window_query_blocks, 0 if none"),
-	HC_U64(cached_blocks, gauge, "blocks with a hash (table entries)"),
-	HC_U64(free_queue_blocks, gauge, "cached blocks of refcount 0"),
-	HC_U64(used_blocks, gauge, "blocks of refcount > 0"),
-	HC_U64(evictions, counter, "cached blocks evicted"),
-	HC_U64(query_tokens, counter, "the requests' tokens (vLLM's prefix-cache queries)"),
-	HC_U64(hit_tokens, counter, "their hit blocks' tokens (vLLM's prefix-cache hits)"),
-	HC_U64(window_query_tokens, gauge, "query_tokens over the last window requests"),
-	HC_U64(window_hit_tokens, gauge, "hit_tokens over the last window requests"),
-};
-static const size_t hcache_off[] = {
-	offsetof(kvs_hcache_stats_t, queries),
-	offsetof(kvs_hcache_stats_t, query_blocks),
-	offsetof(kvs_hcache_stats_t, hit_blocks),
-	offsetof(kvs_hcache_stats_t, window_queries),
-	offsetof(kvs_hcache_stats_t, window_query_blocks),
-	offsetof(kvs_hcache_stats_t, window_hit_blocks),
-	offsetof(kvs_hcache_stats_t, window_hit_ratio),
-	offsetof(kvs_hcache_stats_t, cached_blocks),
-	offsetof(kvs_hcache_stats_t, free_queue_blocks),
-	offsetof(kvs_hcache_stats_t, used_blocks),
-	offsetof(kvs_hcache_stats_t, evictions),
-	offsetof(kvs_hcache_stats_t, query_tokens),
-	offsetof(kvs_hcache_stats_t, hit_tokens),
-	offsetof(kvs_hcache_stats_t, window_query_tokens),
-	offsetof(kvs_hcache_stats_t, window_hit_tokens),
-};
-_Static_assert(sizeof(hcache_defs) / sizeof(hcache_defs[0]) ==
-		       sizeof(hcache_off) / sizeof(hcache_off[0]),
-	       "one offset per hcache statistic");
-
-#define NDEFS(a) (sizeof(a) / sizeof((a)[0]))
-
-/* snap() fills a family's whole list from the object's own. */
-_Static_assert(NDEFS(drv_defs) == KVS_DRV_STAT__COUNT, "drv statistics");
-_Static_assert(NDEFS(slab_defs) == KVS_SLAB_STAT__COUNT, "slab statistics");
-_Static_assert(NDEFS(radix_defs) == KVS_RADIX_STAT__COUNT, "radix statistics");
-_Static_assert(NDEFS(hpool_defs) == KVS_HPOOL_STAT__COUNT, "hpool statistics");
-_Static_assert(NDEFS(hiradix_defs) == KVS_HIRADIX_STAT__COUNT, "hiradix statistics");
-_Static_assert(NDEFS(store_defs) == KVS_STORE_STAT__COUNT, "store statistics");
-
-static const struct family {
-	const char *prefix;
-	const struct stat_def *defs;
-	size_t n;
-} families[F__COUNT] = {
-	[F_DRV] = {"drv", drv_defs, NDEFS(drv_defs)},
-	[F_SLAB] = {"slab", slab_defs, NDEFS(slab_defs)},
-	[F_POOL] = {"pool", pool_defs, NDEFS(pool_defs)},
-	[F_RADIX] = {"radix", radix_defs, NDEFS(radix_defs)},
-	[F_HCACHE] = {"hcache", hcache_defs, NDEFS(hcache_defs)},
-	[F_HPOOL] = {"hpool", hpool_defs, NDEFS(hpool_defs)},
-	[F_HIRADIX] = {"hiradix", hiradix_defs, NDEFS(hiradix_defs)},
-	[F_STORE] = {"store", store_defs, NDEFS(store_defs)},
-};
+/* The object entry @e adds to family @f, or NULL: itself in its own
+ * family, and a pool's slab in the slab family. */
+static void *member_obj(const struct entry *e, const struct kvsi_stat_family *f)
+{
+	if (e->fam == f)
+		return e->obj;
+	if (f == &kvsi_slab_stats && e->fam == &kvsi_pool_stats)
+		return kvs_pool_slab(e->obj);
+	return NULL;
+}
 
 /* ------------------------------------------------------------- registry */
 
@@ -167,6 +124,7 @@ KVS_EXPORT kvs_metrics_t *kvs_metrics_create(void)
 		return NULL;
 	}
 	pthread_mutex_init(&m->lock, NULL);
+	pthread_mutex_init(&m->scrape, NULL);
 	m->tail = &m->head;
 	return m;
 }
@@ -190,14 +148,17 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 		free(e);
 	}
 	pthread_mutex_destroy(&m->lock);
+	pthread_mutex_destroy(&m->scrape);
 	free(m);
 	return 0;
 }
 
 /* The slab family's members: slabs, and pools through their slab. */
-static bool same_series(const struct entry *e, enum fam fam, const char *label)
+static bool same_series(const struct entry *e, const struct kvsi_stat_family *fam,
+			const char *label)
 {
-	bool slabish = (fam == F_SLAB || fam == F_POOL) && (e->fam == F_SLAB || e->fam == F_POOL);
+	bool slabish = (fam == &kvsi_slab_stats || fam == &kvsi_pool_stats) &&
+		       (e->fam == &kvsi_slab_stats || e->fam == &kvsi_pool_stats);
 
 	if (e->fam != fam && !slabish)
 		return false;
@@ -252,7 +213,8 @@ static bool utf8_ok(const char *str)
 	return true;
 }
 
-static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
+static int add(kvs_metrics_t *m, const struct kvsi_stat_family *fam, void *obj,
+	       const char *label)
 {
 	struct entry *e;
 	char *copy = NULL;
@@ -275,9 +237,9 @@ static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
 		bool dup = o->obj == obj;
 
 		/* A pool's slab is written with the pool. */
-		if (fam == F_SLAB && o->fam == F_POOL && kvs_pool_slab(o->obj) == obj)
+		if (fam == &kvsi_slab_stats && o->fam == &kvsi_pool_stats && kvs_pool_slab(o->obj) == obj)
 			dup = true;
-		if (fam == F_POOL && o->fam == F_SLAB && kvs_pool_slab(obj) == o->obj)
+		if (fam == &kvsi_pool_stats && o->fam == &kvsi_slab_stats && kvs_pool_slab(obj) == o->obj)
 			dup = true;
 		if (dup || same_series(o, fam, label)) {
 			err = EEXIST;
@@ -299,9 +261,11 @@ static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
 
 /**
  * kvs_metrics_add_drv() - register an object; the other kvs_metrics_add_*
- * calls are the same for their families.
+ * calls (slab, pool, radix, hcache, hpool, hiradix, store) are the same for
+ * their families, and METRICS_ADD() writes each of them.
  * @m: the registry.
- * @drv: the object; it must outlive its registration.
+ * @obj: the object (a kvs_drv_t for kvs_metrics_add_drv()); it must outlive
+ * its registration.
  * @label: the value of its "instance" label (copied), or NULL for none.
  *
  * Context: any thread; takes m->lock.
@@ -309,53 +273,31 @@ static int add(kvs_metrics_t *m, enum fam fam, void *obj, const char *label)
  * not UTF-8), EEXIST (the object is registered, or one of its family has
  * the same label), ENOMEM.
  */
-KVS_EXPORT int kvs_metrics_add_drv(kvs_metrics_t *m, kvs_drv_t *drv, const char *label)
-{
-	return add(m, F_DRV, drv, label);
-}
+#define METRICS_ADD(tag, type)                                                          \
+	KVS_EXPORT int kvs_metrics_add_##tag(kvs_metrics_t *m, type *obj, const char *label) \
+	{                                                                               \
+		return add(m, &kvsi_##tag##_stats, obj, label);                         \
+	}                                                                               \
+	_Static_assert(1, "a semicolon after the macro")
 
-KVS_EXPORT int kvs_metrics_add_slab(kvs_metrics_t *m, kvs_slab_t *slab, const char *label)
-{
-	return add(m, F_SLAB, slab, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_pool(kvs_metrics_t *m, kvs_pool_t *pool, const char *label)
-{
-	return add(m, F_POOL, pool, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_radix(kvs_metrics_t *m, kvs_radix_t *radix, const char *label)
-{
-	return add(m, F_RADIX, radix, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hcache(kvs_metrics_t *m, kvs_hcache_t *hc, const char *label)
-{
-	return add(m, F_HCACHE, hc, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hpool(kvs_metrics_t *m, kvs_hpool_t *hp, const char *label)
-{
-	return add(m, F_HPOOL, hp, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_hiradix(kvs_metrics_t *m, kvs_hiradix_t *h, const char *label)
-{
-	return add(m, F_HIRADIX, h, label);
-}
-
-KVS_EXPORT int kvs_metrics_add_store(kvs_metrics_t *m, kvs_store_t *s, const char *label)
-{
-	return add(m, F_STORE, s, label);
-}
+METRICS_ADD(drv, kvs_drv_t);
+METRICS_ADD(slab, kvs_slab_t);
+METRICS_ADD(pool, kvs_pool_t);
+METRICS_ADD(radix, kvs_radix_t);
+METRICS_ADD(hcache, kvs_hcache_t);
+METRICS_ADD(hpool, kvs_hpool_t);
+METRICS_ADD(hiradix, kvs_hiradix_t);
+METRICS_ADD(store, kvs_store_t);
 
 /**
  * kvs_metrics_remove() - unregister an object.
  * @m: the registry.
  * @obj: an object a kvs_metrics_add_* call registered.
  *
- * Context: any thread; takes m->lock, so it waits for a kvs_metrics_write()
- * in progress: once it returns, no write reads @obj.
+ * Context: any thread; takes m->scrape, then m->lock, so it waits for the
+ * snapshots of a kvs_metrics_write() in progress (not for its write_cb
+ * calls): once it returns, no write reads @obj.  Not from under a lock a
+ * registered object's statistics take.
  * Return: 0, or -1 with errno EINVAL (NULL argument) or ENOENT (not
  * registered).
  */
@@ -365,6 +307,7 @@ KVS_EXPORT int kvs_metrics_remove(kvs_metrics_t *m, const void *obj)
 
 	if (!m || !obj)
 		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&m->scrape);
 	pthread_mutex_lock(&m->lock);
 	for (pp = &m->head; *pp; pp = &(*pp)->next) {
 		if ((*pp)->obj == obj) {
@@ -376,6 +319,7 @@ KVS_EXPORT int kvs_metrics_remove(kvs_metrics_t *m, const void *obj)
 		}
 	}
 	pthread_mutex_unlock(&m->lock);
+	pthread_mutex_unlock(&m->scrape);
 	if (!e)
 		return kvs_fail(ENOENT);
 	free(e->label);
@@ -439,64 +383,128 @@ static bool name_ok(const char *s)
 	return true;
 }
 
-/* Every statistic of entry @e of family @fam, in one snapshot where the
- * object takes one: @v (the family's count), and @hc for the hashed
- * cache.  Called with m->lock held. */
-static void snap(const struct entry *e, enum fam fam, uint64_t *v, kvs_hcache_stats_t *hc)
-{
-	size_t i;
+/* One object's statistics, read under m->scrape and written after. */
+struct snap {
+	const struct kvsi_stat_family *fam;
+	char *label;
+	uint64_t v[KVSI_STATS_MAX];
+};
 
-	switch (fam) {
-	case F_DRV:
-		for (i = 0; i < KVS_DRV_STAT__COUNT; i++)
-			v[i] = kvs_drv_stat(e->obj, (enum kvs_drv_stat)i);
-		break;
-	case F_SLAB:
-		kvsi_slab_stats_fill(e->fam == F_POOL ? kvs_pool_slab(e->obj) : e->obj, v);
-		break;
-	case F_POOL:
-		v[0] = kvs_pool_capacity(e->obj);
-		v[1] = kvs_pool_available(e->obj);
-		v[2] = kvs_pool_page_size(e->obj);
-		break;
-	case F_RADIX:
-		kvsi_radix_stats_fill(e->obj, v);
-		break;
-	case F_HCACHE:
-		memset(hc, 0, sizeof(*hc));
-		kvs_hcache_stats(e->obj, hc);
-		for (i = 0; i < NDEFS(hcache_off); i++)
-			if (hcache_off[i] != offsetof(kvs_hcache_stats_t, window_hit_ratio))
-				memcpy(&v[i], (const char *)hc + hcache_off[i], sizeof(v[i]));
-		break;
-	case F_HPOOL:
-		kvsi_hpool_stats_fill(e->obj, v);
-		break;
-	case F_HIRADIX:
-		kvsi_hiradix_stats_fill(e->obj, v);
-		break;
-	case F_STORE:
-		for (i = 0; i < KVS_STORE_STAT__COUNT; i++)
-			v[i] = kvs_store_stat(e->obj, (enum kvs_store_stat)i);
-		break;
-	default:
-		break;
+static void snaps_free(struct snap *sn, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(sn[i].label);
+	free(sn);
+}
+
+/* Every registered object's statistics, family by family in the table's
+ * order and in registration order within a family (a pool twice: its own
+ * and its slab's).  Takes m->scrape across the reads, m->lock only to copy
+ * the list.  NULL with *n 0 when nothing is registered or on ENOMEM
+ * (*nomem set). */
+static struct snap *snapshot(kvs_metrics_t *m, size_t *n, bool *nomem)
+{
+	struct { const struct kvsi_stat_family *fam; void *obj; } *ref = NULL;
+	struct snap *sn = NULL;
+	size_t nref = 0, k = 0;
+
+	*n = 0;
+	pthread_mutex_lock(&m->scrape);
+	pthread_mutex_lock(&m->lock);
+	for (size_t f = 0; f < NFAM; f++)
+		for (const struct entry *e = m->head; e; e = e->next)
+			nref += member_obj(e, families[f]) != NULL;
+	if (nref) {
+		ref = calloc(nref, sizeof(*ref));
+		sn = calloc(nref, sizeof(*sn));
 	}
+	if (nref && ref && sn) {
+		for (size_t f = 0; f < NFAM; f++)
+			for (const struct entry *e = m->head; e; e = e->next) {
+				void *obj = member_obj(e, families[f]);
+
+				if (!obj)
+					continue;
+				ref[k].fam = families[f];
+				ref[k].obj = obj;
+				if (e->label && !(sn[k].label = strdup(e->label)))
+					*nomem = true;
+				k++;
+			}
+	}
+	pthread_mutex_unlock(&m->lock);
+	/* The list may change now; the objects stay until m->scrape is let go. */
+	if (nref && (!ref || !sn))
+		*nomem = true;
+	if (!*nomem) {
+		for (k = 0; k < nref; k++) {
+			sn[k].fam = ref[k].fam;
+			ref[k].fam->fill(ref[k].obj, sn[k].v);
+		}
+		*n = nref;
+	}
+	pthread_mutex_unlock(&m->scrape);
+	free(ref);
+	if (*nomem) {
+		if (sn)
+			snaps_free(sn, nref);
+		return NULL;
+	}
+	return sn;
 }
 
-/* Statistic @i of a snapshot, as the family's text. */
-static void out_value(struct out *o, enum fam fam, const uint64_t *v,
-		      const kvs_hcache_stats_t *hc, size_t i)
+/* One sample line: NAME{instance="LABEL"} VALUE. */
+static void out_sample(struct out *o, const char *name, const char *label)
 {
-	if (fam == F_HCACHE && hcache_off[i] == offsetof(kvs_hcache_stats_t, window_hit_ratio))
-		kvsi_buf_fmt(&o->b, "%.17g", hc->window_hit_ratio);
-	else
-		kvsi_buf_fmt(&o->b, "%" PRIu64, v[i]);
+	out_str(o, name);
+	if (label) {
+		out_str(o, "{instance=\"");
+		out_escaped(o, label, true);
+		out_str(o, "\"}");
+	}
+	out_str(o, " ");
 }
 
-static bool member(const struct entry *e, enum fam fam)
+/* The # HELP and # TYPE lines of a metric, and its full name in @name;
+ * false when the name is not one the format allows. */
+static bool out_head(struct out *o, char *name, size_t size, const char *prefix, const char *stat,
+		     bool counter, const char *desc)
 {
-	return e->fam == fam || (fam == F_SLAB && e->fam == F_POOL);
+	int n = snprintf(name, size, "kvslab_%s_%s%s", prefix, stat, counter ? "_total" : "");
+
+	if (n <= 0 || (size_t)n >= size || !name_ok(name))
+		return false;
+	out_str(o, "# HELP ");
+	out_str(o, name);
+	out_str(o, " ");
+	out_escaped(o, desc, false);
+	out_str(o, "\n# TYPE ");
+	out_str(o, name);
+	out_str(o, counter ? " counter\n" : " gauge\n");
+	return true;
+}
+
+/* Family @f's samples [@a, @b) of @sn: statistic @i, and its ratio after. */
+static void out_stat(struct out *o, const struct kvsi_stat_family *f, const struct snap *sn,
+		     size_t a, size_t b, unsigned i)
+{
+	const struct kvsi_stat_ratio *r = f->ratio;
+	bool counter = kvsi_stat_counter(f, i);
+	char name[160];
+
+	if (out_head(o, name, sizeof(name), f->prefix, f->names[i], counter, f->descs[i]))
+		for (size_t k = a; k < b; k++) {
+			out_sample(o, name, sn[k].label);
+			kvsi_buf_fmt(&o->b, "%" PRIu64 "\n", sn[k].v[i]);
+		}
+	if (r && r->after == i && out_head(o, name, sizeof(name), f->prefix, r->name, false, r->desc))
+		for (size_t k = a; k < b; k++) {
+			const uint64_t *v = sn[k].v;
+
+			out_sample(o, name, sn[k].label);
+			kvsi_buf_fmt(&o->b, "%.17g\n",
+				     v[r->den] ? (double)v[r->num] / (double)v[r->den] : 0.0);
+		}
 }
 
 /**
@@ -504,12 +512,15 @@ static bool member(const struct entry *e, enum fam fam)
  * the Prometheus text exposition format 0.0.4.
  * @m: the registry.
  * @write_cb: called with successive pieces of the text (each ends at a line
- * end); it must not call kvs_metrics_* on @m.
+ * end); no lock of the registry is held, so it may call kvs_metrics_* on @m
+ * (what it adds or removes shows in the next write).
  * @arg: handed to @write_cb.
  *
- * A family without registered objects writes nothing.
+ * A family without registered objects writes nothing.  Every object is
+ * read before the first piece is written (see the locking above).
  *
- * Context: any thread; holds m->lock across the calls of @write_cb.
+ * Context: any thread; takes m->scrape and m->lock to read, neither while
+ * calling @write_cb.
  * Return: 0, or -1 with errno EINVAL (NULL @m or @write_cb) or ENOMEM (the
  * text may then have been written in part).
  */
@@ -517,73 +528,26 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 				 void (*write_cb)(void *arg, const char *data, size_t len), void *arg)
 {
 	struct out o = {.b.first = OUT_FLUSH * 2, .cb = write_cb, .arg = arg};
-	char name[160];
+	struct snap *sn;
+	size_t n, a, b;
 
 	if (!m || !write_cb)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&m->lock);
-	for (int f = 0; f < F__COUNT && !o.b.nomem; f++) {
-		const struct family *fa = &families[f];
-		kvs_hcache_stats_t *hc;
-		uint64_t *v;
-		size_t nm = 0, k;
+	sn = snapshot(m, &n, &o.b.nomem);
+	/* The snapshots are grouped by family: [a, b) is one family's. */
+	for (a = 0; a < n && !o.b.nomem; a = b) {
+		const struct kvsi_stat_family *f = sn[a].fam;
 
-		for (const struct entry *e = m->head; e; e = e->next)
-			nm += member(e, f);
-		if (!nm)
-			continue;
-		/* One snapshot a member, taken before its lines are written. */
-		v = calloc(nm * fa->n, sizeof(*v));
-		hc = calloc(nm, sizeof(*hc));
-		if (!v || !hc) {
-			free(v);
-			free(hc);
-			o.b.nomem = true;
-			break;
-		}
-		k = 0;
-		for (const struct entry *e = m->head; e; e = e->next)
-			if (member(e, f)) {
-				snap(e, f, v + k * fa->n, &hc[k]);
-				k++;
-			}
-		for (size_t i = 0; i < fa->n; i++) {
-			const struct stat_def *d = &fa->defs[i];
-			int n = snprintf(name, sizeof(name), "kvslab_%s_%s%s", fa->prefix, d->name,
-					 d->counter ? "_total" : "");
-
-			if (n <= 0 || (size_t)n >= sizeof(name) || !name_ok(name))
-				continue;
-			out_str(&o, "# HELP ");
-			out_str(&o, name);
-			out_str(&o, " ");
-			out_escaped(&o, d->desc, false);
-			out_str(&o, "\n# TYPE ");
-			out_str(&o, name);
-			out_str(&o, d->counter ? " counter\n" : " gauge\n");
-			k = 0;
-			for (const struct entry *e = m->head; e; e = e->next) {
-				if (!member(e, f))
-					continue;
-				out_str(&o, name);
-				if (e->label) {
-					out_str(&o, "{instance=\"");
-					out_escaped(&o, e->label, true);
-					out_str(&o, "\"}");
-				}
-				out_str(&o, " ");
-				out_value(&o, f, v + k * fa->n, &hc[k], i);
-				out_str(&o, "\n");
-				k++;
-			}
+		for (b = a; b < n && sn[b].fam == f; b++)
+			;
+		for (unsigned i = 0; i < f->count; i++) {
+			out_stat(&o, f, sn, a, b, i);
 			if (o.b.len >= OUT_FLUSH)
 				out_flush(&o);
 		}
-		free(v);
-		free(hc);
 	}
 	out_flush(&o);
-	pthread_mutex_unlock(&m->lock);
+	snaps_free(sn, n);
 	free(o.b.buf);
 	return o.b.nomem ? kvs_fail(ENOMEM) : 0;
 }

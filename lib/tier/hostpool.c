@@ -121,24 +121,6 @@ struct kvs_hpool {
 	uint64_t st[KVS_HPOOL_STAT__COUNT];
 };
 
-static const char *const stat_names[] = {
-#define KVS_X_NAME(n, k, d) #n,
-	KVS_HPOOL_STATS(KVS_X_NAME)
-#undef KVS_X_NAME
-};
-
-static const char *const stat_kinds[] = {
-#define KVS_X_KIND(n, k, d) #k,
-	KVS_HPOOL_STATS(KVS_X_KIND)
-#undef KVS_X_KIND
-};
-
-static const char *const stat_descs[] = {
-#define KVS_X_DESC(n, k, d) d,
-	KVS_HPOOL_STATS(KVS_X_DESC)
-#undef KVS_X_DESC
-};
-
 static inline unsigned char *host_piece(const struct kvs_hpool *hp, uint32_t page, uint32_t b)
 {
 	if (hp->layout == KVS_HPOOL_LAYER_FIRST)
@@ -379,14 +361,7 @@ KVS_EXPORT uint64_t kvs_hpool_capacity(const kvs_hpool_t *hp)
  */
 KVS_EXPORT uint64_t kvs_hpool_available(kvs_hpool_t *hp)
 {
-	uint64_t n;
-
-	if (!hp)
-		return 0;
-	pthread_mutex_lock(&hp->lock);
-	n = hp->nfree;
-	pthread_mutex_unlock(&hp->lock);
-	return n;
+	return hp ? kvs_locked_read(&hp->lock, &hp->nfree) : 0;
 }
 
 /**
@@ -1082,8 +1057,10 @@ KVS_EXPORT int kvs_hpool_xfer_free(kvs_hpool_xfer_t *x)
 
 /* ------------------------------------------------------------ statistics */
 
-void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v)
+static void hpool_fill(void *obj, uint64_t *v)
 {
+	struct kvs_hpool *hp = obj;
+
 	pthread_mutex_lock(&hp->lock);
 	memcpy(v, hp->st, sizeof(hp->st));
 	v[KVS_HPOOL_STAT_pages] = hp->npages;
@@ -1094,89 +1071,30 @@ void kvsi_hpool_stats_fill(struct kvs_hpool *hp, uint64_t *v)
 	pthread_mutex_unlock(&hp->lock);
 }
 
-/**
- * kvs_hpool_stat() - one statistic.
- * @hp: pool.
- * @item: statistic.
- *
- * Context: MT-Safe (takes hp->lock).
- * Return: its value; 0 for NULL or an unknown item.
- */
-KVS_EXPORT uint64_t kvs_hpool_stat(kvs_hpool_t *hp, enum kvs_hpool_stat item)
+static void hpool_header(void *obj, char *line, size_t size)
 {
-	uint64_t v[KVS_HPOOL_STAT__COUNT];
+	const struct kvs_hpool *hp = obj;
 
-	if (!hp || (unsigned)item >= KVS_HPOOL_STAT__COUNT)
-		return 0;
-	kvsi_hpool_stats_fill(hp, v);
-	return v[item];
-}
-
-/**
- * kvs_hpool_stat_name() - a statistic's name.
- * @item: statistic.
- *
- * Context: MT-Safe.
- * Return: a static string, or NULL for an unknown item.
- */
-KVS_EXPORT const char *kvs_hpool_stat_name(enum kvs_hpool_stat item)
-{
-	return (unsigned)item < KVS_HPOOL_STAT__COUNT ? stat_names[item] : NULL;
-}
-
-/**
- * kvs_hpool_stat_get() - read a statistic by name.
- * @hp: pool.
- * @name: as kvs_hpool_stat_name() gives it.
- * @value: receives the value.
- *
- * Context: MT-Safe (takes hp->lock).
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_hpool_stat_get(kvs_hpool_t *hp, const char *name, uint64_t *value)
-{
-	unsigned i;
-
-	if (!hp || !name || !value)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_HPOOL_STAT__COUNT; i++) {
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_hpool_stat(hp, (enum kvs_hpool_stat)i);
-			return 0;
-		}
-	}
-	return kvs_fail(ENOENT);
-}
-
-/**
- * kvs_hpool_stats_print() - print every statistic through a callback.
- * @hp: pool.
- * @write_cb: called once per line.
- * @arg: passed to @write_cb.
- *
- * Context: MT-Safe (takes hp->lock to read, not while calling @write_cb).
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hpool_stats_print(kvs_hpool_t *hp,
-				     void (*write_cb)(void *arg, const char *line), void *arg)
-{
-	uint64_t v[KVS_HPOOL_STAT__COUNT];
-	char line[200];
-	unsigned i;
-
-	if (!hp || !write_cb)
-		return kvs_fail(EINVAL);
-	kvsi_hpool_stats_fill(hp, v);
-	snprintf(line, sizeof(line),
+	snprintf(line, size,
 		 "hpool layout %s page_size %u layers %u pages %llu page_bytes %zu bytes %zu\n",
 		 hp->layout == KVS_HPOOL_PAGE_FIRST ? "page_first" : "layer_first",
 		 hp->page_size, hp->layers, (unsigned long long)hp->npages, hp->page_bytes,
 		 hp->bytes);
-	write_cb(arg, line);
-	for (i = 0; i < KVS_HPOOL_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "%-16s %20llu  %-7s # %s\n", stat_names[i],
-			 (unsigned long long)v[i], stat_kinds[i], stat_descs[i]);
-		write_cb(arg, line);
-	}
-	return 0;
 }
+
+/**
+ * kvs_hpool_stat() - one statistic; kvs_hpool_stat_get() reads one by name,
+ * kvs_hpool_stat_name() names one, kvs_hpool_stats_print() prints every one
+ * through a callback (a header line, then "name value  kind # description"
+ * lines), all through lib/stats.c.
+ * @hp: pool.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes hp->lock to read, not while calling write_cb).
+ * Return: kvs_hpool_stat(): its value, 0 for NULL or an unknown item;
+ * kvs_hpool_stat_name(): a static string, NULL for an unknown item; the
+ * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
+ * statistic).
+ */
+KVSI_STATS_FAMILY(hpool, KVS_HPOOL_STATS, hpool_fill, hpool_header, &kvsi_style_kind16, NULL, kvs_hpool_t,
+		  enum kvs_hpool_stat);

@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/tier/storage.c - the storage tier's core: page keys, object names, the
- * envelope every object carries, the backends chosen by URI, the batched
- * calls with their longest-prefix semantics, and a fault-injecting store.
- *
- * Page keys are SGLang HiCache's (get_hash_str): SHA-256 over the previous
- * page's key as 32 raw bytes (nothing for the first page), then each token
- * id as 4 bytes little-endian.  Chained, one key names a whole prefix.
+ * lib/tier/storage.c - the storage tier's core: object names, the
+ * envelope every object carries, opening a store by URI, the batched calls
+ * with their longest-prefix semantics, and the statistics.  The page keys
+ * are in lib/tier/pagekey.c, the table of backends by URI scheme in
+ * lib/tier/store_registry.c, the fault-injecting store in
+ * lib/tier/store_fault.c.
  *
  * Names.  An object is named "{64 hex digits}_{model}_{tp_rank}_{tp_size}"
  * (SGLang's file backend's names, less its ".bin"), then "_lf" when
@@ -50,121 +49,6 @@
 
 #include "internal.h"
 #include "tier/storage_be.h"
-
-/* ------------------------------------------------------------ page keys */
-
-static int sha_chain(const kvs_page_key_t *prev, const int32_t *tokens, size_t n,
-		     kvs_page_key_t *key)
-{
-#ifdef KVS_HAVE_LIBCRYPTO
-	SHA256_CTX c;
-
-	SHA256_Init(&c);
-	if (prev)
-		SHA256_Update(&c, prev->b, KVS_PAGE_KEY_BYTES);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	/* The tokens already are 4 bytes little-endian each. */
-	SHA256_Update(&c, tokens, 4 * n);
-#else
-	{
-		uint8_t buf[4 * 64];
-		size_t i, k = 0;
-
-		for (i = 0; i < n; i++) {
-			uint32_t t = (uint32_t)tokens[i];
-
-			buf[k++] = (uint8_t)t;
-			buf[k++] = (uint8_t)(t >> 8);
-			buf[k++] = (uint8_t)(t >> 16);
-			buf[k++] = (uint8_t)(t >> 24);
-			if (k == sizeof(buf)) {
-				SHA256_Update(&c, buf, k);
-				k = 0;
-			}
-		}
-		SHA256_Update(&c, buf, k);
-	}
-#endif
-	SHA256_Final(key->b, &c);
-	return 0;
-#else
-	(void)prev;
-	(void)tokens;
-	(void)n;
-	(void)key;
-	errno = ENOTSUP;
-	return -1;
-#endif
-}
-
-/**
- * kvs_page_hash() - the key of one page.
- * @prev: the key of the page before it, or NULL for the first page.
- * @tokens: the page's token ids.
- * @n: tokens (the page size; any count is hashed as given).
- * @key: receives the key.
- *
- * Context: any thread.
- * Return: 0, or -1 with errno EINVAL, or ENOTSUP (built without libcrypto).
- */
-KVS_EXPORT int kvs_page_hash(const kvs_page_key_t *prev, const int32_t *tokens, size_t n,
-			     kvs_page_key_t *key)
-{
-	if (!key || (n && !tokens))
-		return kvs_fail(EINVAL);
-	return sha_chain(prev, tokens, n, key);
-}
-
-/**
- * kvs_page_hashes() - the chained keys of every whole page of @tokens.
- * @prev: the key of the page before @tokens, or NULL.
- * @tokens: token ids.
- * @ntokens: tokens; a partial last page is not hashed.
- * @page_size: tokens per page.
- * @keys: receives ntokens / page_size keys.
- *
- * Context: any thread.
- * Return: the keys written, or -1 with errno EINVAL or ENOTSUP.
- */
-KVS_EXPORT ssize_t kvs_page_hashes(const kvs_page_key_t *prev, const int32_t *tokens,
-				   size_t ntokens, uint32_t page_size, kvs_page_key_t *keys)
-{
-	size_t np, i;
-
-	if (page_size == 0 || (ntokens >= page_size && (!tokens || !keys)))
-		return kvs_fail(EINVAL);
-	np = ntokens / page_size;
-	for (i = 0; i < np; i++) {
-		if (sha_chain(i ? &keys[i - 1] : prev, tokens + i * page_size, page_size,
-			      &keys[i]) < 0)
-			return -1;
-	}
-	return (ssize_t)np;
-}
-
-/**
- * kvs_page_key_hex() - a key as 64 lowercase hex digits (SGLang's
- * hexdigest()).
- * @key: key.
- * @hex: receives the digits and a NUL.
- *
- * Context: any thread.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_page_key_hex(const kvs_page_key_t *key, char hex[2 * KVS_PAGE_KEY_BYTES + 1])
-{
-	static const char d[] = "0123456789abcdef";
-	int i;
-
-	if (!key || !hex)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_PAGE_KEY_BYTES; i++) {
-		hex[2 * i] = d[key->b[i] >> 4];
-		hex[2 * i + 1] = d[key->b[i] & 15];
-	}
-	hex[2 * KVS_PAGE_KEY_BYTES] = 0;
-	return 0;
-}
 
 /* ------------------------------------------------------------ envelope */
 
@@ -265,18 +149,9 @@ KVS_EXPORT int kvs_store_attr_init(kvs_store_attr_t *attr)
 	return 0;
 }
 
-static const struct store_backend store_fault_backend;
-
-static const struct store_backend *const backends[] = {
-	&store_file_backend,
-#ifdef KVS_HAVE_HIREDIS
-	&store_redis_backend,
-	&store_redis_unix_backend,
-#endif
-};
-
-/* The backend of @uri's scheme; NULL with errno EINVAL (malformed) or
- * ENOTSUP (a scheme this build lacks). */
+/* The backend of @uri's scheme (lib/tier/store_registry.c's table); NULL
+ * with errno EINVAL (malformed, or no such scheme) or ENOTSUP (a scheme
+ * this build lacks). */
 static const struct store_backend *backend_of(const char *uri)
 {
 	const char *c = strstr(uri, "://");
@@ -285,12 +160,15 @@ static const struct store_backend *backend_of(const char *uri)
 	if (!c || c == uri)
 		return NULL;
 	n = (size_t)(c - uri);
-	for (i = 0; i < sizeof(backends) / sizeof(backends[0]); i++)
-		if (strlen(backends[i]->scheme) == n && strncmp(uri, backends[i]->scheme, n) == 0)
-			return backends[i];
-	if ((n == 5 && strncmp(uri, "redis", 5) == 0) ||
-	    (n == 10 && strncmp(uri, "redis+unix", 10) == 0))
-		errno = ENOTSUP;
+	for (i = 0; i < store_nbackends; i++) {
+		const struct store_backend_entry *e = &store_backends[i];
+
+		if (strlen(e->scheme) != n || strncmp(uri, e->scheme, n) != 0)
+			continue;
+		if (!e->be)
+			errno = ENOTSUP;
+		return e->be;
+	}
 	return NULL;
 }
 
@@ -531,38 +409,62 @@ KVS_EXPORT ssize_t kvs_store_exists(kvs_store_t *s, const kvs_page_key_t *keys, 
 	return (ssize_t)r;
 }
 
-/* Get into val[i] (page_bytes each); the pages returned from the first. */
-static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, void *const *val)
-{
+/* The scratch of one batched call: the objects' names, their headers,
+ * pointers to the headers, and the backend's per-object results (@rsize
+ * bytes each, zeroed). */
+struct batch {
+	char **names;
 	uint8_t *hdrs;
 	void **hp;
-	ssize_t *got;
-	char **names;
-	size_t i, ok = 0;
-	bool run = true;
+	void *res;
+};
 
-	names = names_of(s, keys, n);
-	hdrs = malloc(n * STORE_HDR_BYTES);
-	hp = malloc(n * sizeof(*hp));
-	got = malloc(n * sizeof(*got));
-	if (!names || !hdrs || !hp || !got) {
-		free(names);
-		free(hdrs);
-		free(hp);
-		free(got);
+static void batch_free(struct batch *b)
+{
+	free(b->names);
+	free(b->hdrs);
+	free(b->hp);
+	free(b->res);
+}
+
+static int batch_alloc(struct batch *b, const struct kvs_store *s, const kvs_page_key_t *keys,
+		       size_t n, size_t rsize)
+{
+	size_t i;
+
+	b->names = names_of(s, keys, n);
+	b->hdrs = malloc(n * STORE_HDR_BYTES);
+	b->hp = malloc(n * sizeof(*b->hp));
+	b->res = calloc(n, rsize);
+	if (!b->names || !b->hdrs || !b->hp || !b->res) {
+		batch_free(b);
 		return kvs_fail(ENOMEM);
 	}
 	for (i = 0; i < n; i++)
-		hp[i] = hdrs + i * STORE_HDR_BYTES;
-	s->be->get(s, (const char *const *)names, n, hp, val, got);
+		b->hp[i] = b->hdrs + i * STORE_HDR_BYTES;
+	return 0;
+}
+
+/* Get into val[i] (page_bytes each); the pages returned from the first. */
+static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, void *const *val)
+{
+	struct batch b;
+	ssize_t *got;
+	size_t i, ok = 0;
+	bool run = true;
+
+	if (batch_alloc(&b, s, keys, n, sizeof(*got)) < 0)
+		return -1;
+	got = b.res;
+	s->be->get(s, (const char *const *)b.names, n, b.hp, val, got);
 	for (i = 0; i < n; i++) {
 		bool good = got[i] == (ssize_t)(STORE_HDR_BYTES + s->attr.page_bytes) &&
-			    hdr_check(s, &keys[i], val[i], hp[i]);
+			    hdr_check(s, &keys[i], val[i], b.hp[i]);
 
-		if (!good && hdr_ours(s, hp[i], got[i])) {
+		if (!good && hdr_ours(s, b.hp[i], got[i])) {
 			/* Ours, but torn, short, long or flipped. */
 			store_count(s, KVS_STORE_STAT_checksum_fail, 1);
-			(void)s->be->remove(s, names[i]);
+			(void)s->be->remove(s, b.names[i]);
 		}
 		if (good && run) {
 			ok++;
@@ -574,40 +476,24 @@ static ssize_t get_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n, vo
 	store_count(s, KVS_STORE_STAT_get_pages, n);
 	store_count(s, KVS_STORE_STAT_get_hits, ok);
 	store_count(s, KVS_STORE_STAT_get_misses, n - ok);
-	free(names);
-	free(hdrs);
-	free(hp);
-	free(got);
+	batch_free(&b);
 	return (ssize_t)ok;
 }
 
 static ssize_t set_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 			const void *const *val)
 {
-	uint8_t *hdrs;
-	const void **hp;
+	struct batch b;
 	int *res;
-	char **names;
 	size_t i, ok = 0;
 	bool run = true;
 
-	names = names_of(s, keys, n);
-	hdrs = malloc(n * STORE_HDR_BYTES);
-	hp = malloc(n * sizeof(*hp));
-	res = malloc(n * sizeof(*res));
-	if (!names || !hdrs || !hp || !res) {
-		free(names);
-		free(hdrs);
-		free(hp);
-		free(res);
-		return kvs_fail(ENOMEM);
-	}
-	for (i = 0; i < n; i++) {
-		hdr_build(s, &keys[i], val[i], hdrs + i * STORE_HDR_BYTES);
-		hp[i] = hdrs + i * STORE_HDR_BYTES;
-		res[i] = 0;
-	}
-	s->be->set(s, (const char *const *)names, n, hp, val, res);
+	if (batch_alloc(&b, s, keys, n, sizeof(*res)) < 0)
+		return -1;
+	res = b.res;
+	for (i = 0; i < n; i++)
+		hdr_build(s, &keys[i], val[i], b.hp[i]);
+	s->be->set(s, (const char *const *)b.names, n, (const void *const *)b.hp, val, res);
 	for (i = 0; i < n; i++) {
 		if (res[i] == 1) {
 			store_count(s, KVS_STORE_STAT_set_stored, 1);
@@ -621,10 +507,7 @@ static ssize_t set_impl(kvs_store_t *s, const kvs_page_key_t *keys, size_t n,
 			run = false;
 	}
 	store_count(s, KVS_STORE_STAT_set_pages, n);
-	free(names);
-	free(hdrs);
-	free(hp);
-	free(res);
+	batch_free(&b);
 	return (ssize_t)ok;
 }
 
@@ -800,357 +683,28 @@ KVS_EXPORT ssize_t kvs_store_set_pages(kvs_store_t *s, const kvs_page_key_t *key
 	return pages_io(s, keys, n, hp, host_pages, true);
 }
 
-/* ------------------------------------------------------------ faults */
-
-struct fault {
-	struct kvs_store *inner;
-	pthread_mutex_t lock;
-	uint64_t calls[KVS_SOP__COUNT];
-	uint64_t nth[KVS_SOP__COUNT];	/* fail the nth call from now (0: none) */
-	int nth_kind[KVS_SOP__COUNT];
-	double p[KVS_SOP__COUNT];
-	int p_kind[KVS_SOP__COUNT];
-	uint64_t rng;
-};
-
-/* Does this call of @op fail, and how (-1: it does not)? */
-static int fault_roll(struct kvs_store *s, enum kvs_store_op op)
-{
-	struct fault *f = s->be_priv;
-	int kind = -1;
-	enum kvs_store_op o;
-
-	pthread_mutex_lock(&f->lock);
-	for (o = op;; o = KVS_SOP_ANY) {
-		f->calls[o]++;
-		if (f->nth[o] && --f->nth[o] == 0)
-			kind = f->nth_kind[o];
-		if (kind < 0 && f->p[o] > 0) {
-			f->rng ^= f->rng << 13;
-			f->rng ^= f->rng >> 7;
-			f->rng ^= f->rng << 17;
-			if ((double)(f->rng >> 11) / 9007199254740992.0 < f->p[o])
-				kind = f->p_kind[o];
-		}
-		if (o == KVS_SOP_ANY)
-			break;
-	}
-	pthread_mutex_unlock(&f->lock);
-	return kind;
-}
-
-static int fault_be_open(struct kvs_store *s, const char *uri)
-{
-	(void)s;
-	(void)uri;
-	return 0;
-}
-
-static void fault_be_close(struct kvs_store *s)
-{
-	struct fault *f = s->be_priv;
-
-	pthread_mutex_destroy(&f->lock);
-	free(f);
-}
-
-static size_t fault_be_exists(struct kvs_store *s, const char *const *names, size_t n)
-{
-	struct fault *f = s->be_priv;
-
-	if (fault_roll(s, KVS_SOP_EXISTS) >= 0) {
-		store_count(s, KVS_STORE_STAT_io_errors, 1);
-		return 0;
-	}
-	return f->inner->be->exists(f->inner, names, n);
-}
-
-static void fault_be_get(struct kvs_store *s, const char *const *names, size_t n,
-			 void *const *hdr, void *const *val, ssize_t *got)
-{
-	struct fault *f = s->be_priv;
-	int kind = fault_roll(s, KVS_SOP_GET);
-	size_t i;
-
-	if (kind == KVS_SFAULT_ERROR) {
-		for (i = 0; i < n; i++)
-			got[i] = -1;
-		store_count(s, KVS_STORE_STAT_io_errors, n); /* per page, as the backends */
-		return;
-	}
-	f->inner->be->get(f->inner, names, n, hdr, val, got);
-	if (kind < 0 || n == 0)
-		return;
-	/* The first object present is the one damaged. */
-	for (i = 0; i < n && got[i] < 0; i++)
-		;
-	if (i == n)
-		return;
-	if (kind == KVS_SFAULT_SHORT)
-		got[i] = got[i] > 1 ? got[i] / 2 : 0;
-	else
-		((uint8_t *)val[i])[s->attr.page_bytes / 2] ^= 0x40;
-}
-
-static void fault_be_set(struct kvs_store *s, const char *const *names, size_t n,
-			 const void *const *hdr, const void *const *val, int *res)
-{
-	struct fault *f = s->be_priv;
-	int kind = fault_roll(s, KVS_SOP_SET);
-	size_t i;
-
-	if (kind == KVS_SFAULT_ERROR) {
-		for (i = 0; i < n; i++)
-			res[i] = 0;
-		store_count(s, KVS_STORE_STAT_io_errors, n);
-		return;
-	}
-	if (kind == KVS_SFAULT_SHORT || kind == KVS_SFAULT_CORRUPT) {
-		/* A torn write: the first object's value half there (or with a
-		 * flipped byte), as a crash or a bad disk would leave it. */
-		uint8_t *bad = malloc(s->attr.page_bytes);
-		const void **v2 = malloc(n * sizeof(*v2));
-
-		if (!bad || !v2) {
-			free(bad);
-			free(v2);
-			for (i = 0; i < n; i++)
-				res[i] = 0;
-			return;
-		}
-		memcpy(bad, val[0], s->attr.page_bytes);
-		if (kind == KVS_SFAULT_SHORT)
-			memset(bad + s->attr.page_bytes / 2, 0, s->attr.page_bytes - s->attr.page_bytes / 2);
-		else
-			bad[s->attr.page_bytes / 2] ^= 0x40;
-		memcpy(v2, val, n * sizeof(*v2));
-		v2[0] = bad;
-		f->inner->be->set(f->inner, names, n, hdr, v2, res);
-		free(bad);
-		free(v2);
-		return;
-	}
-	f->inner->be->set(f->inner, names, n, hdr, val, res);
-}
-
-static int fault_be_remove(struct kvs_store *s, const char *name)
-{
-	struct fault *f = s->be_priv;
-
-	return f->inner->be->remove(f->inner, name);
-}
-
-static const struct store_backend store_fault_backend = {
-	.scheme = "fault",
-	.open = fault_be_open,
-	.close = fault_be_close,
-	.exists = fault_be_exists,
-	.get = fault_be_get,
-	.set = fault_be_set,
-	.remove = fault_be_remove,
-};
-
-static struct fault *fault_of(kvs_store_t *s)
-{
-	return s && s->be == &store_fault_backend ? s->be_priv : NULL;
-}
-
-/**
- * kvs_store_fault_open() - a store that passes every call to @inner and
- * fails the ones it is told to, below the envelope (so the core's checks
- * see what a failing backend would hand back).
- * @inner: the store to wrap; it must outlive the wrapper, which does not
- *         close it.
- *
- * Context: any thread.
- * Return: the wrapper, or NULL with errno EINVAL or ENOMEM.
- */
-KVS_EXPORT kvs_store_t *kvs_store_fault_open(kvs_store_t *inner)
-{
-	struct kvs_store *s;
-	struct fault *f;
-
-	if (!inner) {
-		errno = EINVAL;
-		return NULL;
-	}
-	s = calloc(1, sizeof(*s));
-	f = calloc(1, sizeof(*f));
-	if (!s || !f || pthread_mutex_init(&f->lock, NULL) != 0) {
-		free(s);
-		free(f);
-		errno = ENOMEM;
-		return NULL;
-	}
-	f->inner = inner;
-	f->rng = 0x2545F4914F6CDD1Dull;
-	s->attr = inner->attr; /* its strings stay inner's: not freed here */
-	memcpy(s->ns, inner->ns, sizeof(s->ns));
-	s->ns_fp = inner->ns_fp;
-	s->be = &store_fault_backend;
-	s->be_priv = f;
-	return s;
-}
-
-/**
- * kvs_store_fault_fail_nth() - fail the @nth next call of @op.
- * @fault: a store from kvs_store_fault_open().
- * @op: KVS_SOP_EXISTS, _GET, _SET, or _ANY (any of them).
- * @nth: 1: the next call; 0 disarms.
- * @kind: KVS_SFAULT_ERROR, _SHORT or _CORRUPT.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_store_fault_fail_nth(kvs_store_t *fault, enum kvs_store_op op, uint64_t nth,
-					int kind)
-{
-	struct fault *f = fault_of(fault);
-
-	if (!f || (unsigned)op >= KVS_SOP__COUNT || kind < KVS_SFAULT_ERROR ||
-	    kind > KVS_SFAULT_CORRUPT)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&f->lock);
-	f->nth[op] = nth;
-	f->nth_kind[op] = kind;
-	pthread_mutex_unlock(&f->lock);
-	return 0;
-}
-
-/**
- * kvs_store_fault_fail_random() - fail each call of @op with probability
- * @p, from a seeded generator.
- * @fault: a store from kvs_store_fault_open().
- * @op: as kvs_store_fault_fail_nth().
- * @p: probability in [0, 1]; 0 disarms.
- * @seed: the generator's seed (non-zero).
- * @kind: as kvs_store_fault_fail_nth().
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_store_fault_fail_random(kvs_store_t *fault, enum kvs_store_op op, double p,
-					   uint64_t seed, int kind)
-{
-	struct fault *f = fault_of(fault);
-
-	if (!f || (unsigned)op >= KVS_SOP__COUNT || !(p >= 0 && p <= 1) || seed == 0 ||
-	    kind < KVS_SFAULT_ERROR || kind > KVS_SFAULT_CORRUPT)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&f->lock);
-	f->p[op] = p;
-	f->p_kind[op] = kind;
-	f->rng = seed;
-	pthread_mutex_unlock(&f->lock);
-	return 0;
-}
-
-/**
- * kvs_store_fault_clear() - disarm every fault.
- * @fault: a store from kvs_store_fault_open().
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_store_fault_clear(kvs_store_t *fault)
-{
-	struct fault *f = fault_of(fault);
-	int i;
-
-	if (!f)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&f->lock);
-	for (i = 0; i < KVS_SOP__COUNT; i++) {
-		f->nth[i] = 0;
-		f->p[i] = 0;
-	}
-	pthread_mutex_unlock(&f->lock);
-	return 0;
-}
-
 /* ------------------------------------------------------------ stats */
 
-#define KVS_X_NAME(n, k, d) #n,
-static const char *const stat_names[] = {KVS_STORE_STATS(KVS_X_NAME)};
-#undef KVS_X_NAME
+/* Relaxed atomic counters, read one by one. */
+static void store_fill(void *obj, uint64_t *v)
+{
+	struct kvs_store *s = obj;
+
+	for (unsigned i = 0; i < KVS_STORE_STAT__COUNT; i++)
+		v[i] = atomic_load_explicit(&s->st[i], memory_order_relaxed);
+}
 
 /**
- * kvs_store_stat() - one statistic.
+ * kvs_store_stat() - one statistic; kvs_store_stat_get() reads one by name,
+ * kvs_store_stat_name() names one, kvs_store_stats_print() prints every one
+ * as "store name value\n" lines, all through lib/stats.c.
  * @s: store.
  * @item: which.
  *
  * Context: MT-Safe.
- * Return: its value, or 0 with errno EINVAL.
+ * Return: kvs_store_stat(): its value, or 0 with errno EINVAL;
+ * kvs_store_stat_name(): the name, or NULL with errno EINVAL; the others:
+ * 0, or -1 with errno EINVAL or ENOENT.
  */
-KVS_EXPORT uint64_t kvs_store_stat(kvs_store_t *s, enum kvs_store_stat item)
-{
-	if (!s || (unsigned)item >= KVS_STORE_STAT__COUNT) {
-		errno = EINVAL;
-		return 0;
-	}
-	return atomic_load_explicit(&s->st[item], memory_order_relaxed);
-}
-
-/**
- * kvs_store_stat_name() - a statistic's name.
- * @item: which.
- *
- * Context: any thread.
- * Return: the name, or NULL with errno EINVAL.
- */
-KVS_EXPORT const char *kvs_store_stat_name(enum kvs_store_stat item)
-{
-	if ((unsigned)item >= KVS_STORE_STAT__COUNT) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return stat_names[item];
-}
-
-/**
- * kvs_store_stat_get() - a statistic by name.
- * @s: store.
- * @name: its name.
- * @value: receives it.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOENT.
- */
-KVS_EXPORT int kvs_store_stat_get(kvs_store_t *s, const char *name, uint64_t *value)
-{
-	int i;
-
-	if (!s || !name || !value)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_STORE_STAT__COUNT; i++)
-		if (strcmp(name, stat_names[i]) == 0) {
-			*value = kvs_store_stat(s, (enum kvs_store_stat)i);
-			return 0;
-		}
-	return kvs_fail(ENOENT);
-}
-
-/**
- * kvs_store_stats_print() - every statistic as "name value\n" lines.
- * @s: store.
- * @write_cb: receives each line.
- * @arg: its argument.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_store_stats_print(kvs_store_t *s, void (*write_cb)(void *arg, const char *line),
-				     void *arg)
-{
-	char line[128];
-	int i;
-
-	if (!s || !write_cb)
-		return kvs_fail(EINVAL);
-	for (i = 0; i < KVS_STORE_STAT__COUNT; i++) {
-		snprintf(line, sizeof(line), "store %s %llu\n", stat_names[i],
-			 (unsigned long long)kvs_store_stat(s, (enum kvs_store_stat)i));
-		write_cb(arg, line);
-	}
-	return 0;
-}
+KVSI_STATS_FAMILY(store, KVS_STORE_STATS, store_fill, NULL, &kvsi_style_plain, NULL, kvs_store_t,
+		  enum kvs_store_stat);

@@ -62,6 +62,13 @@ struct store_backend {
 	int (*remove)(struct kvs_store *s, const char *name);
 };
 
+/* The calls of a backend after .open, named PREFIX_close, PREFIX_exists,
+ * ... as every backend names them:
+ *	{ .scheme = "file", .open = file_open, STORE_BACKEND_OPS(file) } */
+#define STORE_BACKEND_OPS(prefix)                                                  \
+	.close = prefix##_close, .exists = prefix##_exists, .get = prefix##_get,   \
+	.set = prefix##_set, .remove = prefix##_remove
+
 struct kvs_store {
 	const struct store_backend *be;
 	void *be_priv;
@@ -92,5 +99,15 @@ extern const struct store_backend store_file_backend;
 extern const struct store_backend store_redis_backend;
 extern const struct store_backend store_redis_unix_backend;
 #endif
+
+/* lib/tier/store_registry.c: every scheme kvs_store_open() knows, in
+ * order; @be NULL for one this build lacks. */
+struct store_backend_entry {
+	const char *scheme;
+	const struct store_backend *be;
+};
+
+extern const struct store_backend_entry store_backends[];
+extern const size_t store_nbackends;
 
 #endif /* KVSLAB_STORAGE_BE_H */

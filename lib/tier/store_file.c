@@ -701,9 +701,5 @@ static int file_remove(struct kvs_store *s, const char *name)
 const struct store_backend store_file_backend = {
 	.scheme = "file",
 	.open = file_open,
-	.close = file_close,
-	.exists = file_exists,
-	.get = file_get,
-	.set = file_set,
-	.remove = file_remove,
+	STORE_BACKEND_OPS(file),
 };

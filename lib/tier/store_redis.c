@@ -701,14 +701,40 @@ static void redis_close(struct kvs_store *s)
 
 /* ------------------------------------------------------------ calls */
 
+/* Every call starts by taking the connection (rs->lock) and making sure it
+ * is up; false: it is not (the lock is held all the same). */
+static bool call_begin(struct kvs_store *s, struct rstore *rs)
+{
+	pthread_mutex_lock(&rs->lock);
+	return conn_up(s, rs);
+}
+
+/* ... and ends by counting the commands that failed and letting it go. */
+static void call_end(struct kvs_store *s, struct rstore *rs, size_t failed)
+{
+	if (failed)
+		store_count(s, KVS_STORE_STAT_io_errors, failed);
+	pthread_mutex_unlock(&rs->lock);
+}
+
+/* The reply to command @i of @n, or NULL with every command from @i on
+ * counted in *@failed (the connection is gone). */
+static struct rrep *reply_of(struct rstore *rs, size_t i, size_t n, size_t *failed)
+{
+	struct rrep *r = reply(rs);
+
+	if (!r)
+		*failed += n - i;
+	return r;
+}
+
 static size_t redis_exists(struct kvs_store *s, const char *const *names, size_t n)
 {
 	struct rstore *rs = s->be_priv;
 	size_t i, hits = 0, failed = 0;
 	bool run = true;
 
-	pthread_mutex_lock(&rs->lock);
-	if (!conn_up(s, rs)) {
+	if (!call_begin(s, rs)) {
 		failed = n;
 		goto out;
 	}
@@ -723,12 +749,10 @@ static size_t redis_exists(struct kvs_store *s, const char *const *names, size_t
 		goto out;
 	}
 	for (i = 0; i < n; i++) {
-		struct rrep *r = reply(rs);
+		struct rrep *r = reply_of(rs, i, n, &failed);
 
-		if (!r) {
-			failed += n - i;
+		if (!r)
 			break;
-		}
 		if (r->type == REDIS_REPLY_ERROR)
 			failed++;
 		if (!(r->type == REDIS_REPLY_INTEGER && r->integer == 1))
@@ -738,9 +762,7 @@ static size_t redis_exists(struct kvs_store *s, const char *const *names, size_t
 		rrep_free(r);
 	}
 out:
-	if (failed)
-		store_count(s, KVS_STORE_STAT_io_errors, failed);
-	pthread_mutex_unlock(&rs->lock);
+	call_end(s, rs, failed);
 	return hits;
 }
 
@@ -757,8 +779,7 @@ static void redis_get(struct kvs_store *s, const char *const *names, size_t n,
 
 	for (i = 0; i < n; i++)
 		got[i] = -1;
-	pthread_mutex_lock(&rs->lock);
-	if (!conn_up(s, rs)) {
+	if (!call_begin(s, rs)) {
 		failed = n;
 		goto out;
 	}
@@ -787,12 +808,10 @@ static void redis_get(struct kvs_store *s, const char *const *names, size_t n,
 		rs->dest.hdr = hdr[i];
 		rs->dest.val = val[i];
 		rs->dest.val_bytes = s->attr.page_bytes;
-		r = reply(rs);
+		r = reply_of(rs, i, n, &failed);
 		rs->dest.on = false;
-		if (!r) {
-			failed += n - i;
+		if (!r)
 			break;
-		}
 		if (r->type == REDIS_REPLY_STRING && !r->str)
 			got[i] = (ssize_t)r->len;
 		else if (r->type != REDIS_REPLY_NIL)
@@ -800,9 +819,7 @@ static void redis_get(struct kvs_store *s, const char *const *names, size_t n,
 		rrep_free(r);
 	}
 out:
-	if (failed)
-		store_count(s, KVS_STORE_STAT_io_errors, failed);
-	pthread_mutex_unlock(&rs->lock);
+	call_end(s, rs, failed);
 }
 
 static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
@@ -816,8 +833,7 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 	for (i = 0; i < n; i++)
 		res[i] = 0;
 	snprintf(ttl, sizeof(ttl), "%u", s->attr.ttl_s);
-	pthread_mutex_lock(&rs->lock);
-	if (!conn_up(s, rs)) {
+	if (!call_begin(s, rs)) {
 		failed = n;
 		goto out;
 	}
@@ -859,12 +875,10 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 		goto out;
 	}
 	for (i = 0; i < n; i++) {
-		struct rrep *r = reply(rs);
+		struct rrep *r = reply_of(rs, i, n, &failed);
 
-		if (!r) {
-			failed += n - i;
+		if (!r)
 			break;
-		}
 		if (r->type == REDIS_REPLY_STATUS && r->str && strcmp(r->str, "OK") == 0)
 			res[i] = 1;
 		else if (r->type == REDIS_REPLY_NIL)
@@ -874,9 +888,7 @@ static void redis_set(struct kvs_store *s, const char *const *names, size_t n,
 		rrep_free(r);
 	}
 out:
-	if (failed)
-		store_count(s, KVS_STORE_STAT_io_errors, failed);
-	pthread_mutex_unlock(&rs->lock);
+	call_end(s, rs, failed);
 	free(cut);
 	free(iov);
 }
@@ -887,8 +899,7 @@ static int redis_remove(struct kvs_store *s, const char *name)
 	struct rrep *r = NULL;
 	int rc = -1;
 
-	pthread_mutex_lock(&rs->lock);
-	if (!conn_up(s, rs))
+	if (!call_begin(s, rs))
 		goto out;
 	rs->len = 0;
 	if (buf_keycmd(s, rs, "DEL", name) < 0)
@@ -899,29 +910,19 @@ static int redis_remove(struct kvs_store *s, const char *name)
 	if (r && r->type == REDIS_REPLY_INTEGER)
 		rc = 0;
 out:
-	if (rc < 0)
-		store_count(s, KVS_STORE_STAT_io_errors, 1);
 	rrep_free(r);
-	pthread_mutex_unlock(&rs->lock);
+	call_end(s, rs, rc < 0);
 	return rc;
 }
 
 const struct store_backend store_redis_backend = {
 	.scheme = "redis",
 	.open = redis_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.set = redis_set,
-	.remove = redis_remove,
+	STORE_BACKEND_OPS(redis),
 };
 
 const struct store_backend store_redis_unix_backend = {
 	.scheme = "redis+unix",
 	.open = redis_unix_open,
-	.close = redis_close,
-	.exists = redis_exists,
-	.get = redis_get,
-	.set = redis_set,
-	.remove = redis_remove,
+	STORE_BACKEND_OPS(redis),
 };

@@ -683,6 +683,100 @@ START_TEST(test_window_metrics)
 }
 END_TEST
 
+/* The accessors of the KVS_HCACHE_STATS list: each item is the field of
+ * kvs_hcache_stats() of the same name, by number and by name, and the
+ * print is a header line and one line per item. */
+struct lines {
+	int n;
+	char last[256];
+	char all[4096];
+};
+
+static void line_cb(void *arg, const char *line)
+{
+	struct lines *l = arg;
+
+	l->n++;
+	snprintf(l->last, sizeof(l->last), "%s", line);
+	strncat(l->all, line, sizeof(l->all) - strlen(l->all) - 1);
+}
+
+START_TEST(test_stat_accessors)
+{
+	static const char *const names[] = {
+#define NAME(n, k, d) #n,
+		KVS_HCACHE_STATS(NAME)
+#undef NAME
+	};
+	struct env e;
+	int32_t a[8], b[8];
+	kvs_block_hash_t h[4];
+	kvs_hcache_stats_t st;
+	struct lines l = {0};
+	uint64_t v, want[KVS_HCACHE_STAT__COUNT];
+	char line[128];
+	int i;
+
+	env_open(&e, 4, 16, 2);
+	request(&e, 1, 13, a, NULL);
+	release(&e, a, 4);
+	hashes(h, 1, 3);
+	ck_assert_int_eq(kvs_hcache_lookup(e.hc, h, 3, 13, b), 3);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	i = 0;
+#define FIELD(n, k, d) want[i++] = st.n;
+	KVS_HCACHE_STATS(FIELD)
+#undef FIELD
+	ck_assert_int_eq(i, KVS_HCACHE_STAT__COUNT);
+	ck_assert_uint_eq(want[KVS_HCACHE_STAT_queries], 2);
+	ck_assert_uint_eq(want[KVS_HCACHE_STAT_hit_blocks], 3);
+	ck_assert_uint_eq(want[KVS_HCACHE_STAT_used_blocks], 3);
+	for (i = 0; i < KVS_HCACHE_STAT__COUNT; i++) {
+		ck_assert_str_eq(kvs_hcache_stat_name(i), names[i]);
+		ck_assert_uint_eq(kvs_hcache_stat(e.hc, i), want[i]);
+		v = ~0ULL;
+		ck_assert_int_eq(kvs_hcache_stat_get(e.hc, names[i], &v), 0);
+		ck_assert_uint_eq(v, want[i]);
+	}
+	ck_assert_ptr_null(kvs_hcache_stat_name(KVS_HCACHE_STAT__COUNT));
+	ck_assert_uint_eq(kvs_hcache_stat(e.hc, KVS_HCACHE_STAT__COUNT), 0);
+	ck_assert_uint_eq(kvs_hcache_stat(NULL, KVS_HCACHE_STAT_queries), 0);
+	v = 7;
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stat_get(e.hc, "window_hit_ratio", &v), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_uint_eq(v, 7);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stat_get(NULL, "queries", &v), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stat_get(e.hc, NULL, &v), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stat_get(e.hc, "queries", NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stats_print(e.hc, NULL, &l), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_stats_print(NULL, line_cb, &l), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(l.n, 0);
+	ck_assert_int_eq(kvs_hcache_stats_print(e.hc, line_cb, &l), 0);
+	ck_assert_int_eq(l.n, 1 + KVS_HCACHE_STAT__COUNT);
+	ck_assert(strncmp(l.all, "hcache block_size 4 blocks ", 27) == 0);
+	ck_assert_ptr_nonnull(strstr(l.all, " window 2\n"));
+	snprintf(line, sizeof(line), "%-20s %20llu  %-7s # %s\n", "window_hit_tokens",
+		 (unsigned long long)want[KVS_HCACHE_STAT_window_hit_tokens], "gauge",
+		 "hit_tokens over the last window requests");
+	ck_assert_str_eq(l.last, line);
+	snprintf(line, sizeof(line), "\n%-20s %20llu  %-7s # ", "hit_blocks", 3ULL, "counter");
+	ck_assert_ptr_nonnull(strstr(l.all, line));
+	ck_assert_int_eq(kvs_hcache_free(e.hc, b, 3), 0);
+	env_close(&e);
+}
+END_TEST
+
 /* vLLM's free queue after a failed admission (tests/v1/core/
  * test_prefix_caching.py): the scheduler's lookup does not touch the hits,
  * and allocate_slots() touches them only once the new blocks can be had, so
@@ -1151,6 +1245,7 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_event_token_ids);
 	tcase_add_test(tc, test_duplicates_allowed);
 	tcase_add_test(tc, test_window_metrics);
+	tcase_add_test(tc, test_stat_accessors);
 	tcase_add_test(tc, test_bad_input);
 	tcase_add_test(tc, test_failed_admission_keeps_queue);
 	tcase_add_test(tc, test_hit_rate_in_tokens);

@@ -9,6 +9,8 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +376,97 @@ START_TEST(test_write_all)
 }
 END_TEST
 
+/* The registry's locks are not held across write_cb (nor across the
+ * objects' reads): a write_cb may add and remove objects, from its own
+ * thread or another, and what it changes shows in the next write.  With
+ * the list lock held across write_cb, the other thread's calls would wait
+ * for ever: the join times out. */
+struct churn {
+	kvs_metrics_t *m;
+	struct objs *o;
+	int rc[3], done;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+
+	c->rc[0] = kvs_metrics_add_hcache(c->m, c->o->hc, "hc");
+	c->rc[1] = kvs_metrics_remove(c->m, c->o->d);
+	c->rc[2] = kvs_metrics_add_drv(c->m, c->o->d, "host1");
+	return NULL;
+}
+
+static void churn_cb(void *arg, const char *data, size_t len)
+{
+	struct churn *c = arg;
+	struct timespec until;
+	pthread_t t;
+
+	(void)data;
+	(void)len;
+	if (c->done++)
+		return;
+	ck_assert_int_eq(pthread_create(&t, NULL, churn_main, c), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	ck_assert_msg(pthread_timedjoin_np(t, NULL, &until) == 0,
+		      "kvs_metrics_add/remove waited for a write_cb");
+	/* And from the writing thread itself. */
+	ck_assert_int_eq(kvs_metrics_add_store(c->m, c->o->st, NULL), 0);
+}
+
+START_TEST(test_write_cb_unlocked)
+{
+	char dir[] = "/tmp/kvs_metrics_XXXXXX";
+	struct objs o = {0};
+	struct churn c = {0};
+	struct buf b = {0};
+	kvs_block_hash_t h[2] = {0};
+	int32_t blk[2];
+	kvs_metrics_t *m;
+	char *samples, *p, *q;
+	int status;
+
+	open_all(&o, dir);
+	m = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	c.m = m;
+	c.o = &o;
+	ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, "host0"), 0);
+	ck_assert_int_eq(kvs_metrics_write(m, churn_cb, &c), 0);
+	ck_assert_int_eq(c.done, 1);
+	ck_assert_int_eq(c.rc[0], 0);
+	ck_assert_int_eq(c.rc[1], 0);
+	ck_assert_int_eq(c.rc[2], 0);
+	/* Two lookups of two blocks, none cached: a window ratio of 0, then
+	 * the hcache family in the next write, its ratio after
+	 * window_hit_blocks. */
+	h[0].len = h[1].len = 8;
+	h[1].bytes[0] = 1;
+	ck_assert_int_eq(kvs_hcache_lookup(o.hc, h, 2, 12, blk), 0);
+	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_drv_reserve_calls_total{instance=\"host1\"} "));
+	ck_assert_ptr_null(strstr(b.p, "instance=\"host0\""));
+	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_store_exists_calls_total "));
+	p = strstr(b.p, "kvslab_hcache_window_hit_blocks{instance=\"hc\"} 0\n");
+	q = strstr(b.p, "# HELP kvslab_hcache_window_hit_ratio window_hit_blocks / "
+		       "window_query_blocks, 0 if none\n# TYPE kvslab_hcache_window_hit_ratio gauge\n"
+		       "kvslab_hcache_window_hit_ratio{instance=\"hc\"} 0\n"
+		       "# HELP kvslab_hcache_cached_blocks ");
+	ck_assert_ptr_nonnull(p);
+	ck_assert_ptr_nonnull(q);
+	ck_assert_ptr_eq(strchr(p, '#'), q);
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_hcache_query_blocks_total{instance=\"hc\"} 2\n"));
+	samples = prom_check(b.p, b.len, &status);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	free(samples);
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	close_all(&o, dir);
+	free(b.p);
+}
+END_TEST
+
 /* A label that is not UTF-8 is refused (the scrape would be unparsable,
  * and the format has no escape for a raw byte) and changes nothing; one
  * that is UTF-8, multi-byte and 4-byte sequences included, is written as
@@ -469,6 +562,7 @@ static Suite *metrics_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_write_all);
+	tcase_add_test(tc, test_write_cb_unlocked);
 	tcase_add_test(tc, test_checker_strict);
 	tcase_add_test(tc, test_label_utf8);
 	suite_add_tcase(s, tc);
