@@ -1,0 +1,999 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/cache/hiradix_xfer.c - the transfer controller of the hierarchical
+ * radix cache (lib/cache/hiradix.c is the tree, lib/cache/hiradix_int.h
+ * the shared structures): backups of device nodes to the host pool, loads
+ * back of tombstones to the device, their queues, acks and failures, the
+ * poll thread (KVS_HIRADIX_THREAD), and the cache's creation and
+ * destruction, which start and drain all of it.
+ *
+ * Host copies.  host != NULL and !host_ok: a backup is pending (bt, its
+ * batch: queued, in flight, or complete while its parent's copy is not
+ * valid yet).  A host copy becomes valid only when its own transfer
+ * completed and its parent's copy is valid, so valid copies always form a
+ * prefix from the root (the backup invariant); a transfer that fails drops
+ * its node's host pages and those of every descendant (whose copies could
+ * only be pending).  Completions are taken in by polls, or waited for where
+ * a call needs a node settled (a match or insert through a node being
+ * loaded, write-back eviction, destroy).
+ *
+ * The queues.  A backup or a load back is first queued (h->wq, h->lq:
+ * batches with no transfer yet); hr_submit_writes() and hr_submit_loads()
+ * start everything queued as one kvs_hpool_backup() or kvs_hpool_load(),
+ * whose runs of adjacent pages the host pool merges into single copies, and
+ * put the batch at the tail of its ack queue (h->wacks, h->lacks).  Without
+ * KVS_HIRADIX_DEFER each call submits what it queued before it returns;
+ * with it the queues wait for kvs_hiradix_submit(), a poll, or a call that
+ * must wait for one of their copies.
+ *
+ * Acks.  take_acks() finds the batches that completed.  Backup batches are
+ * taken in order, and only as many as the agree hook allows (the minimum
+ * over tensor-parallel ranks), so that every rank marks the same nodes
+ * backed up.  A batch's state (0 in flight, 1 done, -1 failed) then drives
+ * its nodes: resolve() makes a done node's copy valid once its parent's is
+ * (cascading down), drops a failed one's.  A batch is freed when it is
+ * resolved, no node or load refers to it (refs) and, for a load handed to
+ * the caller, the caller's next poll or submit has come (handed).  Host
+ * pages of a copy dropped while its batch is in flight cannot be freed yet
+ * (busy in the transfer): they wait on the batch (orphans).
+ *
+ * Locking: everything here runs with h->lock (level 2), as the tree's
+ * calls do; the poll thread takes it for each poll.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/hiradix_int.h"
+
+/* ------------------------------------------------------------ batches */
+
+void hr_bset(kvs_hiradix_t *h, node_t *x, bool in)
+{
+	if (in) {
+		x->bprev = NULL;
+		x->bnext = h->backups;
+		if (h->backups)
+			h->backups->bprev = x;
+		h->backups = x;
+	} else {
+		if (x->bprev)
+			x->bprev->bnext = x->bnext;
+		else
+			h->backups = x->bnext;
+		if (x->bnext)
+			x->bnext->bprev = x->bprev;
+		x->bprev = x->bnext = NULL;
+		h->bgen++;
+	}
+}
+
+static void batch_free(kvs_hiradix_t *h, struct hbatch *b)
+{
+	struct orphan *o;
+
+	kvs_hpool_xfer_free(b->x); /* seen complete: no wait */
+	while ((o = b->orphans)) {
+		b->orphans = o->next;
+		kvs_hpool_free(h->hp, o->n, o->pages);
+		free(o->pages);
+		free(o);
+	}
+	free(b);
+}
+
+/* Free @b if nothing needs it any more. */
+static void hr_batch_check(kvs_hiradix_t *h, struct hbatch *b)
+{
+	if (b->refs == 0 && b->state != 0 && !b->handed)
+		batch_free(h, b);
+}
+
+static void batch_put(kvs_hiradix_t *h, struct hbatch *b)
+{
+	if (hr_queued(h, b))
+		return;
+	b->refs--;
+	hr_batch_check(h, b);
+}
+
+/* Append @b to the ack queue at *@q. */
+static void ack_push(struct hbatch **q, struct hbatch *b)
+{
+	while (*q)
+		q = &(*q)->next;
+	*q = b;
+}
+
+/* Take @b, seen complete or failed, out of the ack queue at *@q. */
+static void ack_take(struct hbatch **q, struct hbatch *b, int state)
+{
+	while (*q != b)
+		q = &(*q)->next;
+	*q = b->next;
+	b->next = NULL;
+	b->state = state;
+}
+
+/* Wait for @b's transfer (submitted) and take it out of its ack queue. */
+static void hr_batch_wait(kvs_hiradix_t *h, struct hbatch *b, bool load)
+{
+	if (b->state == 0)
+		ack_take(load ? &h->lacks : &h->wacks, b,
+			 kvs_hpool_xfer_wait(b->x) == 0 ? 1 : -1);
+}
+
+/* ------------------------------------------------------------ backups */
+
+static void host_release(kvs_hiradix_t *h, node_t *x)
+{
+	struct orphan *o;
+	size_t np = x->len / h->ps;
+
+	hr_acct(h, x, -1);
+	if (x->bt && !hr_queued(h, x->bt) && x->bt->state == 0) {
+		/* Still the destination of a copy in flight. */
+		o = malloc(sizeof(*o));
+		if (o) {
+			o->n = np;
+			o->pages = x->host;
+			o->next = x->bt->orphans;
+			x->bt->orphans = o;
+			x->host = NULL;
+		} else {
+			hr_batch_wait(h, x->bt, false);
+		}
+	}
+	if (x->host)
+		kvs_hpool_free(h->hp, np, x->host);
+	free(x->host);
+	x->host = NULL;
+	x->host_ok = false;
+	hr_acct(h, x, 1);
+	hr_leaf_update(h, x);
+}
+
+/* Forget @x's backup: its batch is resolved, or its copy dropped. */
+static void bx_end(kvs_hiradix_t *h, node_t *x)
+{
+	struct hbatch *b = x->bt;
+
+	hr_bset(h, x, false);
+	x->bt = NULL;
+	hr_lock_path(h, x, -1);
+	batch_put(h, b);
+}
+
+/* @x's host copy failed: drop it and every descendant's (only pending). */
+static void drop_host(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *c;
+
+	for (c = x->child; c; c = c->next)
+		if (c->host)
+			drop_host(h, c);
+	host_release(h, x); /* first: it needs to see the batch */
+	if (x->bt)
+		bx_end(h, x);
+	ST(h, backup_lost, 1);
+}
+
+/* @x's copy is complete and its parent's valid: valid now, and so are its
+ * children's that completed meanwhile. */
+static void make_valid(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *c;
+
+	bx_end(h, x);
+	x->host_ok = true;
+	hr_leaf_update(h, x);
+	hr_node_events(h, x, KVS_KV_STORED, KVS_MEDIUM_CPU);
+	hr_l3_backup(h, x);
+	for (c = x->child; c; c = c->next)
+		if (c->bt && !hr_queued(h, c->bt) && c->bt->state == 1)
+			make_valid(h, c);
+}
+
+/* Act on the backups whose batch is resolved. */
+static void resolve(kvs_hiradix_t *h)
+{
+	node_t *x = h->backups, *n;
+
+	while (x) {
+		uint64_t gen = h->bgen;
+		int s = hr_queued(h, x->bt) ? 0 : x->bt->state;
+
+		n = x->bnext;
+		if (s < 0)
+			drop_host(h, x);
+		else if (s > 0 && (x->parent == &h->root || x->parent->host_ok))
+			make_valid(h, x);
+		/* Others than x left the list: start again. */
+		x = h->bgen - gen > (s != 0) ? h->backups : n;
+	}
+}
+
+/* Queue a backup of @x (on the device, no host copy), its ancestors'
+ * first. */
+int hr_backup(kvs_hiradix_t *h, node_t *x)
+{
+	size_t np = x->len / h->ps;
+	int32_t *host;
+
+	if (x->parent != &h->root && !x->parent->host && hr_backup(h, x->parent) < 0)
+		return -1;
+	host = malloc(np * sizeof(*host));
+	if (!host) {
+		ST(h, backup_fail, 1);
+		errno = ENOMEM;
+		return -1;
+	}
+	if (kvs_hpool_alloc(h->hp, np, host) < 0) {
+		if (errno == ENOMEM) {
+			hr_evict_host(h, x->len);
+			if (kvs_hpool_alloc(h->hp, np, host) == 0)
+				goto ok;
+		}
+		ST(h, backup_fail, 1);
+		free(host);
+		errno = ENOMEM;
+		return -1;
+	}
+ok:
+	hr_acct(h, x, -1);
+	x->host = host;
+	hr_acct(h, x, 1);
+	x->bt = &h->wq;
+	hr_bset(h, x, true);
+	hr_lock_path(h, x, 1);
+	return 0;
+}
+
+/* Start every queued backup as one transfer.  A failure drops them all. */
+static int hr_submit_writes(kvs_hiradix_t *h)
+{
+	size_t np = 0, k = 0;
+	int32_t *dev = NULL, *host = NULL;
+	struct hbatch *b = NULL;
+	node_t *x, *n;
+	int rc = ENOMEM;
+
+	for (x = h->backups; x; x = x->bnext)
+		if (x->bt == &h->wq)
+			np += x->len / h->ps;
+	if (np == 0)
+		return 0;
+	b = calloc(1, sizeof(*b));
+	dev = malloc(np * sizeof(*dev));
+	host = malloc(np * sizeof(*host));
+	if (!b || !dev || !host)
+		goto fail;
+	/* The list is newest first: fill from the end, ancestors first. */
+	k = np;
+	for (x = h->backups; x; x = x->bnext) {
+		if (x->bt != &h->wq)
+			continue;
+		k -= x->len / h->ps;
+		hr_pages_of(h, x->locs, x->len, dev + k);
+		memcpy(host + k, x->host, x->len / h->ps * sizeof(*host));
+	}
+	if (kvs_hpool_backup(h->hp, dev, host, np, &b->x) < 0) {
+		rc = errno;
+		goto fail;
+	}
+	for (x = h->backups; x; x = x->bnext)
+		if (x->bt == &h->wq) {
+			x->bt = b;
+			b->refs++;
+			ST(h, backups, 1);
+			ST(h, backup_tokens, x->len);
+		}
+	ack_push(&h->wacks, b);
+	ST(h, write_batches, 1);
+	free(dev);
+	free(host);
+	return 0;
+fail:
+	free(b);
+	free(dev);
+	free(host);
+	for (x = h->backups; x; x = n) {
+		n = x->bnext;
+		if (x->bt == &h->wq) {
+			/* Never submitted: not lost, failed. */
+			host_release(h, x);
+			bx_end(h, x);
+			ST(h, backup_fail, 1);
+		}
+	}
+	errno = rc;
+	return -1;
+}
+
+void hr_inc_hit(kvs_hiradix_t *h, node_t *x)
+{
+	if (h->policy == KVS_WRITE_BACK)
+		return;
+	x->hit_count++;
+	if (!x->host && x->hit_count >= h->threshold)
+		(void)hr_backup(h, x); /* best effort: the node stays without a copy */
+}
+
+/* ------------------------------------------------------------ loads */
+
+static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
+{
+	node_t *x;
+
+	if (!ok)
+		ST(h, load_fail, 1);
+	for (x = ld->last;; x = x->parent) {
+		x->ld = NULL;
+		if (!ok) {
+			/* Never claim data not there: tombstones again. */
+			kvs_pool_free(h->pool, x->len, x->locs);
+			hr_set_dev(h, x, false);
+		} else {
+			hr_node_events(h, x, KVS_KV_STORED, KVS_MEDIUM_GPU);
+		}
+		if (x == ld->top)
+			break;
+	}
+	hr_lock_path(h, ld->last, -1);
+	if (ld->prev)
+		ld->prev->next = ld->next;
+	else
+		h->loads = ld->next;
+	if (ld->next)
+		ld->next->prev = ld->prev;
+	batch_put(h, ld->bt);
+	free(ld->dev);
+	free(ld->host);
+	free(ld);
+}
+
+/* Start every queued load back as one transfer.  A failure undoes them
+ * all (their chains are tombstones again). */
+static int hr_submit_loads(kvs_hiradix_t *h)
+{
+	struct hload *ld, *ln;
+	size_t np = 0, k = 0;
+	int32_t *dev = NULL, *host = NULL;
+	struct hbatch *b;
+	int rc = ENOMEM;
+
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq)
+			np += ld->np;
+	if (np == 0)
+		return 0;
+	b = calloc(1, sizeof(*b));
+	dev = malloc(np * sizeof(*dev));
+	host = malloc(np * sizeof(*host));
+	if (!b || !dev || !host)
+		goto fail;
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq) {
+			memcpy(dev + k, ld->dev, ld->np * sizeof(*dev));
+			memcpy(host + k, ld->host, ld->np * sizeof(*host));
+			k += ld->np;
+		}
+	if (kvs_hpool_load(h->hp, dev, host, np, &b->x) < 0) {
+		rc = errno;
+		goto fail;
+	}
+	for (ld = h->loads; ld; ld = ld->next)
+		if (ld->bt == &h->lq) {
+			ld->bt = b;
+			b->refs++;
+			free(ld->dev);
+			free(ld->host);
+			ld->dev = ld->host = NULL;
+		}
+	ack_push(&h->lacks, b);
+	h->last_load = b;
+	ST(h, load_batches, 1);
+	free(dev);
+	free(host);
+	return 0;
+fail:
+	free(b);
+	free(dev);
+	free(host);
+	for (ld = h->loads; ld; ld = ln) {
+		ln = ld->next;
+		if (ld->bt == &h->lq)
+			load_done(h, ld, false);
+	}
+	errno = rc;
+	return -1;
+}
+
+/* Wait for a load back in flight into @x. */
+void hr_settle_load(kvs_hiradix_t *h, node_t *x)
+{
+	struct hload *ld = x->ld;
+
+	if (!ld)
+		return;
+	if (ld->bt == &h->lq && hr_submit_loads(h) < 0)
+		return; /* undone: x is a tombstone again */
+	hr_batch_wait(h, ld->bt, true);
+	load_done(h, ld, ld->bt->state > 0);
+}
+
+/* Wait for what is in flight on @x: a load back into it, its backup (and,
+ * first, its ancestors'). */
+void hr_settle(kvs_hiradix_t *h, node_t *x)
+{
+	hr_settle_load(h, x);
+	if (!x->bt)
+		return;
+	if (x->parent != &h->root && x->parent->bt)
+		hr_settle(h, x->parent);
+	if (x->bt == &h->wq && hr_submit_writes(h) < 0)
+		return; /* dropped */
+	if (!x->bt)
+		return; /* dropped with its parent's */
+	hr_batch_wait(h, x->bt, false);
+	resolve(h);
+}
+
+/* Take in the transfers that completed; backup batches in order, as many
+ * as every rank has. */
+static void take_acks(kvs_hiradix_t *h, bool caller)
+{
+	struct hbatch *b, *bn;
+	struct hload *ld, *ln;
+	uint64_t k = 0;
+
+	for (b = h->lacks; b; b = bn) {
+		int r = kvs_hpool_xfer_query(b->x);
+
+		bn = b->next;
+		if (r != 0) {
+			ack_take(&h->lacks, b, r == 1 ? 1 : -1);
+			hr_batch_check(h, b); /* no load left in it */
+		}
+	}
+	for (ld = h->loads; ld; ld = ln) {
+		ln = ld->next;
+		if (!hr_queued(h, ld->bt) && ld->bt->state != 0)
+			load_done(h, ld, ld->bt->state > 0);
+	}
+	if (h->agree && !caller)
+		return; /* the ranks agree in the caller's polls only */
+	/* Each batch is queried once: the answer is kept for taking it in. */
+	for (b = h->wacks; b && (b->seen = kvs_hpool_xfer_query(b->x)) != 0; b = b->next)
+		k++;
+	if (h->agree) {
+		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_WRITE_ACKS, k);
+
+		k = a < k ? a : k;
+	}
+	while (k--) {
+		b = h->wacks;
+		ack_take(&h->wacks, b, b->seen == 1 ? 1 : -1);
+		hr_batch_check(h, b); /* every node of it dropped */
+	}
+	resolve(h);
+}
+
+/* Give back the load transfers handed to the caller. */
+static void hr_unhand(kvs_hiradix_t *h)
+{
+	struct hbatch *b;
+
+	while ((b = h->handed)) {
+		h->handed = b->hnext;
+		b->handed = false;
+		hr_batch_check(h, b); /* else freed when taken in or put */
+	}
+}
+
+/* Hand the load batch just submitted to the caller. */
+static kvs_hpool_xfer_t *hand(kvs_hiradix_t *h)
+{
+	struct hbatch *b = h->last_load;
+
+	h->last_load = NULL;
+	if (!b)
+		return NULL;
+	b->handed = true;
+	b->hnext = h->handed;
+	h->handed = b;
+	return b->x;
+}
+
+/* What a caller's call does before returning: submit its copies unless
+ * deferred. */
+void hr_flush(kvs_hiradix_t *h)
+{
+	if (!(h->flags & KVS_HIRADIX_DEFER))
+		(void)hr_submit_writes(h);
+}
+
+/* A poll: by the caller (@caller), or by an eviction or the thread. */
+void hr_poll_locked(kvs_hiradix_t *h, bool caller)
+{
+	if (caller)
+		hr_unhand(h);
+	if (h->flags & KVS_HIRADIX_DEFER)
+		(void)hr_submit_writes(h);
+	take_acks(h, caller);
+}
+
+/* ------------------------------------------------------------ thread */
+
+/* KVS_HIRADIX_THREAD: submit and take in every poll_us, as a scheduler's
+ * poll would, so that copies start and complete without the caller. */
+static void *thread_main(void *arg)
+{
+	kvs_hiradix_t *h = arg;
+	struct timespec t;
+
+	pthread_mutex_lock(&h->lock);
+	while (!h->stop) {
+		hr_poll_locked(h, false);
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		t.tv_nsec += (long)(h->poll_us % 1000000) * 1000;
+		t.tv_sec += h->poll_us / 1000000 + t.tv_nsec / 1000000000;
+		t.tv_nsec %= 1000000000;
+		pthread_cond_timedwait(&h->wake, &h->lock, &t);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+static int hr_thread_start(kvs_hiradix_t *h)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	if (pthread_condattr_init(&ca) != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(&h->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	if (rc != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	rc = pthread_create(&h->thread, NULL, thread_main, h);
+	if (rc != 0) {
+		pthread_cond_destroy(&h->wake);
+		errno = rc == EAGAIN ? EAGAIN : ENOMEM;
+		return -1;
+	}
+	h->has_thread = true;
+	return 0;
+}
+
+static void hr_thread_stop(kvs_hiradix_t *h)
+{
+	if (!h->has_thread)
+		return;
+	pthread_mutex_lock(&h->lock);
+	h->stop = true;
+	pthread_cond_signal(&h->wake);
+	pthread_mutex_unlock(&h->lock);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->wake);
+	h->has_thread = false;
+}
+
+
+/* ------------------------------------------------------------ API: transfers */
+
+/* Cut the chain of tombstones ending at @node so that it holds its first
+ * @want tokens only (top down), splitting a node; the new last node, or
+ * NULL with errno ENOMEM. */
+static node_t *chain_cut(kvs_hiradix_t *h, node_t *node, size_t total, size_t want)
+{
+	size_t end = total;
+	node_t *y;
+
+	for (y = node;; y = y->parent) {
+		size_t start = end - y->len;
+
+		if (start < want)
+			return want - start < y->len ? hr_split(h, y, want - start) : y;
+		end = start;
+	}
+}
+
+/**
+ * kvs_hiradix_load_back() - bring the tombstones ending at @node back to
+ * the device.
+ * @h: cache.
+ * @node: the last node of a match (kvs_hiradix_match_t.last_node).
+ * @quota: the most device tokens the load may take from what the caller
+ *         could still use (0: no limit): the chain's tokens plus those of
+ *         its anchor's path that the load locks anew (unlocked device
+ *         nodes, evictable until now), as SGLang's mem_quota + delta; the
+ *         chain's alone with KVS_HIRADIX_QUOTA_CHAIN.
+ * @locs: receives the new device locations, top node first (room for
+ *        the match's host_hit), or NULL.
+ * @xfer: receives the transfer, to wait on per layer with
+ *        kvs_hpool_xfer_layer_wait(); NULL when nothing was loaded or
+ *        under KVS_HIRADIX_DEFER (kvs_hiradix_submit() starts the load and
+ *        hands out the transfer).  It stays valid until the caller's next
+ *        kvs_hiradix_poll() or kvs_hiradix_submit(), or kvs_hiradix_destroy().
+ *
+ * All or nothing: device pages for the whole chain (evicting device leaves
+ * if the pool is short), or none.  With an agree hook, the ranks first
+ * agree on the tokens to load (KVS_AGREE_LOAD: the hook is called on every
+ * call, with the chain's tokens, 0 included); fewer agreed loads the chain's
+ * top part only, splitting a node where it ends.  The chain and its anchor
+ * stay locked until the copy is seen complete; a copy that fails makes the
+ * chain tombstones again.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: the tokens being loaded, 0 when there is nothing to load or it is
+ * below the load back threshold or over @quota; or -1 with errno EINVAL,
+ * ENOMEM, or the driver's (nothing loaded).
+ */
+KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *node, size_t quota,
+					 int32_t *locs, kvs_hpool_xfer_t **xfer)
+{
+	int32_t *dloc = NULL;
+	struct hload *ld = NULL;
+	size_t total = 0, p, k, newly = 0;
+	node_t *y, *top = NULL;
+	int rc;
+
+	if (!h || !node || !xfer || node->tree != h) {
+		errno = EINVAL;
+		return -1;
+	}
+	*xfer = NULL;
+	pthread_mutex_lock(&h->lock);
+	for (y = node; y != &h->root && !y->on_dev; y = y->parent)
+		total += y->len;
+	if (h->agree) {
+		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_LOAD, total);
+
+		if (a < total) {
+			a -= a % h->ps;
+			if (a == 0) {
+				total = 0;
+			} else {
+				node = chain_cut(h, node, total, a);
+				if (!node) {
+					rc = ENOMEM;
+					goto out;
+				}
+				total = a;
+			}
+		}
+	}
+	/* The anchor's tokens this load would lock anew count against the
+	 * quota (SGLang's mem_quota + delta of inc_lock_ref()). */
+	if (!(h->flags & KVS_HIRADIX_QUOTA_CHAIN))
+		for (y = node; y != &h->root; y = y->parent)
+			if (y->on_dev && y->lock_ref == 0)
+				newly += y->len;
+	if (total == 0 || total < h->lb_threshold || (quota && total + newly > quota)) {
+		if (total)
+			ST(h, load_skipped, 1);
+		pthread_mutex_unlock(&h->lock);
+		return 0;
+	}
+	for (top = node, p = top->len; p < total; p += top->len)
+		top = top->parent;
+	ld = calloc(1, sizeof(*ld));
+	dloc = malloc(total * sizeof(int32_t));
+	if (ld) {
+		ld->np = total / h->ps;
+		ld->dev = malloc(ld->np * sizeof(int32_t));
+		ld->host = malloc(ld->np * sizeof(int32_t));
+	}
+	if (!ld || !dloc || !ld->dev || !ld->host) {
+		rc = ENOMEM;
+		goto out;
+	}
+	hr_lock_path(h, node, 1);
+	if (kvs_pool_alloc(h->pool, total, dloc) < 0) {
+		hr_evict_device(h, total);
+		if (kvs_pool_alloc(h->pool, total, dloc) < 0) {
+			rc = errno;
+			hr_lock_path(h, node, -1);
+			goto out;
+		}
+	}
+	/* Top down: the chain's host pages in order. */
+	hr_pages_of(h, dloc, total, ld->dev);
+	p = total;
+	for (y = node; y != top->parent; y = y->parent) {
+		p -= y->len;
+		k = p / h->ps;
+		memcpy(ld->host + k, y->host, y->len / h->ps * sizeof(int32_t));
+		memcpy(y->locs, dloc + p, y->len * sizeof(int32_t));
+		y->ld = ld;
+		hr_set_dev(h, y, true);
+	}
+	ld->bt = &h->lq;
+	ld->top = top;
+	ld->last = node;
+	ld->next = h->loads;
+	if (h->loads)
+		h->loads->prev = ld;
+	h->loads = ld;
+	if (!(h->flags & KVS_HIRADIX_DEFER)) {
+		if (hr_submit_loads(h) < 0) {
+			/* Undone by hr_submit_loads(): tombstones again. */
+			rc = errno;
+			ST(h, load_fail, -1);
+			ld = NULL;
+			goto out;
+		}
+		*xfer = hand(h);
+	}
+	ST(h, load_backs, 1);
+	ST(h, load_tokens, total);
+	if (locs)
+		memcpy(locs, dloc, total * sizeof(int32_t));
+	free(dloc);
+	pthread_mutex_unlock(&h->lock);
+	return (ssize_t)total;
+out:
+	pthread_mutex_unlock(&h->lock);
+	if (ld) {
+		free(ld->dev);
+		free(ld->host);
+	}
+	free(ld);
+	free(dloc);
+	errno = rc;
+	return -1;
+}
+
+/**
+ * kvs_hiradix_submit() - start every queued copy: the backups queued since
+ * the last submission as one transfer, the loads back as another.
+ * @h: cache.
+ * @load_xfer: receives the loads' transfer, to wait on per layer with
+ *             kvs_hpool_xfer_layer_wait() before the forward pass reads
+ *             each layer (NULL: no load was queued), or NULL.  It stays
+ *             valid until the caller's next kvs_hiradix_poll() or
+ *             kvs_hiradix_submit(), or kvs_hiradix_destroy().
+ *
+ * Without KVS_HIRADIX_DEFER every call submits its own copies and this
+ * finds nothing queued.  A batch that cannot be submitted is undone: its
+ * backups are dropped (counted in backup_fail), its loads make their chains
+ * tombstones again (load_fail), and the locations kvs_hiradix_load_back()
+ * returned for them no longer hold data: the requests that took them must
+ * compute those tokens (as after a load whose copy failed).
+ *
+ * Context: MT-Safe (takes h->lock); never waits.
+ * Return: 0, or -1 with errno EINVAL, ENOMEM or the driver's (the other
+ * batch is still submitted).
+ */
+KVS_EXPORT int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer)
+{
+	int rc = 0, err = 0;
+
+	if (load_xfer)
+		*load_xfer = NULL;
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	hr_unhand(h);
+	if (hr_submit_writes(h) < 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (hr_submit_loads(h) < 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (load_xfer)
+		*load_xfer = hand(h);
+	else
+		h->last_load = NULL;
+	pthread_mutex_unlock(&h->lock);
+	if (rc)
+		errno = err;
+	return rc;
+}
+
+/**
+ * kvs_hiradix_poll() - take in the transfers that completed: host copies
+ * become valid (or, failed, are dropped with their descendants'), loads
+ * back unlock their chain (or, failed, leave it tombstones).  Under
+ * KVS_HIRADIX_DEFER, first submits the queued backups (not the loads:
+ * kvs_hiradix_submit() hands out their transfer).
+ * @h: cache.
+ *
+ * Backup batches are taken in submission order; with an agree hook, only
+ * as many as every rank has complete (KVS_AGREE_WRITE_ACKS, asked on every
+ * call): every rank then marks the same nodes backed up.  The load
+ * transfers handed out before this call may be freed by it.
+ *
+ * Context: MT-Safe (takes h->lock); never waits.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_poll(kvs_hiradix_t *h)
+{
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	hr_poll_locked(h, true);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------ API: life */
+
+/**
+ * kvs_hiradix_attr_init() - defaults: write through, selective threshold 2,
+ * a load back threshold of 10 tokens (SGLang's load_back_threshold).
+ * @attr: attributes.
+ *
+ * Context: any thread.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
+{
+	if (!attr) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(attr, 0, sizeof(*attr));
+	attr->write_policy = KVS_WRITE_THROUGH;
+	attr->hit_threshold = 2;
+	attr->load_back_threshold = 10;
+	attr->poll_us = 1000;
+	return 0;
+}
+
+/**
+ * kvs_hiradix_create() - a hierarchical radix cache over @pool and @hp.
+ * @pool: the device pool.
+ * @hp: a host pool created over @pool.
+ * @attr: attributes, or NULL for the defaults.
+ *
+ * Context: any thread.
+ * Return: the cache, or NULL with errno EINVAL or ENOMEM.
+ */
+KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
+					     const kvs_hiradix_attr_t *attr)
+{
+	kvs_hiradix_attr_t def;
+	kvs_hiradix_t *h;
+
+	if (!attr) {
+		kvs_hiradix_attr_init(&def);
+		attr = &def;
+	}
+	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
+	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0) ||
+	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD |
+				       KVS_HIRADIX_REMAT_HIT | KVS_HIRADIX_QUOTA_CHAIN)) ||
+	    ((attr->flags & KVS_HIRADIX_THREAD) && attr->poll_us == 0)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	h->l3q_tail = &h->l3q;
+	h->pfq_tail = &h->pfq;
+	if (pthread_mutex_init(&h->lock, NULL) != 0) {
+		free(h);
+		errno = ENOMEM;
+		return NULL;
+	}
+	h->pool = pool;
+	h->hp = hp;
+	h->ps = kvs_pool_page_size(pool);
+	h->slab = kvs_pool_slab(pool);
+	h->cap = kvs_pool_capacity(pool);
+	h->held = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
+	h->seen = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
+	if (!h->slab || !h->held || !h->seen) {
+		free(h->held);
+		free(h->seen);
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		errno = ENOMEM;
+		return NULL;
+	}
+	h->policy = attr->write_policy;
+	h->threshold = attr->write_policy == KVS_WRITE_THROUGH ? 1 : attr->hit_threshold;
+	h->lb_threshold = attr->load_back_threshold;
+	h->flags = attr->flags;
+	h->poll_us = attr->poll_us;
+	h->agree = attr->agree;
+	h->agree_arg = attr->agree_arg;
+	h->sink.cb = attr->event_cb;
+	h->sink.arg = attr->event_arg;
+	h->sink.ps = h->ps;
+	h->root.tree = h;
+	h->root.on_dev = true;
+	h->root.host_ok = true;
+	h->root.dk.idx = h->root.hk.idx = -1;
+	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
+	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
+	if ((h->flags & KVS_HIRADIX_THREAD) && hr_thread_start(h) < 0) {
+		pthread_mutex_destroy(&h->lock);
+		free(h->held);
+		free(h->seen);
+		free(h);
+		return NULL;
+	}
+	return h;
+}
+
+static void hr_free_tree(kvs_hiradix_t *h, node_t *x)
+{
+	node_t *c, *n;
+
+	for (c = x->child; c; c = n) {
+		n = c->next;
+		hr_free_tree(h, c);
+	}
+	if (x == &h->root)
+		return;
+	if (x->on_dev)
+		kvs_pool_free(h->pool, x->len, x->locs);
+	if (x->host)
+		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
+	hr_node_free(h, x);
+}
+
+/**
+ * kvs_hiradix_destroy() - wait for every transfer in flight, give every
+ * device page back to the pool and every host page to the host pool, and
+ * free the cache.
+ * @h: cache, or NULL.
+ *
+ * Context: no other call on @h, now or later.
+ * Return: 0.
+ */
+KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
+{
+	struct hbatch *b;
+
+	if (!h)
+		return 0;
+	hr_thread_stop(h);
+	hr_l3_stop(h);
+	hr_unhand(h);
+	(void)hr_submit_writes(h);
+	(void)hr_submit_loads(h);
+	h->last_load = NULL;
+	while (h->loads)
+		hr_settle_load(h, h->loads->last);
+	while (h->backups)
+		hr_settle(h, h->backups);
+	/* Batches whose every node was dropped: wait, then free. */
+	while ((b = h->wacks)) {
+		hr_batch_wait(h, b, false);
+		hr_batch_check(h, b);
+	}
+	while ((b = h->lacks)) {
+		hr_batch_wait(h, b, true);
+		hr_batch_check(h, b);
+	}
+	hr_free_tree(h, &h->root);
+	evict_heap_free(&h->dheap);
+	evict_heap_free(&h->hheap);
+	pthread_mutex_destroy(&h->lock);
+	free(h->held);
+	free(h->seen);
+	free(h);
+	return 0;
+}
