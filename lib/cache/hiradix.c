@@ -23,8 +23,8 @@
  * host[len / page_size], its host pages, or NULL.  States, as the seed
  * names them: on the device (on_dev, maybe host_ok too), a tombstone (not
  * on_dev, host_ok: evicted from the device, backed up on the host).  A node
- * is never in neither.  A node's children are a list (hr_find_child()
- * compares each one's first page).
+ * is never in neither.  A node's children are a list, and each is found
+ * by its first page in the tree's child table (hr_find_child(), O(1)).
  *
  * Host copies (the controller's essay has the details).  host != NULL and
  * !host_ok: a backup is pending.  Valid copies always form a prefix from
@@ -201,14 +201,55 @@ static void ulock_path(kvs_hiradix_t *h, node_t *x, int d)
 
 /* ------------------------------------------------------------ nodes */
 
+/*
+ * The child table: every node but the root is in one hash table of the
+ * tree, under its parent and the hash of its first page (kh), chained
+ * through knext, so that a walk finds a child in O(1) however many
+ * children its parent has.  It has a bucket per node at least, grown by
+ * hr_node_new() before a node exists (as the leaf sets' room), so that
+ * adding a child never allocates.
+ */
+static size_t kt_slot(const kvs_hiradix_t *h, const node_t *p, uint64_t kh)
+{
+	return (size_t)(kvev_mix64(kh ^ (uint64_t)(uintptr_t)p) & h->kt_mask);
+}
+
+/* Room in the child table for @want nodes; -1 (ENOMEM) if not. */
+static int kt_reserve(kvs_hiradix_t *h, size_t want)
+{
+	size_t nb = h->kt ? h->kt_mask + 1 : 0, i, nmask;
+	node_t **t, *x, *n;
+
+	if (want <= nb)
+		return 0;
+	nmask = nb ? 2 * nb - 1 : 63;
+	while (want > nmask + 1)
+		nmask = 2 * nmask + 1;
+	t = calloc(nmask + 1, sizeof(*t));
+	if (!t)
+		return -1;
+	for (i = 0; i < nb; i++)
+		for (x = h->kt[i]; x; x = n) {
+			size_t j = (size_t)(kvev_mix64(x->kh ^ (uint64_t)(uintptr_t)x->parent) & nmask);
+
+			n = x->knext;
+			x->knext = t[j];
+			t[j] = x;
+		}
+	free(h->kt);
+	h->kt = t;
+	h->kt_mask = nmask;
+	return 0;
+}
+
 node_t *hr_node_new(kvs_hiradix_t *h, size_t len)
 {
 	node_t *x;
 
-	/* Room in each leaf set for one more node, so that joining one
-	 * never allocates. */
+	/* Room in each leaf set and in the child table for one more node,
+	 * so that joining one never allocates. */
 	if (evict_heap_reserve(&h->dheap, h->nnodes + 1) < 0 ||
-	    evict_heap_reserve(&h->hheap, h->nnodes + 1) < 0)
+	    evict_heap_reserve(&h->hheap, h->nnodes + 1) < 0 || kt_reserve(h, h->nnodes + 1) < 0)
 		return NULL;
 	x = calloc(1, sizeof(*x));
 	if (!x)
@@ -231,8 +272,13 @@ node_t *hr_node_new(kvs_hiradix_t *h, size_t len)
 	return x;
 }
 
+/* Hang @c (its key set) under @p: in the children list and the child
+ * table.  Never allocates. */
 void hr_child_add(node_t *p, node_t *c)
 {
+	kvs_hiradix_t *h = c->tree;
+	size_t j;
+
 	c->parent = p;
 	c->prev = NULL;
 	c->next = p->child;
@@ -242,10 +288,21 @@ void hr_child_add(node_t *p, node_t *c)
 	p->nchildren++;
 	if (c->on_dev)
 		p->ndev++;
+	c->kh = kvev_hash_page(0, c->key, h->ps);
+	j = kt_slot(h, p, c->kh);
+	c->knext = h->kt[j];
+	h->kt[j] = c;
 }
 
 static void hr_child_del(node_t *p, node_t *c)
 {
+	kvs_hiradix_t *h = c->tree;
+	node_t **l = &h->kt[kt_slot(h, p, c->kh)];
+
+	while (*l != c)
+		l = &(*l)->knext;
+	*l = c->knext;
+	c->knext = NULL;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -267,12 +324,17 @@ void hr_node_free(kvs_hiradix_t *h, node_t *x)
 	free(x);
 }
 
+/* The child of @x whose first page is @key's, or NULL. */
 node_t *hr_find_child(const kvs_hiradix_t *h, const node_t *x, const int32_t *key)
 {
+	uint64_t kh;
 	node_t *c;
 
-	for (c = x->child; c; c = c->next)
-		if (memcmp(c->key, key, h->ps * sizeof(int32_t)) == 0)
+	if (!x->child)
+		return NULL;
+	kh = kvev_hash_page(0, key, h->ps);
+	for (c = h->kt[kt_slot(h, x, kh)]; c; c = c->knext)
+		if (c->parent == x && c->kh == kh && memcmp(c->key, key, h->ps * sizeof(int32_t)) == 0)
 			return c;
 	return NULL;
 }
@@ -1056,6 +1118,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 		v->nb += c->bt != NULL;
 		if (c->prev ? c->prev->next != c : x->child != c)
 			return false;
+		if (hr_find_child(h, x, c->key) != c)
+			return false;
 		if (!validate_walk(h, c, v))
 			return false;
 	}
@@ -1065,7 +1129,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 /**
  * kvs_hiradix_validate() - check the tree's invariants: device and host
  * copies form prefixes from the root, every node is on the device or a
- * valid tombstone, child counts, locks (each lock_ref the sum of the
+ * valid tombstone, child counts, every child found by its first page (the
+ * child table), locks (each lock_ref the sum of the
  * locks on the node and below: locks_ok()), the pool pages marked as the
  * tree's (exactly the device nodes'), the backup list against the nodes'
  * states, and the leaf sets' heaps: heap order, and every node in a heap

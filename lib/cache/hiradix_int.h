@@ -43,6 +43,8 @@ struct kvs_hiradix_node {
 	int32_t *key, *locs, *host;
 	size_t len;
 	uint32_t nchildren, ndev;
+	uint64_t kh;			/* hash of its first page (the child table) */
+	struct kvs_hiradix_node *knext;	/* its chain in the child table */
 	/* Eviction: the leaf sets, recency, locks. */
 	struct evict_key dk, hk;	/* in the device and host leaf sets */
 	uint32_t lock_ref, hit_count;
@@ -144,6 +146,8 @@ struct kvs_hiradix {
 	struct kvs_hiradix_node root;
 	struct evict_heap dheap, hheap;	/* the leaf sets */
 	size_t nnodes;			/* but the root: room in each heap */
+	struct kvs_hiradix_node **kt;	/* the child table: kt_mask + 1 chains */
+	size_t kt_mask;
 	kvs_hiradix_usage_t use;	/* the token gauges, kept by acct() */
 	uint64_t st[KVS_HIRADIX_STAT__COUNT]; /* the counters; gauges are walked */
 

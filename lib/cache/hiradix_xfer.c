@@ -991,6 +991,7 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 	hr_free_tree(h, &h->root);
 	evict_heap_free(&h->dheap);
 	evict_heap_free(&h->hheap);
+	free(h->kt);
 	pthread_mutex_destroy(&h->lock);
 	free(h->held);
 	free(h->seen);

@@ -5,7 +5,8 @@
  * copy, a tombstone re-materialised by insert, host eviction, load back bit
  * for bit), victims in LRU order at both levels, the selective threshold, write back at eviction, a seeded
  * random run checking the invariants (kvs_hiradix_validate()) and the bytes
- * after every step, copies failing under the fault driver, bad input.
+ * after every step, copies failing under the fault driver, bad input, a
+ * parent with hundreds of children (the child table).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -1861,6 +1862,64 @@ START_TEST(test_sglang_defaults)
 }
 END_TEST
 
+/*
+ * Many children under one parent: each is found by its first page (the
+ * tree's child table, grown as nodes come: 64 buckets, then more), through
+ * splits (a child's first page changes hands), tombstones and deletes.
+ */
+START_TEST(test_many_children)
+{
+	enum { N = 300 };
+	kvs_hiradix_match_t m;
+	int32_t k[4];
+	struct env e;
+	int i;
+
+	env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 2, KVS_WRITE_THROUGH, 0, 2 * N + 8,
+		     2 * N + 8);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	}
+	valid(&e);
+	/* A second key under each: the child splits after its first page. */
+	for (i = 0; i < N; i += 2) {
+		k[0] = k[1] = i;
+		k[2] = 5000 + i;
+		k[3] = 8;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 2);
+	}
+	valid(&e);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, &m), 4);
+		k[2] = 1001 + i; /* another page after the first: the first only */
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 2);
+		k[0] = N + i; /* an unknown first page */
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 0);
+	}
+	/* Tombstones are found too (host hits); host eviction deletes them. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 4 * N), 4 * N);
+	valid(&e);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, &m), 0);
+		ck_assert_uint_eq(m.host_hit, 4);
+	}
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 4 * N), 4 * N);
+	valid(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *hiradix_suite(void)
 {
 	Suite *s = suite_create("hiradix");
@@ -1894,6 +1953,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_sglang_remat, 0, nb);
 	tcase_add_loop_test(tc, test_sglang_load_quota, 0, nb);
 	tcase_add_loop_test(tc, test_sglang_defaults, 0, nb);
+	tcase_add_loop_test(tc, test_many_children, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
