@@ -66,9 +66,17 @@
  *
  * Locking: h->lock, a mutex, around every exported call, at level 2 of the
  * lock order (common/common.h); hostpool and pool calls are made under it
- * (they take only their own, inner locks and never call back).  Waits for
- * transfers happen under it too.  Recursion (validation, usage, dropping a
- * failed copy's subtree, destroy) is as deep as the tree: a key's pages.
+ * (they take only their own, inner locks and never call back).  It is
+ * dropped, and taken again, across every wait for a transfer, every
+ * submission of copies and the ranks' agreement callback (the controller's
+ * essay): so a call that waits pins what it holds (hr_pin(): counted in
+ * lock_ref and, apart, in pin, as the cache's own lock, so no eviction takes
+ * it) and looks again after: hr_walk() walks again from the root after a
+ * load it waited for, a write-back eviction evicts its node only if it is
+ * still a leaf.  Lock order: h->lock, then the pool's and host pool's
+ * locks; pf->m (lib/cache/hiradix_l3.c) under h->lock or alone.  Recursion
+ * (validation, usage, dropping a failed copy's subtree, destroy) is as deep
+ * as the tree: a key's pages.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -321,6 +329,7 @@ void hr_node_free(kvs_hiradix_t *h, node_t *x)
 	free(x->locs);
 	free(x->host);
 	free(x->pkey);
+	free(x->orph);
 	free(x);
 }
 
@@ -391,6 +400,13 @@ node_t *hr_split(kvs_hiradix_t *h, node_t *c, size_t k)
 
 	if (!nn)
 		return NULL;
+	if (c->bt) {
+		nn->orph = malloc(sizeof(*nn->orph)); /* as hr_backup()'s */
+		if (!nn->orph) {
+			hr_node_free(h, nn);
+			return NULL;
+		}
+	}
 	if (c->host) {
 		nn->host = malloc(kp * sizeof(int32_t));
 		if (!nn->host) {
@@ -450,9 +466,20 @@ node_t *hr_walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos)
 	size_t p = 0;
 
 	while (p < n && (c = hr_find_child(h, x, key + p))) {
-		size_t k = hr_common(h, c, key + p, n - p);
+		size_t k;
 
-		hr_settle_load(h, c);
+		if (c->ld) {
+			/* Wait for the load, h->lock dropped: then walk again
+			 * (the path may have changed; the nodes touched
+			 * again keep their order). */
+			hr_pin(h, c, 1);
+			hr_settle_load(h, c);
+			hr_pin(h, c, -1);
+			x = &h->root;
+			p = 0;
+			continue;
+		}
+		k = hr_common(h, c, key + p, n - p);
 		if (k < c->len) {
 			c = hr_split(h, c, k);
 			if (!c)
@@ -500,8 +527,15 @@ ssize_t hr_evict_device(kvs_hiradix_t *h, size_t tokens)
 		if (!x->host_ok && !x->host && h->policy == KVS_WRITE_BACK) {
 			/* Write back: copy it out now, then demote it.  A
 			 * failed copy leaves no host copy: deleted below. */
-			if (hr_backup(h, x) == 0)
+			if (hr_backup(h, x) == 0) {
+				/* h->lock is dropped while it waits: x
+				 * pinned, and evicted only if still a leaf. */
+				hr_pin(h, x, 1);
 				hr_settle(h, x);
+				hr_pin(h, x, -1);
+				if (!is_dleaf(h, x))
+					continue;
+			}
 		}
 		kvs_pool_free(h->pool, x->len, x->locs);
 		done += x->len;
@@ -752,12 +786,12 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 		hr_inc_hit(h, nn);
 		x = nn;
 	}
-	hr_flush(h);
 	if (lock && x != &h->root)
 		ulock_path(h, x, 1);
 	if (last)
 		*last = x == &h->root ? NULL : x;
 	ST(h, inserts, 1);
+	hr_flush(h); /* last: a submission drops h->lock */
 	pthread_mutex_unlock(&h->lock);
 	return ret;
 nomem:
@@ -1058,7 +1092,7 @@ static bool locks_ok(const kvs_hiradix_t *h, const node_t *x)
 	}
 	if (usum > x->ulock)
 		return false;
-	sum += x->ulock - usum + (x->bt != NULL);
+	sum += x->ulock - usum + (x->bt != NULL) + x->pin;
 	for (ld = h->loads; ld; ld = ld->next)
 		sum += ld->last == x;
 	return sum == x->lock_ref && x->tree == h;

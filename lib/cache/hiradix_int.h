@@ -54,7 +54,9 @@ struct kvs_hiradix_node {
 	/* The controller (lib/cache/hiradix_xfer.c). */
 	struct kvs_hiradix_node *bprev, *bnext;			 /* backups in flight */
 	struct hbatch *bt;		/* a backup's batch, while one is pending */
+	struct orphan *orph;		/* with bt: for its host pages, if dropped in flight */
 	struct hload *ld;
+	uint32_t pin;			/* hr_pin(): calls across a drop of h->lock */
 	/* The storage tier (lib/cache/hiradix_l3.c). */
 	kvs_page_key_t *pkey;		/* with a store: each page's L3 key */
 	uint32_t hlock;			/* host pages in use (L3 backup, prefetch anchor) */
@@ -78,7 +80,10 @@ struct hbatch {
 	int state;			/* 0 in flight, 1 complete, -1 failed */
 	int seen;			/* take_acks(): the query's answer this poll */
 	bool handed;			/* a load transfer the caller holds */
+	bool submitting;		/* its copies being queued, h->lock dropped */
+	uint32_t pins;			/* calls holding it across a drop of h->lock */
 	struct hbatch *next;		/* its ack queue, oldest first */
+	struct hbatch *anext;		/* take_acks(): the batches the ranks agree on */
 	struct hbatch *hnext;		/* the handed-out list */
 	struct orphan *orphans;		/* freed with it */
 };
@@ -156,8 +161,10 @@ struct kvs_hiradix {
 	struct hload *loads;
 	struct hbatch wq, lq;		/* the write and load queues */
 	struct hbatch *wacks, *lacks;	/* the ack queues */
-	struct hbatch *handed, *last_load;
+	struct hbatch *handed;		/* load transfers the caller holds */
 	uint64_t bgen;			/* backups taken out of h->backups */
+	pthread_cond_t xcv;		/* a submission ended, or an agreement */
+	bool agreeing;			/* a call is in the agreement callback */
 
 	/* The poll thread (KVS_HIRADIX_THREAD): thread and has_thread are
 	 * create's and destroy's; stop under h->lock; wake waits on it. */
@@ -218,6 +225,8 @@ int hr_backup(kvs_hiradix_t *h, node_t *x);
 void hr_inc_hit(kvs_hiradix_t *h, node_t *x);
 void hr_flush(kvs_hiradix_t *h);
 void hr_poll_locked(kvs_hiradix_t *h, bool caller);
+void hr_pin(kvs_hiradix_t *h, node_t *x, int d);
+uint64_t hr_agree(kvs_hiradix_t *h, int what, uint64_t value);
 
 /* lib/cache/hiradix_l3.c: the storage tier. */
 void hr_node_keys(kvs_hiradix_t *h, node_t *x);	/* with h->lock */

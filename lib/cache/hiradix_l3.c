@@ -26,9 +26,13 @@
  * waits for the store.
  *
  * Locking: the queues are under h->lock (level 2); the threads take it
- * only to take a job and to account for it, never across a store call.
+ * only to take a job and to account for it, never across a store call
+ * (kvs_store_exists(), _get_pages(), _set_pages()) or a host pool copy.
  * pf->m (level 3) guards a prefetch's progress between the thread and the
- * caller; it is taken under h->lock or alone.
+ * caller; it is taken under h->lock or alone, and nothing under it.
+ * kvs_hiradix_prefetch_done() unlinks its operation before the ranks
+ * agree (KVS_AGREE_PREFETCH, without h->lock), so no other call finds it
+ * meanwhile; its anchor stays protected by hlock.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -617,15 +621,17 @@ KVS_EXPORT int kvs_hiradix_prefetch_done(kvs_hiradix_t *h, uint64_t id, size_t *
 		pthread_mutex_unlock(&h->lock);
 		return 0;
 	}
-	/* Pages [0, d) are final: the thread reads only past pf->done. */
+	/* Pages [0, d) are final: the thread reads only past pf->done.  The
+	 * operation leaves h->pfs first: the ranks agree without h->lock,
+	 * and no other call may find it meanwhile. */
+	*link = pf->next;
 	if (h->agree) {
-		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_PREFETCH, (uint64_t)d * h->ps);
+		uint64_t a = hr_agree(h, KVS_AGREE_PREFETCH, (uint64_t)d * h->ps);
 
 		if (a < (uint64_t)d * h->ps)
 			d = (size_t)(a / h->ps);
 	}
 	got = pf_insert(h, pf, d);
-	*link = pf->next;
 	hlock(h, pf->anchor, -1);
 	/* Pages [d, np) and the op: ours if the thread is finished with it,
 	 * else the thread's to free when it is. */

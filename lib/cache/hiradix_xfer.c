@@ -38,7 +38,31 @@
  * (busy in the transfer): they wait on the batch (orphans).
  *
  * Locking: everything here runs with h->lock (level 2), as the tree's
- * calls do; the poll thread takes it for each poll.
+ * calls do; the poll thread takes it for each poll.  No mutex is held
+ * across a device wait or the agreement callback:
+ *
+ *  - A submission (hr_submit_writes(), hr_submit_loads()) moves what is
+ *    queued into a new batch marked submitting, drops h->lock across
+ *    kvs_hpool_backup() or kvs_hpool_load() (the driver's copies, and its
+ *    synchronization after a failed one), takes it again and publishes the
+ *    transfer, or undoes the batch.  Whoever needs a submitting batch waits
+ *    on h->xcv (which releases h->lock).
+ *  - A wait (hr_batch_wait()) pins the batch (pins: not freed), drops
+ *    h->lock across kvs_hpool_xfer_wait(), and takes the batch out of its
+ *    ack queue unless another thread's poll did meanwhile.  Its callers pin
+ *    the node they wait on (hr_pin()) and look at the tree again after.
+ *  - The agreement callback (KVS_AGREE_WRITE_ACKS here and in
+ *    kvs_hiradix_load_back(), KVS_AGREE_PREFETCH in the storage tier) runs
+ *    without h->lock, one call at a time (h->agreeing, waited for on
+ *    h->xcv) so that the ranks see their calls in the same order; the
+ *    batches being agreed on are pinned and remembered (anext), the load's
+ *    last node is pinned and its chain counted again after.
+ *  - Host pages of a copy dropped in flight go to the batch in a record
+ *    allocated with the backup (orph), so dropping never waits.
+ *
+ * Lock order: h->lock, then hp->lock and the pool's (inside the calls made
+ * under it); nothing of the cache is held across a driver wait.  The
+ * fault driver's event queries may wait (test driver only).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -89,7 +113,7 @@ static void batch_free(kvs_hiradix_t *h, struct hbatch *b)
 /* Free @b if nothing needs it any more. */
 static void hr_batch_check(kvs_hiradix_t *h, struct hbatch *b)
 {
-	if (b->refs == 0 && b->state != 0 && !b->handed)
+	if (b->refs == 0 && b->state != 0 && !b->handed && b->pins == 0)
 		batch_free(h, b);
 }
 
@@ -119,12 +143,71 @@ static void ack_take(struct hbatch **q, struct hbatch *b, int state)
 	b->state = state;
 }
 
-/* Wait for @b's transfer (submitted) and take it out of its ack queue. */
+/*
+ * Wait for @b's transfer (submitted, or being submitted) and take it out of
+ * its ack queue, without h->lock: it is dropped across the wait and taken
+ * again, so anything may have changed in the tree meanwhile.  @b is pinned
+ * (pins: not freed) until the caller's batch_unpin().
+ */
 static void hr_batch_wait(kvs_hiradix_t *h, struct hbatch *b, bool load)
 {
-	if (b->state == 0)
-		ack_take(load ? &h->lacks : &h->wacks, b,
-			 kvs_hpool_xfer_wait(b->x) == 0 ? 1 : -1);
+	int r;
+
+	b->pins++;
+	while (b->submitting)
+		pthread_cond_wait(&h->xcv, &h->lock);
+	if (b->state == 0) {
+		pthread_mutex_unlock(&h->lock);
+		r = kvs_hpool_xfer_wait(b->x);
+		pthread_mutex_lock(&h->lock);
+		if (b->state == 0) /* not taken in by another thread meanwhile */
+			ack_take(load ? &h->lacks : &h->wacks, b, r == 0 ? 1 : -1);
+	}
+}
+
+/* Undo hr_batch_wait()'s pin: @b may be freed now. */
+static void batch_unpin(kvs_hiradix_t *h, struct hbatch *b)
+{
+	b->pins--;
+	hr_batch_check(h, b);
+}
+
+/* Wait for the agreement callback's turn: one call at a time, in the order
+ * the ranks make them. */
+static void agree_begin(kvs_hiradix_t *h)
+{
+	while (h->agreeing)
+		pthread_cond_wait(&h->xcv, &h->lock);
+	h->agreeing = true;
+}
+
+/* Call the agreement callback (after agree_begin()) without h->lock. */
+static uint64_t agree_call(kvs_hiradix_t *h, int what, uint64_t value)
+{
+	uint64_t a;
+
+	pthread_mutex_unlock(&h->lock);
+	a = h->agree(h->agree_arg, what, value);
+	pthread_mutex_lock(&h->lock);
+	h->agreeing = false;
+	pthread_cond_broadcast(&h->xcv);
+	return a;
+}
+
+uint64_t hr_agree(kvs_hiradix_t *h, int what, uint64_t value)
+{
+	agree_begin(h);
+	return agree_call(h, what, value);
+}
+
+/* Pin @x (@d 1) or unpin it (-1): a lock of the cache's (not in a leaf
+ * set, not evicted) held by a call across a time without h->lock. */
+void hr_pin(kvs_hiradix_t *h, node_t *x, int d)
+{
+	if (x == &h->root)
+		return;
+	x->pin = (uint32_t)((int)x->pin + d);
+	hr_lock_path(h, x, d);
 }
 
 /* ------------------------------------------------------------ backups */
@@ -136,17 +219,15 @@ static void host_release(kvs_hiradix_t *h, node_t *x)
 
 	hr_acct(h, x, -1);
 	if (x->bt && !hr_queued(h, x->bt) && x->bt->state == 0) {
-		/* Still the destination of a copy in flight. */
-		o = malloc(sizeof(*o));
-		if (o) {
-			o->n = np;
-			o->pages = x->host;
-			o->next = x->bt->orphans;
-			x->bt->orphans = o;
-			x->host = NULL;
-		} else {
-			hr_batch_wait(h, x->bt, false);
-		}
+		/* Still the destination of a copy in flight: its pages wait on
+		 * the batch, in the record hr_backup() made for this. */
+		o = x->orph;
+		x->orph = NULL;
+		o->n = np;
+		o->pages = x->host;
+		o->next = x->bt->orphans;
+		x->bt->orphans = o;
+		x->host = NULL;
 	}
 	if (x->host)
 		kvs_hpool_free(h->hp, np, x->host);
@@ -164,6 +245,8 @@ static void bx_end(kvs_hiradix_t *h, node_t *x)
 
 	hr_bset(h, x, false);
 	x->bt = NULL;
+	free(x->orph);
+	x->orph = NULL;
 	hr_lock_path(h, x, -1);
 	batch_put(h, b);
 }
@@ -227,8 +310,13 @@ int hr_backup(kvs_hiradix_t *h, node_t *x)
 	if (x->parent != &h->root && !x->parent->host && hr_backup(h, x->parent) < 0)
 		return -1;
 	host = malloc(np * sizeof(*host));
-	if (!host) {
+	/* The record its pages need if its copy is dropped in flight. */
+	x->orph = malloc(sizeof(*x->orph));
+	if (!host || !x->orph) {
 		ST(h, backup_fail, 1);
+		free(host);
+		free(x->orph);
+		x->orph = NULL;
 		errno = ENOMEM;
 		return -1;
 	}
@@ -240,6 +328,8 @@ int hr_backup(kvs_hiradix_t *h, node_t *x)
 		}
 		ST(h, backup_fail, 1);
 		free(host);
+		free(x->orph);
+		x->orph = NULL;
 		errno = ENOMEM;
 		return -1;
 	}
@@ -253,12 +343,20 @@ ok:
 	return 0;
 }
 
-/* Start every queued backup as one transfer.  A failure drops them all. */
+/*
+ * Start every queued backup as one transfer.  Its nodes join the batch
+ * first (b->submitting), then h->lock is dropped across kvs_hpool_backup()
+ * (which queues the copies, and on a failure waits for those it queued);
+ * a call that needs the batch meanwhile waits on h->xcv.  A failure drops
+ * every node still in it.
+ */
 static int hr_submit_writes(kvs_hiradix_t *h)
 {
 	size_t np = 0, k = 0;
 	int32_t *dev = NULL, *host = NULL;
+	uint64_t nodes = 0, tokens = 0;
 	struct hbatch *b = NULL;
+	kvs_hpool_xfer_t *xf = NULL;
 	node_t *x, *n;
 	int rc = ENOMEM;
 
@@ -270,8 +368,11 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 	b = calloc(1, sizeof(*b));
 	dev = malloc(np * sizeof(*dev));
 	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host)
+	if (!b || !dev || !host) {
+		free(b);
+		b = NULL;
 		goto fail;
+	}
 	/* The list is newest first: fill from the end, ancestors first. */
 	k = np;
 	for (x = h->backups; x; x = x->bnext) {
@@ -280,36 +381,48 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 		k -= x->len / h->ps;
 		hr_pages_of(h, x->locs, x->len, dev + k);
 		memcpy(host + k, x->host, x->len / h->ps * sizeof(*host));
+		x->bt = b;
+		b->refs++;
+		nodes++;
+		tokens += x->len;
 	}
-	if (kvs_hpool_backup(h->hp, dev, host, np, &b->x) < 0) {
+	b->submitting = true;
+	pthread_mutex_unlock(&h->lock);
+	if (kvs_hpool_backup(h->hp, dev, host, np, &xf) < 0)
 		rc = errno;
-		goto fail;
+	else
+		rc = 0;
+	pthread_mutex_lock(&h->lock);
+	b->submitting = false;
+	pthread_cond_broadcast(&h->xcv);
+	free(dev);
+	free(host);
+	if (rc == 0) {
+		b->x = xf;
+		ST(h, backups, nodes);
+		ST(h, backup_tokens, tokens);
+		ack_push(&h->wacks, b);
+		ST(h, write_batches, 1);
+		return 0;
 	}
-	for (x = h->backups; x; x = x->bnext)
-		if (x->bt == &h->wq) {
-			x->bt = b;
-			b->refs++;
-			ST(h, backups, 1);
-			ST(h, backup_tokens, x->len);
-		}
-	ack_push(&h->wacks, b);
-	ST(h, write_batches, 1);
-	free(dev);
-	free(host);
-	return 0;
+	b->state = -1;
+	b->pins++; /* until every node of it is dropped */
 fail:
-	free(b);
-	free(dev);
-	free(host);
+	if (!b) {
+		free(dev);
+		free(host);
+	}
 	for (x = h->backups; x; x = n) {
 		n = x->bnext;
-		if (x->bt == &h->wq) {
+		if (b ? x->bt == b : x->bt == &h->wq) {
 			/* Never submitted: not lost, failed. */
 			host_release(h, x);
 			bx_end(h, x);
 			ST(h, backup_fail, 1);
 		}
 	}
+	if (b)
+		batch_unpin(h, b);
 	errno = rc;
 	return -1;
 }
@@ -356,91 +469,130 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 	free(ld);
 }
 
-/* Start every queued load back as one transfer.  A failure undoes them
- * all (their chains are tombstones again). */
-static int hr_submit_loads(kvs_hiradix_t *h)
+/*
+ * Start every queued load back (@only: that one alone) as one transfer,
+ * h->lock dropped across kvs_hpool_load() as in hr_submit_writes(); *@out
+ * (may be NULL) receives the batch, NULL if nothing was queued.  A failure
+ * undoes every load in it (their chains are tombstones again).
+ */
+static int hr_submit_loads(kvs_hiradix_t *h, struct hload *only, struct hbatch **out)
 {
 	struct hload *ld, *ln;
 	size_t np = 0, k = 0;
 	int32_t *dev = NULL, *host = NULL;
+	kvs_hpool_xfer_t *xf = NULL;
 	struct hbatch *b;
 	int rc = ENOMEM;
 
+	if (out)
+		*out = NULL;
 	for (ld = h->loads; ld; ld = ld->next)
-		if (ld->bt == &h->lq)
+		if (ld->bt == &h->lq && (!only || ld == only))
 			np += ld->np;
 	if (np == 0)
 		return 0;
 	b = calloc(1, sizeof(*b));
 	dev = malloc(np * sizeof(*dev));
 	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host)
-		goto fail;
+	if (!b || !dev || !host) {
+		free(b);
+		free(dev);
+		free(host);
+		for (ld = h->loads; ld; ld = ln) {
+			ln = ld->next;
+			if (ld->bt == &h->lq && (!only || ld == only))
+				load_done(h, ld, false);
+		}
+		errno = rc;
+		return -1;
+	}
 	for (ld = h->loads; ld; ld = ld->next)
-		if (ld->bt == &h->lq) {
+		if (ld->bt == &h->lq && (!only || ld == only)) {
 			memcpy(dev + k, ld->dev, ld->np * sizeof(*dev));
 			memcpy(host + k, ld->host, ld->np * sizeof(*host));
 			k += ld->np;
-		}
-	if (kvs_hpool_load(h->hp, dev, host, np, &b->x) < 0) {
-		rc = errno;
-		goto fail;
-	}
-	for (ld = h->loads; ld; ld = ld->next)
-		if (ld->bt == &h->lq) {
 			ld->bt = b;
 			b->refs++;
 			free(ld->dev);
 			free(ld->host);
 			ld->dev = ld->host = NULL;
 		}
-	ack_push(&h->lacks, b);
-	h->last_load = b;
-	ST(h, load_batches, 1);
+	b->submitting = true;
+	pthread_mutex_unlock(&h->lock);
+	if (kvs_hpool_load(h->hp, dev, host, np, &xf) < 0)
+		rc = errno;
+	else
+		rc = 0;
+	pthread_mutex_lock(&h->lock);
+	b->submitting = false;
+	pthread_cond_broadcast(&h->xcv);
 	free(dev);
 	free(host);
-	return 0;
-fail:
-	free(b);
-	free(dev);
-	free(host);
+	if (rc == 0) {
+		b->x = xf;
+		ack_push(&h->lacks, b);
+		ST(h, load_batches, 1);
+		if (out)
+			*out = b;
+		return 0;
+	}
+	b->state = -1;
+	b->pins++;
 	for (ld = h->loads; ld; ld = ln) {
 		ln = ld->next;
-		if (ld->bt == &h->lq)
+		if (ld->bt == b)
 			load_done(h, ld, false);
 	}
+	batch_unpin(h, b);
 	errno = rc;
 	return -1;
 }
 
-/* Wait for a load back in flight into @x. */
+/* Wait for a load back in flight into @x (pinned by the caller: h->lock is
+ * dropped across the wait). */
 void hr_settle_load(kvs_hiradix_t *h, node_t *x)
 {
-	struct hload *ld = x->ld;
+	struct hload *ld;
+	struct hbatch *b;
 
-	if (!ld)
-		return;
-	if (ld->bt == &h->lq && hr_submit_loads(h) < 0)
-		return; /* undone: x is a tombstone again */
-	hr_batch_wait(h, ld->bt, true);
-	load_done(h, ld, ld->bt->state > 0);
+	while ((ld = x->ld)) {
+		b = ld->bt;
+		if (hr_queued(h, b)) {
+			(void)hr_submit_loads(h, NULL, NULL); /* failed: x a tombstone again */
+			continue;
+		}
+		hr_batch_wait(h, b, true);
+		/* b pinned: ld, if still x's and b's, is the load waited for. */
+		if (x->ld == ld && ld->bt == b)
+			load_done(h, ld, b->state > 0);
+		batch_unpin(h, b);
+	}
 }
 
-/* Wait for what is in flight on @x: a load back into it, its backup (and,
- * first, its ancestors'). */
+/* Wait for what is in flight on @x (pinned by the caller): a load back
+ * into it, its backup (and, first, its ancestors'). */
 void hr_settle(kvs_hiradix_t *h, node_t *x)
 {
+	struct hbatch *b;
+	node_t *p;
+
 	hr_settle_load(h, x);
-	if (!x->bt)
-		return;
-	if (x->parent != &h->root && x->parent->bt)
-		hr_settle(h, x->parent);
-	if (x->bt == &h->wq && hr_submit_writes(h) < 0)
-		return; /* dropped */
-	if (!x->bt)
-		return; /* dropped with its parent's */
-	hr_batch_wait(h, x->bt, false);
-	resolve(h);
+	while ((b = x->bt)) {
+		p = x->parent;
+		if (p != &h->root && p->bt) {
+			hr_pin(h, p, 1);
+			hr_settle(h, p);
+			hr_pin(h, p, -1);
+			continue;
+		}
+		if (hr_queued(h, b)) {
+			(void)hr_submit_writes(h); /* failed: dropped */
+			continue;
+		}
+		hr_batch_wait(h, b, false);
+		resolve(h);
+		batch_unpin(h, b);
+	}
 }
 
 /* Take in the transfers that completed; backup batches in order, as many
@@ -467,18 +619,35 @@ static void take_acks(kvs_hiradix_t *h, bool caller)
 	}
 	if (h->agree && !caller)
 		return; /* the ranks agree in the caller's polls only */
+	if (h->agree)
+		agree_begin(h);
 	/* Each batch is queried once: the answer is kept for taking it in. */
 	for (b = h->wacks; b && (b->seen = kvs_hpool_xfer_query(b->x)) != 0; b = b->next)
 		k++;
 	if (h->agree) {
-		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_WRITE_ACKS, k);
+		/* The k batches seen complete, pinned and remembered in
+		 * order (anext) while the ranks agree without h->lock; one
+		 * taken in meanwhile (a wait) is not taken again. */
+		struct hbatch *first = h->wacks;
+		uint64_t a, i;
 
-		k = a < k ? a : k;
-	}
-	while (k--) {
-		b = h->wacks;
-		ack_take(&h->wacks, b, b->seen == 1 ? 1 : -1);
-		hr_batch_check(h, b); /* every node of it dropped */
+		for (b = first, i = 0; i < k; i++, b = b->next) {
+			b->pins++;
+			b->anext = i + 1 < k ? b->next : NULL;
+		}
+		a = agree_call(h, KVS_AGREE_WRITE_ACKS, k);
+		for (b = first, i = 0; i < k; i++, b = bn) {
+			bn = b->anext;
+			if (i < a && b->state == 0)
+				ack_take(&h->wacks, b, b->seen == 1 ? 1 : -1);
+			batch_unpin(h, b); /* every node of it dropped */
+		}
+	} else {
+		while (k--) {
+			b = h->wacks;
+			ack_take(&h->wacks, b, b->seen == 1 ? 1 : -1);
+			hr_batch_check(h, b); /* every node of it dropped */
+		}
 	}
 	resolve(h);
 }
@@ -495,12 +664,9 @@ static void hr_unhand(kvs_hiradix_t *h)
 	}
 }
 
-/* Hand the load batch just submitted to the caller. */
-static kvs_hpool_xfer_t *hand(kvs_hiradix_t *h)
+/* Hand the load batch @b, just submitted, to the caller. */
+static kvs_hpool_xfer_t *hand(kvs_hiradix_t *h, struct hbatch *b)
 {
-	struct hbatch *b = h->last_load;
-
-	h->last_load = NULL;
 	if (!b)
 		return NULL;
 	b->handed = true;
@@ -657,8 +823,15 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 	for (y = node; y != &h->root && !y->on_dev; y = y->parent)
 		total += y->len;
 	if (h->agree) {
-		uint64_t a = h->agree(h->agree_arg, KVS_AGREE_LOAD, total);
+		uint64_t a;
 
+		/* The ranks agree without h->lock: @node pinned meanwhile,
+		 * its chain counted again after. */
+		hr_pin(h, node, 1);
+		a = hr_agree(h, KVS_AGREE_LOAD, total);
+		hr_pin(h, node, -1);
+		for (total = 0, y = node; y != &h->root && !y->on_dev; y = y->parent)
+			total += y->len;
 		if (a < total) {
 			a -= a % h->ps;
 			if (a == 0) {
@@ -685,8 +858,6 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		pthread_mutex_unlock(&h->lock);
 		return 0;
 	}
-	for (top = node, p = top->len; p < total; p += top->len)
-		top = top->parent;
 	ld = calloc(1, sizeof(*ld));
 	dloc = malloc(total * sizeof(int32_t));
 	if (ld) {
@@ -706,7 +877,24 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 			hr_lock_path(h, node, -1);
 			goto out;
 		}
+		/* A write-back eviction drops h->lock while it waits: another
+		 * call may have loaded part of the chain meanwhile. */
+		for (p = 0, y = node; y != &h->root && !y->on_dev; y = y->parent)
+			p += y->len;
+		if (p != total) {
+			kvs_pool_free(h->pool, total, dloc);
+			hr_lock_path(h, node, -1);
+			ST(h, load_skipped, 1);
+			pthread_mutex_unlock(&h->lock);
+			free(ld->dev);
+			free(ld->host);
+			free(ld);
+			free(dloc);
+			return 0;
+		}
 	}
+	for (top = node, p = top->len; p < total; p += top->len)
+		top = top->parent;
 	/* Top down: the chain's host pages in order. */
 	hr_pages_of(h, dloc, total, ld->dev);
 	p = total;
@@ -726,14 +914,17 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 		h->loads->prev = ld;
 	h->loads = ld;
 	if (!(h->flags & KVS_HIRADIX_DEFER)) {
-		if (hr_submit_loads(h) < 0) {
+		struct hbatch *b;
+
+		/* This load alone: another call's queued load is its own. */
+		if (hr_submit_loads(h, ld, &b) < 0) {
 			/* Undone by hr_submit_loads(): tombstones again. */
 			rc = errno;
 			ST(h, load_fail, -1);
 			ld = NULL;
 			goto out;
 		}
-		*xfer = hand(h);
+		*xfer = hand(h, b);
 	}
 	ST(h, load_backs, 1);
 	ST(h, load_tokens, total);
@@ -777,6 +968,7 @@ out:
  */
 KVS_EXPORT int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer)
 {
+	struct hbatch *b = NULL;
 	int rc = 0, err = 0;
 
 	if (load_xfer)
@@ -791,14 +983,12 @@ KVS_EXPORT int kvs_hiradix_submit(kvs_hiradix_t *h, kvs_hpool_xfer_t **load_xfer
 		rc = -1;
 		err = errno;
 	}
-	if (hr_submit_loads(h) < 0) {
+	if (hr_submit_loads(h, NULL, &b) < 0) {
 		rc = -1;
 		err = errno;
 	}
 	if (load_xfer)
-		*load_xfer = hand(h);
-	else
-		h->last_load = NULL;
+		*load_xfer = hand(h, b);
 	pthread_mutex_unlock(&h->lock);
 	if (rc)
 		errno = err;
@@ -896,6 +1086,12 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 		errno = ENOMEM;
 		return NULL;
 	}
+	if (pthread_cond_init(&h->xcv, NULL) != 0) {
+		pthread_mutex_destroy(&h->lock);
+		free(h);
+		errno = ENOMEM;
+		return NULL;
+	}
 	h->pool = pool;
 	h->hp = hp;
 	h->ps = kvs_pool_page_size(pool);
@@ -906,6 +1102,7 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	if (!h->slab || !h->held || !h->seen) {
 		free(h->held);
 		free(h->seen);
+		pthread_cond_destroy(&h->xcv);
 		pthread_mutex_destroy(&h->lock);
 		free(h);
 		errno = ENOMEM;
@@ -928,6 +1125,7 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
 	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
 	if ((h->flags & KVS_HIRADIX_THREAD) && hr_thread_start(h) < 0) {
+		pthread_cond_destroy(&h->xcv);
 		pthread_mutex_destroy(&h->lock);
 		free(h->held);
 		free(h->seen);
@@ -966,32 +1164,43 @@ static void hr_free_tree(kvs_hiradix_t *h, node_t *x)
 KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 {
 	struct hbatch *b;
+	node_t *x;
 
 	if (!h)
 		return 0;
 	hr_thread_stop(h);
 	hr_l3_stop(h);
+	/* No other thread now; h->lock for the waits, which drop it. */
+	pthread_mutex_lock(&h->lock);
 	hr_unhand(h);
 	(void)hr_submit_writes(h);
-	(void)hr_submit_loads(h);
-	h->last_load = NULL;
-	while (h->loads)
-		hr_settle_load(h, h->loads->last);
-	while (h->backups)
-		hr_settle(h, h->backups);
+	(void)hr_submit_loads(h, NULL, NULL);
+	while (h->loads) {
+		x = h->loads->last;
+		hr_pin(h, x, 1);
+		hr_settle_load(h, x);
+		hr_pin(h, x, -1);
+	}
+	while ((x = h->backups)) {
+		hr_pin(h, x, 1);
+		hr_settle(h, x);
+		hr_pin(h, x, -1);
+	}
 	/* Batches whose every node was dropped: wait, then free. */
 	while ((b = h->wacks)) {
 		hr_batch_wait(h, b, false);
-		hr_batch_check(h, b);
+		batch_unpin(h, b);
 	}
 	while ((b = h->lacks)) {
 		hr_batch_wait(h, b, true);
-		hr_batch_check(h, b);
+		batch_unpin(h, b);
 	}
+	pthread_mutex_unlock(&h->lock);
 	hr_free_tree(h, &h->root);
 	evict_heap_free(&h->dheap);
 	evict_heap_free(&h->hheap);
 	free(h->kt);
+	pthread_cond_destroy(&h->xcv);
 	pthread_mutex_destroy(&h->lock);
 	free(h->held);
 	free(h->seen);

@@ -1370,6 +1370,59 @@ START_TEST(test_agree)
 }
 END_TEST
 
+/* The agreement hook runs without the cache's mutex: it may call the
+ * cache (here kvs_hiradix_usage() and kvs_hiradix_node_info(), which take
+ * it), as a hook waiting on the other ranks must not stall the cache's
+ * other threads.  With the mutex held across the hook, the first call
+ * deadlocks (the test times out). */
+static kvs_hiradix_t *reenter_h;
+static uint64_t reenter_calls;
+
+static uint64_t agree_reenter(void *arg, int what, uint64_t value)
+{
+	kvs_hiradix_usage_t u;
+	kvs_hiradix_node_info_t ni;
+
+	(void)arg;
+	(void)what;
+	ck_assert_int_eq(kvs_hiradix_usage(reenter_h, &u), 0);
+	ck_assert_int_eq(kvs_hiradix_node_info(reenter_h, kvs_hiradix_root(reenter_h), &ni), 0);
+	reenter_calls++;
+	return value;
+}
+
+START_TEST(test_agree_unlocked)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+	uint32_t l;
+
+	reenter_calls = 0;
+	x_agree = agree_reenter;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_agree = NULL;
+	reenter_h = e.h;
+	keyseq(ab, 16, 7100);
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	settle_all(&e); /* polls: KVS_AGREE_WRITE_ACKS each */
+	ck_assert(info(&e, a).on_host);
+	ck_assert_uint_gt(reenter_calls, 0);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 0);
+	l = (uint32_t)reenter_calls;
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, locs, &x), 16); /* KVS_AGREE_LOAD */
+	ck_assert_uint_eq(reenter_calls, l + 1);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 /* The background thread starts and takes in copies without the caller. */
 START_TEST(test_thread_poll)
 {
@@ -1943,6 +1996,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_defer_faults, 0, nb);
 	tcase_add_loop_test(tc, test_events, 0, nb);
 	tcase_add_loop_test(tc, test_agree, 0, nb);
+	tcase_add_loop_test(tc, test_agree_unlocked, 0, nb);
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
