@@ -4,9 +4,11 @@
  * over a device pool (L1, kvs_pool_t) and its host pool (L2, kvs_hpool_t).
  * This file is the tree: its nodes, their leaf sets and locks, match,
  * insert, eviction, validation and the statistics.  The copies between the
- * tiers are lib/cache/hiradix_xfer.c's (the transfer controller, which also
- * creates and destroys the cache), the storage tier (L3) is
- * lib/cache/hiradix_l3.c's; lib/cache/hiradix_int.h holds what they share.
+ * tiers are lib/cache/hiradix_xfer.c's (the transfer controller), the
+ * storage tier (L3) lib/cache/hiradix_l3.c's, the cache's creation,
+ * destruction and accessors lib/cache/hiradix_life.c's, what the pool asks
+ * of its caches lib/cache/hiradix_pool.c's; lib/cache/hiradix_int.h holds
+ * what they share.
  *
  * Why a tree of its own and not lib/cache/radix.c's nodes with a host value.
  * The radix cache's readers walk the tree under RCU with no lock, and its
@@ -955,66 +957,6 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
 	pthread_mutex_unlock(&h->lock);
 	return r;
 }
-/**
- * kvs_hiradix_root() - the root node (locking it is a no-op).
- * @h: cache.
- *
- * Context: any thread.
- * Return: the root, or NULL with errno EINVAL.
- */
-KVS_EXPORT kvs_hiradix_node_t *kvs_hiradix_root(kvs_hiradix_t *h)
-{
-	if (!h) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return &h->root;
-}
-
-/**
- * kvs_hiradix_pool() - the device pool @h was created over.
- * @h: cache.
- *
- * Context: any thread.
- * Return: the pool, or NULL with errno EINVAL.
- */
-KVS_EXPORT kvs_pool_t *kvs_hiradix_pool(const kvs_hiradix_t *h)
-{
-	if (!h) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return h->pool;
-}
-
-/**
- * kvs_hiradix_node_info() - the state of @node.
- * @h: cache.
- * @node: a node of @h.
- * @info: receives it.
- *
- * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL (NULL, or a node of another cache).
- */
-KVS_EXPORT int kvs_hiradix_node_info(kvs_hiradix_t *h, const kvs_hiradix_node_t *node,
-				     kvs_hiradix_node_info_t *info)
-{
-	if (!h || !node || !info || node->tree != h) {
-		errno = EINVAL;
-		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	memset(info, 0, sizeof(*info));
-	info->tokens = node->len;
-	info->on_device = node->on_dev;
-	info->on_host = node->host_ok;
-	info->backup_pending = node->host && !node->host_ok;
-	info->loading = node->ld != NULL;
-	info->lock_ref = node->lock_ref;
-	info->hit_count = node->hit_count;
-	pthread_mutex_unlock(&h->lock);
-	return 0;
-}
 
 static void usage_walk(const node_t *x, kvs_hiradix_usage_t *u)
 {
@@ -1030,33 +972,6 @@ static void usage_walk(const node_t *x, kvs_hiradix_usage_t *u)
 			u->tombstone_tokens += c->len;
 		usage_walk(c, u);
 	}
-}
-
-/**
- * kvs_hiradix_usage() - what the cache holds (gauges kept as it changes).
- * @h: cache.
- * @u: receives it.
- *
- * Context: MT-Safe (takes h->lock).
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
-{
-	const node_t *x;
-	const struct hload *ld;
-
-	if (!h || !u) {
-		errno = EINVAL;
-		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	*u = h->use;
-	for (x = h->backups; x; x = x->bnext)
-		u->backups_pending++;
-	for (ld = h->loads; ld; ld = ld->next)
-		u->loads_pending++;
-	pthread_mutex_unlock(&h->lock);
-	return 0;
 }
 
 struct vstate {

@@ -8,8 +8,9 @@
  *                             locks, eviction, validation, statistics
  *   lib/cache/hiradix_xfer.c  the transfer controller (backups to and loads
  *                             back from the host pool, their queues and
- *                             acks), its poll thread, and the cache's
- *                             creation and destruction
+ *                             acks) and its poll thread
+ *   lib/cache/hiradix_life.c  the cache's creation and destruction, and
+ *                             its plain accessors
  *   lib/cache/hiradix_l3.c    the storage tier: backups to the store,
  *                             prefetch, and their two threads
  *
@@ -227,6 +228,9 @@ void hr_flush(kvs_hiradix_t *h);
 void hr_poll_locked(kvs_hiradix_t *h, bool caller);
 void hr_pin(kvs_hiradix_t *h, node_t *x, int d);
 uint64_t hr_agree(kvs_hiradix_t *h, int what, uint64_t value);
+int hr_thread_start(kvs_hiradix_t *h);	/* kvs_hiradix_create() */
+void hr_thread_stop(kvs_hiradix_t *h);	/* kvs_hiradix_destroy(), without h->lock */
+void hr_drain(kvs_hiradix_t *h);		/* kvs_hiradix_destroy(), without h->lock */
 
 /* lib/cache/hiradix_l3.c: the storage tier. */
 void hr_node_keys(kvs_hiradix_t *h, node_t *x);	/* with h->lock */

@@ -4,8 +4,8 @@
  * radix cache (lib/cache/hiradix.c is the tree, lib/cache/hiradix_int.h
  * the shared structures): backups of device nodes to the host pool, loads
  * back of tombstones to the device, their queues, acks and failures, the
- * poll thread (KVS_HIRADIX_THREAD), and the cache's creation and
- * destruction, which start and drain all of it.
+ * poll thread (KVS_HIRADIX_THREAD), and the draining of all of it when the
+ * cache is destroyed (lib/cache/hiradix_life.c).
  *
  * Host copies.  host != NULL and !host_ok: a backup is pending (bt, its
  * batch: queued, in flight, or complete while its parent's copy is not
@@ -715,7 +715,7 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-static int hr_thread_start(kvs_hiradix_t *h)
+int hr_thread_start(kvs_hiradix_t *h)
 {
 	pthread_condattr_t ca;
 	int rc;
@@ -741,7 +741,7 @@ static int hr_thread_start(kvs_hiradix_t *h)
 	return 0;
 }
 
-static void hr_thread_stop(kvs_hiradix_t *h)
+void hr_thread_stop(kvs_hiradix_t *h)
 {
 	if (!h->has_thread)
 		return;
@@ -1023,154 +1023,14 @@ KVS_EXPORT int kvs_hiradix_poll(kvs_hiradix_t *h)
 	return 0;
 }
 
-/* ------------------------------------------------------------ API: life */
-
-/**
- * kvs_hiradix_attr_init() - defaults: write through, selective threshold 2,
- * a load back threshold of 10 tokens (SGLang's load_back_threshold).
- * @attr: attributes.
- *
- * Context: any thread.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
-{
-	if (!attr) {
-		errno = EINVAL;
-		return -1;
-	}
-	memset(attr, 0, sizeof(*attr));
-	attr->write_policy = KVS_WRITE_THROUGH;
-	attr->hit_threshold = 2;
-	attr->load_back_threshold = 10;
-	attr->poll_us = 1000;
-	return 0;
-}
-
-/**
- * kvs_hiradix_create() - a hierarchical radix cache over @pool and @hp.
- * @pool: the device pool.
- * @hp: a host pool created over @pool.
- * @attr: attributes, or NULL for the defaults.
- *
- * Context: any thread.
- * Return: the cache, or NULL with errno EINVAL or ENOMEM.
- */
-KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
-					     const kvs_hiradix_attr_t *attr)
-{
-	kvs_hiradix_attr_t def;
-	kvs_hiradix_t *h;
-
-	if (!attr) {
-		kvs_hiradix_attr_init(&def);
-		attr = &def;
-	}
-	if (!pool || !hp || kvs_hpool_pool(hp) != pool || attr->write_policy > KVS_WRITE_BACK ||
-	    (attr->write_policy == KVS_WRITE_THROUGH_SELECTIVE && attr->hit_threshold == 0) ||
-	    (attr->flags & ~(uint32_t)(KVS_HIRADIX_DEFER | KVS_HIRADIX_THREAD |
-				       KVS_HIRADIX_REMAT_HIT | KVS_HIRADIX_QUOTA_CHAIN)) ||
-	    ((attr->flags & KVS_HIRADIX_THREAD) && attr->poll_us == 0)) {
-		errno = EINVAL;
-		return NULL;
-	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	h->l3q_tail = &h->l3q;
-	h->pfq_tail = &h->pfq;
-	if (pthread_mutex_init(&h->lock, NULL) != 0) {
-		free(h);
-		errno = ENOMEM;
-		return NULL;
-	}
-	if (pthread_cond_init(&h->xcv, NULL) != 0) {
-		pthread_mutex_destroy(&h->lock);
-		free(h);
-		errno = ENOMEM;
-		return NULL;
-	}
-	h->pool = pool;
-	h->hp = hp;
-	h->ps = kvs_pool_page_size(pool);
-	h->slab = kvs_pool_slab(pool);
-	h->cap = kvs_pool_capacity(pool);
-	h->held = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
-	h->seen = calloc((h->cap / h->ps + 63) / 64 + 1, sizeof(uint64_t));
-	if (!h->slab || !h->held || !h->seen) {
-		free(h->held);
-		free(h->seen);
-		pthread_cond_destroy(&h->xcv);
-		pthread_mutex_destroy(&h->lock);
-		free(h);
-		errno = ENOMEM;
-		return NULL;
-	}
-	h->policy = attr->write_policy;
-	h->threshold = attr->write_policy == KVS_WRITE_THROUGH ? 1 : attr->hit_threshold;
-	h->lb_threshold = attr->load_back_threshold;
-	h->flags = attr->flags;
-	h->poll_us = attr->poll_us;
-	h->agree = attr->agree;
-	h->agree_arg = attr->agree_arg;
-	h->sink.cb = attr->event_cb;
-	h->sink.arg = attr->event_arg;
-	h->sink.ps = h->ps;
-	h->root.tree = h;
-	h->root.on_dev = true;
-	h->root.host_ok = true;
-	h->root.dk.idx = h->root.hk.idx = -1;
-	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
-	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
-	if ((h->flags & KVS_HIRADIX_THREAD) && hr_thread_start(h) < 0) {
-		pthread_cond_destroy(&h->xcv);
-		pthread_mutex_destroy(&h->lock);
-		free(h->held);
-		free(h->seen);
-		free(h);
-		return NULL;
-	}
-	return h;
-}
-
-static void hr_free_tree(kvs_hiradix_t *h, node_t *x)
-{
-	node_t *c, *n;
-
-	for (c = x->child; c; c = n) {
-		n = c->next;
-		hr_free_tree(h, c);
-	}
-	if (x == &h->root)
-		return;
-	if (x->on_dev)
-		kvs_pool_free(h->pool, x->len, x->locs);
-	if (x->host)
-		kvs_hpool_free(h->hp, x->len / h->ps, x->host);
-	hr_node_free(h, x);
-}
-
-/**
- * kvs_hiradix_destroy() - wait for every transfer in flight, give every
- * device page back to the pool and every host page to the host pool, and
- * free the cache.
- * @h: cache, or NULL.
- *
- * Context: no other call on @h, now or later.
- * Return: 0.
- */
-KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
+/* kvs_hiradix_destroy(), no other thread left: wait for every transfer,
+ * submitting what is queued, and free every batch. */
+void hr_drain(kvs_hiradix_t *h)
 {
 	struct hbatch *b;
 	node_t *x;
 
-	if (!h)
-		return 0;
-	hr_thread_stop(h);
-	hr_l3_stop(h);
-	/* No other thread now; h->lock for the waits, which drop it. */
+	/* h->lock for the waits, which drop it. */
 	pthread_mutex_lock(&h->lock);
 	hr_unhand(h);
 	(void)hr_submit_writes(h);
@@ -1196,14 +1056,4 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 		batch_unpin(h, b);
 	}
 	pthread_mutex_unlock(&h->lock);
-	hr_free_tree(h, &h->root);
-	evict_heap_free(&h->dheap);
-	evict_heap_free(&h->hheap);
-	free(h->kt);
-	pthread_cond_destroy(&h->xcv);
-	pthread_mutex_destroy(&h->lock);
-	free(h->held);
-	free(h->seen);
-	free(h);
-	return 0;
 }
