@@ -127,7 +127,7 @@ void hr_touch(kvs_hiradix_t *h, node_t *x)
 		evict_heap_update(&h->hheap, &x->hk);
 }
 
-static bool is_dleaf(const kvs_hiradix_t *h, const node_t *x)
+bool hr_is_dleaf(const kvs_hiradix_t *h, const node_t *x)
 {
 	return x != &h->root && x->on_dev && x->lock_ref == 0 && x->ndev == 0;
 }
@@ -140,7 +140,7 @@ static bool is_hleaf(const kvs_hiradix_t *h, const node_t *x)
 
 void hr_leaf_update(kvs_hiradix_t *h, node_t *x)
 {
-	dset(h, x, is_dleaf(h, x));
+	dset(h, x, hr_is_dleaf(h, x));
 	hset(h, x, is_hleaf(h, x));
 }
 
@@ -520,36 +520,47 @@ static void node_delete(kvs_hiradix_t *h, node_t *x)
 	hr_node_free(h, x);
 }
 
+/*
+ * Evict the device leaf @x as kvs_hiradix_evict_device() does: a tombstone
+ * if it has a valid host copy, else deleted; under KVS_WRITE_BACK a node
+ * without a copy is backed up first, h->lock dropped while it waits (x
+ * pinned), and evicted only if it is still a device leaf then.  Returns
+ * the tokens freed (0: left).
+ */
+size_t hr_evict_one(kvs_hiradix_t *h, node_t *x)
+{
+	size_t len = x->len;
+
+	if (!x->host_ok && !x->host && h->policy == KVS_WRITE_BACK) {
+		/* Write back: copy it out now, then demote it.  A failed
+		 * copy leaves no host copy: deleted below. */
+		if (hr_backup(h, x) == 0) {
+			hr_pin(h, x, 1);
+			hr_settle(h, x);
+			hr_pin(h, x, -1);
+			if (!hr_is_dleaf(h, x))
+				return 0;
+		}
+	}
+	kvs_pool_free(h->pool, x->len, x->locs);
+	hr_node_events(h, x, KVS_KV_REMOVED, KVS_MEDIUM_GPU);
+	if (x->host_ok) {
+		hr_set_dev(h, x, false);
+		ST(h, tombstoned, 1);
+	} else {
+		node_delete(h, x); /* no child: none could be a tombstone */
+		ST(h, deleted, 1);
+	}
+	return len;
+}
+
 ssize_t hr_evict_device(kvs_hiradix_t *h, size_t tokens)
 {
 	size_t done = 0;
 	node_t *x;
 
-	while (done < tokens && (x = lru(&h->dheap, offsetof(node_t, dk)))) {
-		if (!x->host_ok && !x->host && h->policy == KVS_WRITE_BACK) {
-			/* Write back: copy it out now, then demote it.  A
-			 * failed copy leaves no host copy: deleted below. */
-			if (hr_backup(h, x) == 0) {
-				/* h->lock is dropped while it waits: x
-				 * pinned, and evicted only if still a leaf. */
-				hr_pin(h, x, 1);
-				hr_settle(h, x);
-				hr_pin(h, x, -1);
-				if (!is_dleaf(h, x))
-					continue;
-			}
-		}
-		kvs_pool_free(h->pool, x->len, x->locs);
-		done += x->len;
-		hr_node_events(h, x, KVS_KV_REMOVED, KVS_MEDIUM_GPU);
-		if (x->host_ok) {
-			hr_set_dev(h, x, false);
-			ST(h, tombstoned, 1);
-		} else {
-			node_delete(h, x); /* no child: none could be a tombstone */
-			ST(h, deleted, 1);
-		}
-	}
+	while (done < tokens && (x = lru(&h->dheap, offsetof(node_t, dk))))
+		done += hr_evict_one(h, x);
 	ST(h, evict_device_tokens, done);
 	return (ssize_t)done;
 }
@@ -1058,7 +1069,7 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 			return false;
 		if (c->on_dev && !held_all(h, c))
 			return false;
-		if (!member_ok(&h->dheap, c, &c->dk, is_dleaf(h, c)) ||
+		if (!member_ok(&h->dheap, c, &c->dk, hr_is_dleaf(h, c)) ||
 		    !member_ok(&h->hheap, c, &c->hk, is_hleaf(h, c)))
 			return false;
 		v->nn++;

@@ -11,6 +11,8 @@
  *                             acks) and its poll thread
  *   lib/cache/hiradix_life.c  the cache's creation and destruction, and
  *                             its plain accessors
+ *   lib/cache/hiradix_pool.c  the operations the device pool asks of it
+ *                             (lib/mem/cacheops.h)
  *   lib/cache/hiradix_l3.c    the storage tier: backups to the store,
  *                             prefetch, and their two threads
  *
@@ -215,6 +217,8 @@ void hr_node_hash(kvs_hiradix_t *h, node_t *x);
 void hr_node_events(kvs_hiradix_t *h, node_t *x, int type, int medium);
 node_t *hr_split(kvs_hiradix_t *h, node_t *c, size_t k);
 node_t *hr_walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos);
+bool hr_is_dleaf(const kvs_hiradix_t *h, const node_t *x);
+size_t hr_evict_one(kvs_hiradix_t *h, node_t *x);
 ssize_t hr_evict_device(kvs_hiradix_t *h, size_t tokens);
 ssize_t hr_evict_host(kvs_hiradix_t *h, size_t tokens);
 
@@ -236,5 +240,9 @@ void hr_drain(kvs_hiradix_t *h);		/* kvs_hiradix_destroy(), without h->lock */
 void hr_node_keys(kvs_hiradix_t *h, node_t *x);	/* with h->lock */
 void hr_l3_backup(kvs_hiradix_t *h, node_t *x);	/* with h->lock */
 void hr_l3_stop(kvs_hiradix_t *h);		/* without it */
+
+/* lib/cache/hiradix_pool.c: the pool's operations (lib/mem/cacheops.h). */
+int hr_pool_register(kvs_hiradix_t *h);		/* kvs_hiradix_create() */
+void hr_pool_unregister(kvs_hiradix_t *h);	/* kvs_hiradix_destroy(), first */
 
 #endif /* KVSLAB_CACHE_HIRADIX_INT_H */

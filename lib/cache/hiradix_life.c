@@ -118,15 +118,22 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 	h->root.dk.idx = h->root.hk.idx = -1;
 	evict_heap_init(&h->dheap, KVS_EVICT_LRU);
 	evict_heap_init(&h->hheap, KVS_EVICT_LRU);
-	if ((h->flags & KVS_HIRADIX_THREAD) && hr_thread_start(h) < 0) {
-		pthread_cond_destroy(&h->xcv);
-		pthread_mutex_destroy(&h->lock);
-		free(h->held);
-		free(h->seen);
-		free(h);
-		return NULL;
+	if ((h->flags & KVS_HIRADIX_THREAD) && hr_thread_start(h) < 0)
+		goto fail;
+	/* Last: the pool's elastic calls may find the cache from now on. */
+	if (hr_pool_register(h) < 0) {
+		hr_thread_stop(h);
+		errno = ENOMEM;
+		goto fail;
 	}
 	return h;
+fail:
+	pthread_cond_destroy(&h->xcv);
+	pthread_mutex_destroy(&h->lock);
+	free(h->held);
+	free(h->seen);
+	free(h);
+	return NULL;
 }
 
 static void hr_free_tree(kvs_hiradix_t *h, node_t *x)
@@ -159,6 +166,9 @@ KVS_EXPORT int kvs_hiradix_destroy(kvs_hiradix_t *h)
 {
 	if (!h)
 		return 0;
+	/* First: once it returns, no elastic call is in the cache or finds
+	 * it. */
+	hr_pool_unregister(h);
 	hr_thread_stop(h);
 	hr_l3_stop(h);
 	hr_drain(h);

@@ -754,7 +754,6 @@ void hr_thread_stop(kvs_hiradix_t *h)
 	h->has_thread = false;
 }
 
-
 /* ------------------------------------------------------------ API: transfers */
 
 /* Cut the chain of tombstones ending at @node so that it holds its first
