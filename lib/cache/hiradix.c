@@ -298,7 +298,7 @@ void hr_child_add(node_t *p, node_t *c)
 	p->nchildren++;
 	if (c->on_dev)
 		p->ndev++;
-	c->kh = kvev_hash_page(0, c->key, h->ps);
+	c->kh = kvev_hash_page(c->extra, c->key, h->ps);
 	j = kt_slot(h, p, c->kh);
 	c->knext = h->kt[j];
 	h->kt[j] = c;
@@ -335,17 +335,18 @@ void hr_node_free(kvs_hiradix_t *h, node_t *x)
 	free(x);
 }
 
-/* The child of @x whose first page is @key's, or NULL. */
-node_t *hr_find_child(const kvs_hiradix_t *h, const node_t *x, const int32_t *key)
+/* The child of @x under @extra whose first page is @key's, or NULL. */
+node_t *hr_find_child(const kvs_hiradix_t *h, const node_t *x, uint64_t extra, const int32_t *key)
 {
 	uint64_t kh;
 	node_t *c;
 
 	if (!x->child)
 		return NULL;
-	kh = kvev_hash_page(0, key, h->ps);
+	kh = kvev_hash_page(extra, key, h->ps);
 	for (c = h->kt[kt_slot(h, x, kh)]; c; c = c->knext)
-		if (c->parent == x && c->kh == kh && memcmp(c->key, key, h->ps * sizeof(int32_t)) == 0)
+		if (c->parent == x && c->kh == kh && c->extra == extra &&
+		    memcmp(c->key, key, h->ps * sizeof(int32_t)) == 0)
 			return c;
 	return NULL;
 }
@@ -376,7 +377,8 @@ void hr_pages_of(const kvs_hiradix_t *h, const int32_t *locs, size_t len, int32_
 void hr_node_hash(kvs_hiradix_t *h, node_t *x)
 {
 	if (h->sink.cb)
-		x->hash = kvev_chain(&h->sink, x->parent->hash, 0, x->key, 0, (uint32_t)x->len, 0);
+		x->hash = kvev_chain(&h->sink, x->parent->hash, x->extra, x->key, 0, (uint32_t)x->len,
+				     0);
 }
 
 /* One event of @type per page of @x, on @medium. */
@@ -387,7 +389,7 @@ void hr_node_events(kvs_hiradix_t *h, node_t *x, int type, int medium)
 	if (!s.cb)
 		return;
 	s.medium = medium;
-	kvev_chain(&s, x->parent->hash, 0, x->key, 0, (uint32_t)x->len, type);
+	kvev_chain(&s, x->parent->hash, x->extra, x->key, 0, (uint32_t)x->len, type);
 }
 
 /* ------------------------------------------------------------ split */
@@ -402,6 +404,7 @@ node_t *hr_split(kvs_hiradix_t *h, node_t *c, size_t k)
 
 	if (!nn)
 		return NULL;
+	nn->extra = c->extra;
 	if (c->bt) {
 		nn->orph = malloc(sizeof(*nn->orph)); /* as hr_backup()'s */
 		if (!nn->orph) {
@@ -462,12 +465,12 @@ node_t *hr_split(kvs_hiradix_t *h, node_t *c, size_t k)
  * waited for: a match must return locations that hold their data, and an
  * insert must not hang a device node under a chain whose load could still
  * fail.  NULL with errno ENOMEM. */
-node_t *hr_walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos)
+node_t *hr_walk(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n, size_t *pos)
 {
 	node_t *x = &h->root, *c;
 	size_t p = 0;
 
-	while (p < n && (c = hr_find_child(h, x, key + p))) {
+	while (p < n && (c = hr_find_child(h, x, extra, key + p))) {
 		size_t k;
 
 		if (c->ld) {
@@ -582,8 +585,8 @@ ssize_t hr_evict_host(kvs_hiradix_t *h, size_t tokens)
 
 /* ------------------------------------------------------------ API */
 
-static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
-			  kvs_hiradix_match_t *m, bool lock)
+ssize_t hr_match(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n, int32_t *locs,
+		 kvs_hiradix_match_t *m, bool lock)
 {
 	node_t *x, *y, *z, *c;
 	size_t pos, dev = 0, hit = 0;
@@ -594,7 +597,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	}
 	pthread_mutex_lock(&h->lock);
 	n -= n % h->ps;
-	x = hr_walk(h, key, n, &pos);
+	x = hr_walk(h, extra, key, n, &pos);
 	if (!x) {
 		pthread_mutex_unlock(&h->lock);
 		errno = ENOMEM;
@@ -608,7 +611,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 	if (locs) {
 		pos = 0;
 		for (c = &h->root; c != y;) {
-			c = hr_find_child(h, c, key + pos);
+			c = hr_find_child(h, c, extra, key + pos);
 			memcpy(locs + pos, c->locs, c->len * sizeof(int32_t));
 			pos += c->len;
 		}
@@ -653,7 +656,7 @@ static ssize_t match_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_
 KVS_EXPORT ssize_t kvs_hiradix_match(kvs_hiradix_t *h, const int32_t *key, size_t n,
 				     int32_t *locs, kvs_hiradix_match_t *m)
 {
-	return match_impl(h, key, n, locs, m, false);
+	return hr_match(h, 0, key, n, locs, m, false);
 }
 
 /**
@@ -676,7 +679,7 @@ KVS_EXPORT ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, 
 		errno = EINVAL;
 		return -1;
 	}
-	return match_impl(h, key, n, locs, m, true);
+	return hr_match(h, 0, key, n, locs, m, true);
 }
 
 /*
@@ -724,8 +727,8 @@ static bool locs_new(const kvs_hiradix_t *h, const int32_t *locs, size_t from, s
 	return true;
 }
 
-static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const int32_t *locs,
-			   kvs_hiradix_node_t **last, bool lock)
+ssize_t hr_insert(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n,
+		  const int32_t *locs, kvs_hiradix_node_t **last, bool lock)
 {
 	node_t *x, *c, *y, *nn = NULL;
 	size_t pos, p, dev = 0;
@@ -743,7 +746,7 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 		errno = EINVAL;
 		return -1;
 	}
-	x = hr_walk(h, key, n, &pos);
+	x = hr_walk(h, extra, key, n, &pos);
 	if (!x)
 		goto nomem;
 	/* The tree takes over the pages past its device prefix: none may be
@@ -763,10 +766,11 @@ static ssize_t insert_impl(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 			goto nomem;
 		memcpy(nn->key, key + pos, (n - pos) * sizeof(int32_t));
 		memcpy(nn->locs, locs + pos, (n - pos) * sizeof(int32_t));
+		nn->extra = extra;
 	}
 	/* Nothing can fail from here on. */
 	for (c = &h->root, p = 0; c != x;) {
-		c = hr_find_child(h, c, key + p);
+		c = hr_find_child(h, c, extra, key + p);
 		if (c->on_dev) {
 			if (!seen_tomb)
 				ret += (ssize_t)c->len;
@@ -841,7 +845,7 @@ nomem:
 KVS_EXPORT ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n,
 				      const int32_t *locs, kvs_hiradix_node_t **last)
 {
-	return insert_impl(h, key, n, locs, last, false);
+	return hr_insert(h, 0, key, n, locs, last, false);
 }
 
 /**
@@ -865,7 +869,7 @@ KVS_EXPORT ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key,
 		errno = EINVAL;
 		return -1;
 	}
-	return insert_impl(h, key, n, locs, last, true);
+	return hr_insert(h, 0, key, n, locs, last, true);
 }
 
 /**
@@ -1078,7 +1082,8 @@ static bool validate_walk(const kvs_hiradix_t *h, const node_t *x, struct vstate
 		v->nb += c->bt != NULL;
 		if (c->prev ? c->prev->next != c : x->child != c)
 			return false;
-		if (hr_find_child(h, x, c->key) != c)
+		if (hr_find_child(h, x, c->extra, c->key) != c ||
+		    (x != &h->root && c->extra != x->extra))
 			return false;
 		if (!validate_walk(h, c, v))
 			return false;

@@ -46,7 +46,8 @@ struct kvs_hiradix_node {
 	int32_t *key, *locs, *host;
 	size_t len;
 	uint32_t nchildren, ndev;
-	uint64_t kh;			/* hash of its first page (the child table) */
+	uint64_t extra;			/* its extra key (the root's child's, inherited) */
+	uint64_t kh;			/* hash of extra and first page (the child table) */
 	struct kvs_hiradix_node *knext;	/* its chain in the child table */
 	/* Eviction: the leaf sets, recency, locks. */
 	struct evict_key dk, hk;	/* in the device and host leaf sets */
@@ -210,17 +211,21 @@ void hr_lock_path(kvs_hiradix_t *h, node_t *x, int d);
 node_t *hr_node_new(kvs_hiradix_t *h, size_t len);
 void hr_child_add(node_t *p, node_t *c);
 void hr_node_free(kvs_hiradix_t *h, node_t *x);
-node_t *hr_find_child(const kvs_hiradix_t *h, const node_t *x, const int32_t *key);
+node_t *hr_find_child(const kvs_hiradix_t *h, const node_t *x, uint64_t extra, const int32_t *key);
 size_t hr_common(const kvs_hiradix_t *h, const node_t *c, const int32_t *key, size_t n);
 void hr_pages_of(const kvs_hiradix_t *h, const int32_t *locs, size_t len, int32_t *pages);
 void hr_node_hash(kvs_hiradix_t *h, node_t *x);
 void hr_node_events(kvs_hiradix_t *h, node_t *x, int type, int medium);
 node_t *hr_split(kvs_hiradix_t *h, node_t *c, size_t k);
-node_t *hr_walk(kvs_hiradix_t *h, const int32_t *key, size_t n, size_t *pos);
+node_t *hr_walk(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n, size_t *pos);
 bool hr_is_dleaf(const kvs_hiradix_t *h, const node_t *x);
 size_t hr_evict_one(kvs_hiradix_t *h, node_t *x);
 ssize_t hr_evict_device(kvs_hiradix_t *h, size_t tokens);
 ssize_t hr_evict_host(kvs_hiradix_t *h, size_t tokens);
+ssize_t hr_match(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n, int32_t *locs,
+		 kvs_hiradix_match_t *m, bool lock);			/* takes h->lock */
+ssize_t hr_insert(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n,
+		  const int32_t *locs, kvs_hiradix_node_t **last, bool lock); /* takes h->lock */
 
 /* lib/cache/hiradix_xfer.c: the controller.  All with h->lock. */
 void hr_bset(kvs_hiradix_t *h, node_t *x, bool in);

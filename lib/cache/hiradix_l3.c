@@ -45,14 +45,27 @@
 
 /* ------------------------------------------------------------ storage */
 
+/* @x's pages' L3 keys, chained from its parent's last one; under an extra
+ * key a root's child's chain starts from a key of the extra key's own (the
+ * hash of its two halves as a page of two tokens), so that requests with
+ * different extra keys never share the store's objects either. */
 void hr_node_keys(kvs_hiradix_t *h, node_t *x)
 {
 	const node_t *p = x->parent;
+	const kvs_page_key_t *prev = NULL;
+	kvs_page_key_t seed;
 
 	if (!h->store)
 		return;
-	(void)kvs_page_hashes(p == &h->root ? NULL : &p->pkey[p->len / h->ps - 1], x->key, x->len,
-			      h->ps, x->pkey);
+	if (p != &h->root) {
+		prev = &p->pkey[p->len / h->ps - 1];
+	} else if (x->extra) {
+		int32_t e[2] = {(int32_t)(uint32_t)x->extra, (int32_t)(uint32_t)(x->extra >> 32)};
+
+		if (kvs_page_hash(NULL, e, 2, &seed) == 0)
+			prev = &seed;
+	}
+	(void)kvs_page_hashes(prev, x->key, x->len, h->ps, x->pkey);
 }
 
 static void hlock(kvs_hiradix_t *h, node_t *x, int d)
@@ -438,7 +451,7 @@ KVS_EXPORT ssize_t kvs_hiradix_prefetch(kvs_hiradix_t *h, uint64_t id, const int
 		return -1;
 	}
 	n -= n % h->ps;
-	x = hr_walk(h, key, n, &pos);
+	x = hr_walk(h, 0, key, n, &pos);
 	if (!x) {
 		pthread_mutex_unlock(&h->lock);
 		errno = ENOMEM;
@@ -522,7 +535,7 @@ static size_t pf_insert(kvs_hiradix_t *h, struct pf *pf, size_t d)
 	node_t *x = pf->anchor, *c;
 
 	while (pos < end) {
-		c = hr_find_child(h, x, pf->tok + pos);
+		c = hr_find_child(h, x, 0, pf->tok + pos);
 		if (!c) {
 			node_t *nn = hr_node_new(h, end - pos);
 

@@ -5,7 +5,9 @@
  * controller, lib/cache/hiradix_int.h what they share): its attributes,
  * creation (with the poll thread, KVS_HIRADIX_THREAD), destruction (the
  * threads stopped, every transfer drained by the controller, every page
- * given back) and the plain accessors of the cache and its nodes.
+ * given back), the plain accessors of the cache and its nodes, and the
+ * extra-key variants of match and insert (the tree's hr_match() and
+ * hr_insert() under a key other than 0).
  *
  * Locking: create and destroy run alone (no other call on the cache);
  * the accessors take h->lock (level 2 of common/common.h) or need none.
@@ -272,4 +274,99 @@ KVS_EXPORT int kvs_hiradix_usage(kvs_hiradix_t *h, kvs_hiradix_usage_t *u)
 		u->loads_pending++;
 	pthread_mutex_unlock(&h->lock);
 	return 0;
+}
+
+/* ------------------------------------------------------------ extra keys */
+
+/**
+ * kvs_hiradix_match_extra() - kvs_hiradix_match() under an extra key.
+ * @h: cache.
+ * @extra_key: the request's extra key (a LoRA adapter, a cache salt); 0:
+ *             kvs_hiradix_match() itself.
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_match().
+ * @m: as for kvs_hiradix_match().
+ *
+ * Only what was inserted under @extra_key matches (SGLang's extra_key):
+ * requests with different extra keys never share a prefix.
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a transfer.
+ * Return: as kvs_hiradix_match().
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match_extra(kvs_hiradix_t *h, uint64_t extra_key, const int32_t *key,
+					   size_t n, int32_t *locs, kvs_hiradix_match_t *m)
+{
+	return hr_match(h, extra_key, key, n, locs, m, false);
+}
+
+/**
+ * kvs_hiradix_match_lock_extra() - kvs_hiradix_match_lock() under an extra
+ * key.
+ * @h: cache.
+ * @extra_key: as for kvs_hiradix_match_extra().
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_match().
+ * @m: receives the match; not NULL.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_match_lock().
+ */
+KVS_EXPORT ssize_t kvs_hiradix_match_lock_extra(kvs_hiradix_t *h, uint64_t extra_key,
+						const int32_t *key, size_t n, int32_t *locs,
+						kvs_hiradix_match_t *m)
+{
+	if (!m) {
+		errno = EINVAL;
+		return -1;
+	}
+	return hr_match(h, extra_key, key, n, locs, m, true);
+}
+
+/**
+ * kvs_hiradix_insert_extra() - kvs_hiradix_insert() under an extra key.
+ * @h: cache.
+ * @extra_key: as for kvs_hiradix_match_extra().
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_insert().
+ * @last: as for kvs_hiradix_insert().
+ *
+ * The prefix is cached apart from every other extra key's: its nodes (and,
+ * with a store, their L3 keys) are its own.
+ *
+ * Context: MT-Safe (takes h->lock); may wait for a load back in flight on
+ * the path.
+ * Return: as kvs_hiradix_insert().
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert_extra(kvs_hiradix_t *h, uint64_t extra_key,
+					    const int32_t *key, size_t n, const int32_t *locs,
+					    kvs_hiradix_node_t **last)
+{
+	return hr_insert(h, extra_key, key, n, locs, last, false);
+}
+
+/**
+ * kvs_hiradix_insert_lock_extra() - kvs_hiradix_insert_lock() under an
+ * extra key.
+ * @h: cache.
+ * @extra_key: as for kvs_hiradix_match_extra().
+ * @key: token ids.
+ * @n: tokens.
+ * @locs: as for kvs_hiradix_insert().
+ * @last: receives the node, locked; not NULL.
+ *
+ * Context: MT-Safe (takes h->lock).
+ * Return: as kvs_hiradix_insert_lock().
+ */
+KVS_EXPORT ssize_t kvs_hiradix_insert_lock_extra(kvs_hiradix_t *h, uint64_t extra_key,
+						 const int32_t *key, size_t n, const int32_t *locs,
+						 kvs_hiradix_node_t **last)
+{
+	if (!last) {
+		errno = EINVAL;
+		return -1;
+	}
+	return hr_insert(h, extra_key, key, n, locs, last, true);
 }

@@ -1973,6 +1973,72 @@ START_TEST(test_many_children)
 }
 END_TEST
 
+/*
+ * Extra keys (SGLang's extra_key): what is cached under one extra key is
+ * found under it only, never under another (0 included), at both levels;
+ * the same tokens under two keys are two prefixes.
+ */
+static ssize_t insert_extra(struct env *e, uint64_t x, const int32_t *k, size_t n,
+			    kvs_hiradix_node_t **last)
+{
+	int32_t locs[MAXT];
+	ssize_t dev = kvs_hiradix_match_extra(e->h, x, k, n, locs, NULL);
+
+	ck_assert_int_ge(dev, 0);
+	if ((size_t)dev < n)
+		ck_assert_int_eq(kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev), 0);
+	return kvs_hiradix_insert_extra(e->h, x, k, n, locs, last);
+}
+
+START_TEST(test_extra_keys)
+{
+	int32_t k[16], locs[16];
+	kvs_hiradix_node_t *a, *b, *l;
+	kvs_hiradix_match_t m;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k, 16, 4200);
+	ck_assert_int_eq(insert_extra(&e, 7, k, 16, &a), 0);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, NULL), 16);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 8, k, 16, NULL, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 16, NULL, NULL), 0);
+	/* The same tokens under another key, and under none: apart. */
+	ck_assert_int_eq(insert_extra(&e, 8, k, 8, &b), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	ck_assert_uint_eq(usage(&e).nodes, 3);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 8, k, 16, NULL, NULL), 8);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 0, k, 16, NULL, NULL), 4);
+	/* A split under one key leaves the other's node whole. */
+	ck_assert_int_eq(kvs_hiradix_match_lock_extra(e.h, 7, k, 12, locs, &m), 12);
+	ck_assert_uint_eq(info(&e, m.last_node).tokens, 12);
+	ck_assert_uint_eq(info(&e, b).tokens, 8);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+	valid(&e);
+	/* The host level too: tombstones found under their key only. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 28);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 16);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 9, k, 16, NULL, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 0);
+	/* Re-materialised under its key by an insert_lock. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert_lock_extra(e.h, 7, k, 16, locs, &l), 0);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, NULL), 16);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, l), 0);
+	/* The _lock variants want somewhere to put the node. */
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_match_lock_extra(e.h, 7, k, 16, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert_lock_extra(e.h, 7, k, 16, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *hiradix_suite(void)
 {
 	Suite *s = suite_create("hiradix");
@@ -2008,6 +2074,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_sglang_load_quota, 0, nb);
 	tcase_add_loop_test(tc, test_sglang_defaults, 0, nb);
 	tcase_add_loop_test(tc, test_many_children, 0, nb);
+	tcase_add_loop_test(tc, test_extra_keys, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
