@@ -26,7 +26,14 @@
  * names them: on the device (on_dev, maybe host_ok too), a tombstone (not
  * on_dev, host_ok: evicted from the device, backed up on the host).  A node
  * is never in neither.  A node's children are a list, and each is found
- * by its first page in the tree's child table (hr_find_child(), O(1)).
+ * by its extra key and first page in the tree's child table
+ * (hr_find_child(), O(1)).
+ *
+ * Extra keys (SGLang's extra_key: a LoRA adapter, a cache salt).  Every
+ * node carries the extra key it was inserted under (extra, its root
+ * child's, inherited by split); a walk under one key never enters another
+ * key's children, so requests with different extra keys never share a
+ * prefix.  The calls without one use 0.
  *
  * Host copies (the controller's essay has the details).  host != NULL and
  * !host_ok: a backup is pending.  Valid copies always form a prefix from
