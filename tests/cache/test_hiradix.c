@@ -793,6 +793,52 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* An agreement hook that agrees: every rank has what this one has. */
+static uint64_t agree_all(void *arg, int what, uint64_t value)
+{
+	(void)arg;
+	(void)what;
+	return value;
+}
+
+/*
+ * test_threads' threads with the poll thread and an agreement hook: the
+ * hook, the submissions and the waits all run without the cache's mutex
+ * while the other threads' calls (and the poll thread) go on; the
+ * invariants, the bytes and the pages come out as without them.
+ */
+START_TEST(test_threads_unlocked)
+{
+	pthread_t th[NTHREADS];
+	struct targ ta[NTHREADS];
+	uint32_t pol;
+
+	for (pol = 0; pol <= KVS_WRITE_BACK; pol += KVS_WRITE_BACK) {
+		struct env e;
+		int i;
+
+		x_flags = KVS_HIRADIX_THREAD;
+		x_poll_us = 200;
+		x_agree = agree_all;
+		env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 4, pol, 2, 48, 40);
+		x_flags = 0;
+		x_poll_us = 0;
+		x_agree = NULL;
+		for (i = 0; i < NTHREADS; i++) {
+			ta[i].e = &e;
+			ta[i].seed = 0x7654321ull * (uint64_t)(i + 1) + pol;
+			ta[i].steps = tu_scaled(300, 30);
+			ck_assert_int_eq(pthread_create(&th[i], NULL, thread_fn, &ta[i]), 0);
+		}
+		for (i = 0; i < NTHREADS; i++)
+			ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		settle_all(&e);
+		valid(&e);
+		env_close(&e);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------ faults */
 
 /*
@@ -2054,6 +2100,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_load_back_limits, 0, nb);
 	tcase_add_loop_test(tc, test_random, 0, nb);
 	tcase_add_loop_test(tc, test_threads, 0, nb);
+	tcase_add_loop_test(tc, test_threads_unlocked, 0, nb);
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
