@@ -22,11 +22,19 @@
  *     sits at the same level: the two caches never nest.  The KV event
  *     publisher's queue lock (lib/ops/kvpub.c) is taken inside either, for an
  *     event's copy only.  RCU readers take no lock and may be inside any
- *     of these.  h->lock (lib/cache/hiradix.c), the hierarchical radix
- *     cache's mutex around every call, sits at this level too: it calls
- *     the host pool and the device pool under it, and waits for transfers
- *     under it (those waits take no library lock).
- *  3. hp->lock (lib/tier/hostpool.c): the host pool's free pages, page states
+ *     of these.  h->lock (lib/cache/hiradix*.c), the hierarchical radix
+ *     cache's mutex around every call and its three threads' (poll, L3
+ *     backup, L3 prefetch), sits at this level too: it calls the host pool
+ *     and the device pool under it, but is dropped across every wait for
+ *     a transfer (kvs_hpool_xfer_wait()), every submission of copies
+ *     (kvs_hpool_backup(), kvs_hpool_load(): the driver's copies, and the
+ *     synchronization after a failed one), the ranks' agreement callback
+ *     (kvs_hiradix_agree_cb) and every storage backend call; the cache
+ *     waits on its conditions (h->xcv, h->l3_idle, ...) with it.
+ *  3. pf->m (lib/cache/hiradix_l3.c): one L3 prefetch's progress, between
+ *     the prefetch thread and the caller; taken under h->lock or alone,
+ *     nothing taken under it (it never nests with hp->lock).
+ *     hp->lock (lib/tier/hostpool.c): the host pool's free pages, page states
  *     and busy counts, its transfers' states and its counters.  Taken
  *     inside the locks above (a tiered cache calls the host pool from its
  *     writer section); never held across a driver call or a wait for the

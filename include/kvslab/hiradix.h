@@ -101,6 +101,14 @@ ssize_t kvs_hiradix_insert(kvs_hiradix_t *h, const int32_t *key, size_t n, const
 			   kvs_hiradix_node_t **last);
 ssize_t kvs_hiradix_match_lock(kvs_hiradix_t *h, const int32_t *key, size_t n, int32_t *locs,
 			       kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_match_extra(kvs_hiradix_t *h, uint64_t extra_key, const int32_t *key, size_t n,
+				int32_t *locs, kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_insert_extra(kvs_hiradix_t *h, uint64_t extra_key, const int32_t *key, size_t n,
+				 const int32_t *locs, kvs_hiradix_node_t **last);
+ssize_t kvs_hiradix_match_lock_extra(kvs_hiradix_t *h, uint64_t extra_key, const int32_t *key,
+				     size_t n, int32_t *locs, kvs_hiradix_match_t *m);
+ssize_t kvs_hiradix_insert_lock_extra(kvs_hiradix_t *h, uint64_t extra_key, const int32_t *key,
+				      size_t n, const int32_t *locs, kvs_hiradix_node_t **last);
 ssize_t kvs_hiradix_insert_lock(kvs_hiradix_t *h, const int32_t *key, size_t n,
 				const int32_t *locs, kvs_hiradix_node_t **last);
 int kvs_hiradix_lock(kvs_hiradix_t *h, kvs_hiradix_node_t *node);

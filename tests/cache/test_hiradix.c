@@ -5,7 +5,8 @@
  * copy, a tombstone re-materialised by insert, host eviction, load back bit
  * for bit), victims in LRU order at both levels, the selective threshold, write back at eviction, a seeded
  * random run checking the invariants (kvs_hiradix_validate()) and the bytes
- * after every step, copies failing under the fault driver, bad input.
+ * after every step, copies failing under the fault driver, bad input, a
+ * parent with hundreds of children (the child table).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -792,6 +793,52 @@ START_TEST(test_threads)
 }
 END_TEST
 
+/* An agreement hook that agrees: every rank has what this one has. */
+static uint64_t agree_all(void *arg, int what, uint64_t value)
+{
+	(void)arg;
+	(void)what;
+	return value;
+}
+
+/*
+ * test_threads' threads with the poll thread and an agreement hook: the
+ * hook, the submissions and the waits all run without the cache's mutex
+ * while the other threads' calls (and the poll thread) go on; the
+ * invariants, the bytes and the pages come out as without them.
+ */
+START_TEST(test_threads_unlocked)
+{
+	pthread_t th[NTHREADS];
+	struct targ ta[NTHREADS];
+	uint32_t pol;
+
+	for (pol = 0; pol <= KVS_WRITE_BACK; pol += KVS_WRITE_BACK) {
+		struct env e;
+		int i;
+
+		x_flags = KVS_HIRADIX_THREAD;
+		x_poll_us = 200;
+		x_agree = agree_all;
+		env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 4, pol, 2, 48, 40);
+		x_flags = 0;
+		x_poll_us = 0;
+		x_agree = NULL;
+		for (i = 0; i < NTHREADS; i++) {
+			ta[i].e = &e;
+			ta[i].seed = 0x7654321ull * (uint64_t)(i + 1) + pol;
+			ta[i].steps = tu_scaled(300, 30);
+			ck_assert_int_eq(pthread_create(&th[i], NULL, thread_fn, &ta[i]), 0);
+		}
+		for (i = 0; i < NTHREADS; i++)
+			ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+		settle_all(&e);
+		valid(&e);
+		env_close(&e);
+	}
+}
+END_TEST
+
 /* ------------------------------------------------------------ faults */
 
 /*
@@ -1369,6 +1416,59 @@ START_TEST(test_agree)
 }
 END_TEST
 
+/* The agreement hook runs without the cache's mutex: it may call the
+ * cache (here kvs_hiradix_usage() and kvs_hiradix_node_info(), which take
+ * it), as a hook waiting on the other ranks must not stall the cache's
+ * other threads.  With the mutex held across the hook, the first call
+ * deadlocks (the test times out). */
+static kvs_hiradix_t *reenter_h;
+static uint64_t reenter_calls;
+
+static uint64_t agree_reenter(void *arg, int what, uint64_t value)
+{
+	kvs_hiradix_usage_t u;
+	kvs_hiradix_node_info_t ni;
+
+	(void)arg;
+	(void)what;
+	ck_assert_int_eq(kvs_hiradix_usage(reenter_h, &u), 0);
+	ck_assert_int_eq(kvs_hiradix_node_info(reenter_h, kvs_hiradix_root(reenter_h), &ni), 0);
+	reenter_calls++;
+	return value;
+}
+
+START_TEST(test_agree_unlocked)
+{
+	int32_t ab[16], locs[16];
+	kvs_hiradix_node_t *a;
+	kvs_hiradix_match_t m;
+	kvs_hpool_xfer_t *x;
+	struct env e;
+	uint32_t l;
+
+	reenter_calls = 0;
+	x_agree = agree_reenter;
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	x_agree = NULL;
+	reenter_h = e.h;
+	keyseq(ab, 16, 7100);
+	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
+	settle_all(&e); /* polls: KVS_AGREE_WRITE_ACKS each */
+	ck_assert(info(&e, a).on_host);
+	ck_assert_uint_gt(reenter_calls, 0);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 16), 16);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, ab, 16, NULL, &m), 0);
+	l = (uint32_t)reenter_calls;
+	ck_assert_int_eq(kvs_hiradix_load_back(e.h, m.last_node, 0, locs, &x), 16); /* KVS_AGREE_LOAD */
+	ck_assert_uint_eq(reenter_calls, l + 1);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_wait(x, l), 0);
+	settle_all(&e);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 /* The background thread starts and takes in copies without the caller. */
 START_TEST(test_thread_poll)
 {
@@ -1861,6 +1961,130 @@ START_TEST(test_sglang_defaults)
 }
 END_TEST
 
+/*
+ * Many children under one parent: each is found by its first page (the
+ * tree's child table, grown as nodes come: 64 buckets, then more), through
+ * splits (a child's first page changes hands), tombstones and deletes.
+ */
+START_TEST(test_many_children)
+{
+	enum { N = 300 };
+	kvs_hiradix_match_t m;
+	int32_t k[4];
+	struct env e;
+	int i;
+
+	env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), 2, KVS_WRITE_THROUGH, 0, 2 * N + 8,
+		     2 * N + 8);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	}
+	valid(&e);
+	/* A second key under each: the child splits after its first page. */
+	for (i = 0; i < N; i += 2) {
+		k[0] = k[1] = i;
+		k[2] = 5000 + i;
+		k[3] = 8;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 2);
+	}
+	valid(&e);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, &m), 4);
+		k[2] = 1001 + i; /* another page after the first: the first only */
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 2);
+		k[0] = N + i; /* an unknown first page */
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, NULL), 0);
+	}
+	/* Tombstones are found too (host hits); host eviction deletes them. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 4 * N), 4 * N);
+	valid(&e);
+	for (i = 0; i < N; i++) {
+		k[0] = k[1] = i;
+		k[2] = 1000 + i;
+		k[3] = 7;
+		ck_assert_int_eq(kvs_hiradix_match(e.h, k, 4, NULL, &m), 0);
+		ck_assert_uint_eq(m.host_hit, 4);
+	}
+	ck_assert_int_eq(kvs_hiradix_evict_host(e.h, 4 * N), 4 * N);
+	valid(&e);
+	ck_assert_uint_eq(usage(&e).nodes, 0);
+	env_close(&e);
+}
+END_TEST
+
+/*
+ * Extra keys (SGLang's extra_key): what is cached under one extra key is
+ * found under it only, never under another (0 included), at both levels;
+ * the same tokens under two keys are two prefixes.
+ */
+static ssize_t insert_extra(struct env *e, uint64_t x, const int32_t *k, size_t n,
+			    kvs_hiradix_node_t **last)
+{
+	int32_t locs[MAXT];
+	ssize_t dev = kvs_hiradix_match_extra(e->h, x, k, n, locs, NULL);
+
+	ck_assert_int_ge(dev, 0);
+	if ((size_t)dev < n)
+		ck_assert_int_eq(kvs_pool_alloc(e->pool, n - (size_t)dev, locs + dev), 0);
+	return kvs_hiradix_insert_extra(e->h, x, k, n, locs, last);
+}
+
+START_TEST(test_extra_keys)
+{
+	int32_t k[16], locs[16];
+	kvs_hiradix_node_t *a, *b, *l;
+	kvs_hiradix_match_t m;
+	struct env e;
+
+	env_open(&e, _i, 4, KVS_WRITE_THROUGH, 0);
+	keyseq(k, 16, 4200);
+	ck_assert_int_eq(insert_extra(&e, 7, k, 16, &a), 0);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, NULL), 16);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 8, k, 16, NULL, NULL), 0);
+	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 16, NULL, NULL), 0);
+	/* The same tokens under another key, and under none: apart. */
+	ck_assert_int_eq(insert_extra(&e, 8, k, 8, &b), 0);
+	ck_assert_int_eq(insert_fresh(&e, k, 4, NULL), 0);
+	ck_assert_uint_eq(usage(&e).nodes, 3);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 8, k, 16, NULL, NULL), 8);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 0, k, 16, NULL, NULL), 4);
+	/* A split under one key leaves the other's node whole. */
+	ck_assert_int_eq(kvs_hiradix_match_lock_extra(e.h, 7, k, 12, locs, &m), 12);
+	ck_assert_uint_eq(info(&e, m.last_node).tokens, 12);
+	ck_assert_uint_eq(info(&e, b).tokens, 8);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, m.last_node), 0);
+	valid(&e);
+	/* The host level too: tombstones found under their key only. */
+	settle_all(&e);
+	ck_assert_int_eq(kvs_hiradix_evict_device(e.h, 100), 28);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 16);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 9, k, 16, NULL, &m), 0);
+	ck_assert_uint_eq(m.host_hit, 0);
+	/* Re-materialised under its key by an insert_lock. */
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, locs), 0);
+	ck_assert_int_eq(kvs_hiradix_insert_lock_extra(e.h, 7, k, 16, locs, &l), 0);
+	ck_assert_int_eq(kvs_hiradix_match_extra(e.h, 7, k, 16, NULL, NULL), 16);
+	ck_assert_int_eq(kvs_hiradix_unlock(e.h, l), 0);
+	/* The _lock variants want somewhere to put the node. */
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_match_lock_extra(e.h, 7, k, 16, NULL, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_hiradix_insert_lock_extra(e.h, 7, k, 16, locs, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *hiradix_suite(void)
 {
 	Suite *s = suite_create("hiradix");
@@ -1876,6 +2100,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_load_back_limits, 0, nb);
 	tcase_add_loop_test(tc, test_random, 0, nb);
 	tcase_add_loop_test(tc, test_threads, 0, nb);
+	tcase_add_loop_test(tc, test_threads_unlocked, 0, nb);
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_completion_error, 0, nb);
 	tcase_add_loop_test(tc, test_load_held, 0, nb);
@@ -1884,6 +2109,7 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_defer_faults, 0, nb);
 	tcase_add_loop_test(tc, test_events, 0, nb);
 	tcase_add_loop_test(tc, test_agree, 0, nb);
+	tcase_add_loop_test(tc, test_agree_unlocked, 0, nb);
 	tcase_add_loop_test(tc, test_thread_poll, 0, nb);
 	tcase_add_loop_test(tc, test_split_in_flight, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
@@ -1894,6 +2120,8 @@ static Suite *hiradix_suite(void)
 	tcase_add_loop_test(tc, test_sglang_remat, 0, nb);
 	tcase_add_loop_test(tc, test_sglang_load_quota, 0, nb);
 	tcase_add_loop_test(tc, test_sglang_defaults, 0, nb);
+	tcase_add_loop_test(tc, test_many_children, 0, nb);
+	tcase_add_loop_test(tc, test_extra_keys, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
