@@ -31,6 +31,10 @@
  * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
  * with the same hash gets an entry of its own, in front of the first.
  *
+ * Files.  The cache's operations for its pool (limits and compaction over
+ * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's; the
+ * structures both files use are in lib/cache/hashcache_int.h.
+ *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
  * across kvs_pool_alloc() and kvs_pool_free() and across the event
@@ -46,47 +50,9 @@
 #include <string.h>
 #include <urcu-bp.h>
 
-#include "internal.h"
-#include "kvslab/hashcache.h"
+#include "cache/hashcache_int.h"
 #include "mem/cacheops.h"
 
-struct hent {
-	_Atomic(struct hent *) next;
-	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
-	kvs_block_hash_t hash;
-	int32_t block;
-	struct rcu_head rcu;
-};
-
-struct hblock {
-	struct hent *ent;		/* NULL: no hash */
-	uint32_t ref;
-	uint32_t mark;			/* scratch for validating a call's input */
-	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
-	bool inq;
-	bool iso;			/* isolated by kvs_pool_compact(): in the queue or in use */
-};
-
-struct kvs_hcache {
-	kvs_pool_t *pool;
-	uint32_t ps;
-	uint32_t nblocks;
-	struct hblock *b;
-	_Atomic(struct hent *) *bucket;
-	uint64_t mask;
-	int32_t qhead, qtail;
-	uint64_t qlen, ncached, nused, nevict;
-	uint64_t niso;			/* isolated blocks in the queue (kept from eviction) */
-	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */
-	pthread_mutex_t lock;
-	kvs_hcache_attr_t attr;
-	/* metrics */
-	uint64_t queries, query_blocks, hit_blocks, query_tokens, hit_tokens;
-	uint32_t *wq, *wh;		/* per request of the window: blocks */
-	uint64_t *wqt, *wht;		/* and tokens */
-	uint32_t wpos, wfill;
-	uint64_t wsum_q, wsum_h, wsum_qt, wsum_ht;
-};
 
 /* ---------------------------------------------------------------- hashes */
 
@@ -162,17 +128,17 @@ static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
  * the writer before call_rcu(), the callback acquires it; so TSan sees a
  * reader's last look at an entry, and the writer's, ordered before its
  * free. */
-static char rcu_gp;
+char hc_rcu_gp;
 
-static void hc_free_node_cb(struct rcu_head *r)
+void hc_free_node_cb(struct rcu_head *r)
 {
 	struct hent *e = caa_container_of(r, struct hent, rcu);
 
-	KVSI_TSAN_ACQUIRE(&rcu_gp);
+	KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
 	free(e);
 }
 
-static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
+void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
 {
 	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
 	struct hent *c;
@@ -181,32 +147,16 @@ static void tbl_remove(kvs_hcache_t *hc, struct hent *e)
 		pp = &c->next;
 	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
 			      memory_order_release);
-	KVSI_TSAN_RELEASE(&rcu_gp);
+	KVSI_TSAN_RELEASE(&hc_rcu_gp);
 	call_rcu(&e->rcu, hc_free_node_cb);
 }
 
-/* Put @nw (same hash, not yet published) where @old stands in its chain,
- * so duplicates keep their order, and retire @old. */
-static void tbl_replace(kvs_hcache_t *hc, struct hent *old, struct hent *nw)
-{
-	_Atomic(struct hent *) *pp = &hc->bucket[old->hv & hc->mask];
-	struct hent *c;
-
-	nw->hv = old->hv;
-	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != old)
-		pp = &c->next;
-	atomic_store_explicit(&nw->next, atomic_load_explicit(&old->next, memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(pp, nw, memory_order_release);
-	KVSI_TSAN_RELEASE(&rcu_gp);
-	call_rcu(&old->rcu, hc_free_node_cb);
-}
 
 /* ---------------------------------------------------------------- events */
 
 /* @tokens: a stored event's n * ps token ids, or NULL; the events point
  * into it (the caller's array, valid for the callbacks' duration). */
-static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
 		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
 {
 	bool stored = type == KVS_KV_STORED;
@@ -243,7 +193,7 @@ static void emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n
 
 /* ---------------------------------------------------------------- free queue */
 
-static void q_remove(kvs_hcache_t *hc, int32_t i)
+void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -287,10 +237,10 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 	while (hc->b[i].iso)
 		i = hc->b[i].next;
 	b = &hc->b[i];
-	q_remove(hc, i);
+	hc_q_remove(hc, i);
 	if (event)
-		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
-	tbl_remove(hc, b->ent);
+		hc_emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
+	hc_tbl_remove(hc, b->ent);
 	b->ent = NULL;
 	hc->ncached--;
 	if (event)
@@ -298,248 +248,12 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 	return i;
 }
 
-static void page_free(kvs_hcache_t *hc, int32_t i)
+void hc_page_free(kvs_hcache_t *hc, int32_t i)
 {
 	int32_t loc = (int32_t)((uint64_t)i * hc->ps);
 
 	kvs_pool_free(hc->pool, 1, &loc);
 }
-
-/* ------------------------------------------------- the pool's operations */
-
-/*
- * The cache's side of lib/mem/cacheops.h, which kvs_pool_set_limit() and
- * kvs_pool_compact() use on every cache over a pool.  Every page of a
- * block in use or in the free queue is the cache's, one reference each;
- * the free queue's blocks are what eviction can give back.  Compaction
- * moves only free cached blocks: a block in use has its id in the engine's
- * block tables.  Isolation flags a free block so that eviction passes over
- * it (it keeps its place in the queue, and so the eviction order) until
- * the compaction puts it back: a hit puts it in use (migration then leaves
- * it), and freed again it returns to the queue still flagged, so that its
- * page cannot change hands while the compaction runs.  Migration
- * gives the block's hash entry, queue place and record to its new page,
- * publishing a new entry in the old one's place in its chain (entries are
- * immutable for the lock-free readers).  Each operation takes hc->lock;
- * migrate holds it across the pool's inner step.
- */
-
-static bool hc_holds(const kvs_hcache_t *hc, uint64_t pg)
-{
-	return pg < hc->nblocks && (hc->b[pg].ref > 0 || hc->b[pg].inq);
-}
-
-static uint64_t ops_evictable(void *cache)
-{
-	kvs_hcache_t *hc = cache;
-	uint64_t n;
-
-	pthread_mutex_lock(&hc->lock);
-	n = (hc->qlen - hc->niso) * hc->ps;
-	pthread_mutex_unlock(&hc->lock);
-	return n;
-}
-
-static long ops_evict(void *cache, uint64_t tokens)
-{
-	kvs_hcache_t *hc = cache;
-	uint64_t blocks = tokens / hc->ps + (tokens % hc->ps != 0);
-	ssize_t n = kvs_hcache_evict(hc, blocks > SIZE_MAX ? SIZE_MAX : (size_t)blocks);
-
-	return n < 0 ? -1 : (long)((uint64_t)n * hc->ps);
-}
-
-/* unlocked_pages() and held_pages() alike: the free queue's pages, the
- * only ones eviction can free and migration can move. */
-static int ops_queue_pages(void *cache, uint64_t *pages)
-{
-	kvs_hcache_t *hc = cache;
-
-	pthread_mutex_lock(&hc->lock);
-	for (int32_t i = hc->qhead; i >= 0; i = hc->b[i].next)
-		bit_set(pages, (uint64_t)i);
-	pthread_mutex_unlock(&hc->lock);
-	return 0;
-}
-
-static long ops_evict_slabs(void *cache, const uint64_t *slabs)
-{
-	kvs_hcache_t *hc = cache;
-	uint64_t nslabs;
-	size_t slab_total;
-	uint32_t pps;
-	int32_t i, next;
-	long done = 0;
-
-	kvsi_slab_geom(kvs_pool_slab(hc->pool), &pps, &nslabs, &slab_total);
-	pthread_mutex_lock(&hc->lock);
-	for (i = hc->qhead; i >= 0; i = next) {
-		struct hblock *b = &hc->b[i];
-
-		next = b->next;
-		if (b->iso || !bit_test(slabs, (uint64_t)i / pps))
-			continue;
-		q_remove(hc, i);
-		emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
-		tbl_remove(hc, b->ent);
-		b->ent = NULL;
-		hc->ncached--;
-		hc->nevict++;
-		page_free(hc, i);
-		done += hc->ps;
-	}
-	pthread_mutex_unlock(&hc->lock);
-	return done;
-}
-
-struct hiso {
-	int32_t *v;
-	size_t n;
-};
-
-static int ops_isolate(void *cache, const uint64_t *pages, uint64_t *pinned, void **token)
-{
-	kvs_hcache_t *hc = cache;
-	struct hiso *t = calloc(1, sizeof(*t));
-	size_t cap = 0;
-
-	if (!t)
-		return kvs_fail(ENOMEM);
-	pthread_mutex_lock(&hc->lock);
-	for (int32_t i = hc->qhead; i >= 0; i = hc->b[i].next) {
-		if (!bit_test(pages, (uint64_t)i))
-			continue;
-		int32_t *v = kvsi_grow(t->v, &cap, t->n, sizeof(*t->v));
-
-		if (!v) {
-			pthread_mutex_unlock(&hc->lock);
-			free(t->v);
-			free(t);
-			return kvs_fail(ENOMEM);
-		}
-		t->v = v;
-		t->v[t->n++] = i;
-	}
-	for (size_t k = 0; k < t->n; k++) {
-		hc->b[t->v[k]].iso = true;
-		bit_set(pinned, (uint64_t)t->v[k]);
-	}
-	hc->niso += t->n;
-	pthread_mutex_unlock(&hc->lock);
-	*token = t;
-	return 0;
-}
-
-static void ops_putback(void *cache, void *token)
-{
-	kvs_hcache_t *hc = cache;
-	struct hiso *t = token;
-
-	pthread_mutex_lock(&hc->lock);
-	for (size_t k = 0; k < t->n; k++) {
-		struct hblock *b = &hc->b[t->v[k]];
-
-		if (b->iso) {
-			b->iso = false;
-			hc->niso -= b->inq;
-		}
-	}
-	pthread_mutex_unlock(&hc->lock);
-	free(t->v);
-	free(t);
-}
-
-/* Block @p's record, entry @nw (its hash) and place in the queue go to
- * block @q (a page of the pool's that the cache did not hold). */
-static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q, struct hent *nw)
-{
-	struct hblock *a = &hc->b[p], *b = &hc->b[q];
-
-	memcpy(&nw->hash, &a->ent->hash, sizeof(nw->hash));
-	nw->block = q;
-	tbl_replace(hc, a->ent, nw);
-	*b = *a;
-	b->ent = nw;
-	b->iso = false;
-	if (b->prev >= 0)
-		hc->b[b->prev].next = q;
-	else
-		hc->qhead = q;
-	if (b->next >= 0)
-		hc->b[b->next].prev = q;
-	else
-		hc->qtail = q;
-	memset(a, 0, sizeof(*a));
-	a->prev = a->next = -1;
-	hc->niso--;
-}
-
-static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), void *arg)
-{
-	kvs_hcache_t *hc = cache;
-	struct hent **nw = NULL;
-	size_t n = 0, cap = 0, k;
-	int rc, err = 0;
-	int32_t i;
-
-	pthread_mutex_lock(&hc->lock);
-	/* Blocks that must stay: in use (a hit since isolate()), or not
-	 * isolated; entries for the ones that may move. */
-	for (uint32_t j = 0; j < hc->nblocks; j++) {
-		struct hblock *b = &hc->b[j];
-
-		if (newpage[j] < 0 || !hc_holds(hc, j))
-			continue;
-		if (!b->iso || !b->inq || (uint32_t)newpage[j] >= hc->nblocks ||
-		    hc_holds(hc, (uint32_t)newpage[j])) {
-			newpage[j] = -1;
-			continue;
-		}
-		struct hent **v = kvsi_grow(nw, &cap, n, sizeof(*nw));
-
-		if (!v || !(v[n] = malloc(sizeof(**v)))) {
-			if (v)
-				nw = v;
-			for (k = 0; k < n; k++)
-				free(nw[k]);
-			free(nw);
-			pthread_mutex_unlock(&hc->lock);
-			return kvs_fail(ENOMEM);
-		}
-		nw = v;
-		n++;
-	}
-	rc = inside(arg);
-	if (rc < 0)
-		err = errno;
-	/* The blocks whose pages moved, in page order as counted above. */
-	k = 0;
-	for (i = 0; i < (int32_t)hc->nblocks && k < n; i++) {
-		if (!hc->b[i].iso || !hc->b[i].inq)
-			continue;
-		if (newpage[i] >= 0)
-			block_move(hc, i, newpage[i], nw[k++]);
-	}
-	for (; k < n; k++)
-		free(nw[k]);
-	free(nw);
-	pthread_mutex_unlock(&hc->lock);
-	if (rc < 0)
-		errno = err;
-	return rc;
-}
-
-static const struct kvsi_cache_ops hcache_ops = {
-	.kind = "hcache",
-	.evictable = ops_evictable,
-	.evict = ops_evict,
-	.unlocked_pages = ops_queue_pages,
-	.held_pages = ops_queue_pages,
-	.evict_slabs = ops_evict_slabs,
-	.isolate = ops_isolate,
-	.migrate = ops_migrate,
-	.putback = ops_putback,
-};
 
 /* ---------------------------------------------------------------- API */
 
@@ -628,7 +342,7 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	pthread_mutex_init(&hc->lock, NULL);
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
-	if (kvsi_pool_cache_add(pool, &hcache_ops, hc) < 0) {
+	if (kvsi_pool_cache_add(pool, &kvsi_hcache_ops, hc) < 0) {
 		pthread_mutex_destroy(&hc->lock);
 		goto nomem;
 	}
@@ -643,7 +357,7 @@ nomem:
 static void drop_all(kvs_hcache_t *hc)
 {
 	while (hc->qhead >= 0)
-		page_free(hc, evict_head(hc, false));
+		hc_page_free(hc, evict_head(hc, false));
 }
 
 /**
@@ -743,7 +457,7 @@ static void touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
 		struct hblock *b = &hc->b[blocks[i]];
 
 		if (b->ref == 0) {
-			q_remove(hc, blocks[i]);
+			hc_q_remove(hc, blocks[i]);
 			hc->nused++;
 			/* A hit: in use now, so compaction leaves it; it stays
 			 * isolated (it cannot lose its hash), so that once freed
@@ -818,7 +532,7 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
 	for (k = 0; k < cap; k++)
 		if (!tbl_find(hc, &hashes[k]))
 			break;
-	KVSI_TSAN_RELEASE(&rcu_gp);
+	KVSI_TSAN_RELEASE(&hc_rcu_gp);
 	rcu_read_unlock();
 	return (ssize_t)k;
 }
@@ -855,7 +569,7 @@ static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32
 	if (n - got > evictable) {
 		/* The pool shrank under us (another user): give back. */
 		for (i = 0; i < got; i++)
-			page_free(hc, blocks[i]);
+			hc_page_free(hc, blocks[i]);
 		return kvs_fail(ENOMEM);
 	}
 	touch(hc, hits, nhits);
@@ -1007,7 +721,7 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 			ents[i] = NULL;
 		}
 		hc->ncached += n;
-		emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
+		hc_emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
 	}
 	pthread_mutex_unlock(&hc->lock);
 out:
@@ -1060,7 +774,7 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
 				q_push_tail(hc, blocks[i]);
 				hc->niso += b->iso;
 			} else {
-				page_free(hc, blocks[i]);
+				hc_page_free(hc, blocks[i]);
 			}
 		}
 	}
@@ -1089,7 +803,7 @@ KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
 	pthread_mutex_lock(&hc->lock);
 	/* Any @n: the queue never holds more than INT32_MAX blocks. */
 	for (; k < n && hc->qlen > hc->niso; k++)
-		page_free(hc, evict_head(hc, true));
+		hc_page_free(hc, evict_head(hc, true));
 	pthread_mutex_unlock(&hc->lock);
 	return (ssize_t)k;
 }
@@ -1118,7 +832,7 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	drop_all(hc);
 	hc->wpos = hc->wfill = 0;
 	hc->wsum_q = hc->wsum_h = hc->wsum_qt = hc->wsum_ht = 0;
-	emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
+	hc_emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
 }

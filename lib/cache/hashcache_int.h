@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/cache/hashcache_int.h - what the hashed block cache's two files
+ * share: its structures, and the table, event and free-queue helpers of
+ * lib/cache/hashcache.c that lib/cache/hashcache_pool.c (the cache's
+ * operations for its pool) uses.  The design is in hashcache.c's essay.
+ */
+#ifndef KVSLAB_CACHE_HASHCACHE_INT_H
+#define KVSLAB_CACHE_HASHCACHE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <urcu-bp.h>
+
+#include "internal.h"
+#include "kvslab/hashcache.h"
+
+struct hent {
+	_Atomic(struct hent *) next;
+	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
+	kvs_block_hash_t hash;
+	int32_t block;
+	struct rcu_head rcu;
+};
+
+struct hblock {
+	struct hent *ent;		/* NULL: no hash */
+	uint32_t ref;
+	uint32_t mark;			/* scratch for validating a call's input */
+	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
+	bool inq;
+	bool iso;			/* isolated by kvs_pool_compact(): in the queue or in use */
+};
+
+struct kvs_hcache {
+	kvs_pool_t *pool;
+	uint32_t ps;
+	uint32_t nblocks;
+	struct hblock *b;
+	_Atomic(struct hent *) *bucket;
+	uint64_t mask;
+	int32_t qhead, qtail;
+	uint64_t qlen, ncached, nused, nevict;
+	uint64_t niso;			/* isolated blocks in the queue (kept from eviction) */
+	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */
+	pthread_mutex_t lock;
+	kvs_hcache_attr_t attr;
+	/* metrics */
+	uint64_t queries, query_blocks, hit_blocks, query_tokens, hit_tokens;
+	uint32_t *wq, *wh;		/* per request of the window: blocks */
+	uint64_t *wqt, *wht;		/* and tokens */
+	uint32_t wpos, wfill;
+	uint64_t wsum_q, wsum_h, wsum_qt, wsum_ht;
+};
+
+/* lib/cache/hashcache.c; each with hc->lock held. */
+void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e);
+void hc_free_node_cb(struct rcu_head *r);
+extern char hc_rcu_gp;		/* TSan's view of the grace period (lib/internal.h) */
+void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+	     const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens);
+void hc_q_remove(kvs_hcache_t *hc, int32_t i);
+void hc_page_free(kvs_hcache_t *hc, int32_t i);
+
+/* lib/cache/hashcache_pool.c: the operations the cache registers. */
+struct kvsi_cache_ops;
+extern const struct kvsi_cache_ops kvsi_hcache_ops;
+
+#endif /* KVSLAB_CACHE_HASHCACHE_INT_H */
