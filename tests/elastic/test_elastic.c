@@ -805,6 +805,108 @@ START_TEST(test_compact_hcache)
 }
 END_TEST
 
+/*
+ * The tiered cache's device tier over the same pool: the cache registers
+ * on its pool as the others do.  Pages 0-2 (slab A) and 8-10 (slab C) are
+ * the caller's; page 4 (slab B) holds key {300} in the tiered cache,
+ * backed up to its host pool (write-through); every other page is free.
+ */
+struct hr_env {
+	kvs_hpool_t *hp;
+	kvs_hiradix_t *h;
+	int32_t mine[6];
+};
+
+static void hr_open(struct env *e, struct hr_env *h)
+{
+	static const int32_t mine[6] = {0, 1, 2, 8, 9, 10};
+	int32_t locs[16], spare[9], key = 300;
+	kvs_hpool_attr_t ha;
+	kvs_hiradix_attr_t a;
+	kvs_hiradix_usage_t u;
+	int i, n = 0;
+
+	kvs_hpool_attr_init(&ha);
+	ha.ratio = 0;
+	ha.bytes = 16 * 2048;
+	h->hp = kvs_hpool_create(e->pool, &ha);
+	ck_assert_ptr_nonnull(h->hp);
+	ck_assert_int_eq(kvs_hiradix_attr_init(&a), 0);
+	a.write_policy = KVS_WRITE_THROUGH;
+	h->h = kvs_hiradix_create(e->pool, h->hp, &a);
+	ck_assert_ptr_nonnull(h->h);
+	memcpy(h->mine, mine, sizeof(mine));
+	ck_assert_int_eq(kvs_pool_alloc(e->pool, 16, locs), 0);
+	for (i = 0; i < 16; i++)
+		ck_assert_int_eq(locs[i], i);
+	ck_assert_int_eq(kvs_hiradix_insert(h->h, &key, 1, &locs[4], NULL), 0);
+	for (i = 0; i < 16; i++)
+		if (i != 4 && !(i <= 2 || (i >= 8 && i <= 10)))
+			spare[n++] = i;
+	ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)n, spare), 0);
+	ck_assert_int_eq(kvs_slab_shrink(e->s), 0);
+	for (i = 0; i < 1000000; i++) {
+		ck_assert_int_eq(kvs_hiradix_poll(h->h), 0);
+		ck_assert_int_eq(kvs_hiradix_usage(h->h, &u), 0);
+		if (!u.backups_pending)
+			break;
+	}
+	ck_assert_uint_eq(u.backups_pending, 0);
+}
+
+static void hr_close(struct env *e, struct hr_env *h)
+{
+	ck_assert_int_eq(kvs_hiradix_validate(h->h), 0);
+	ck_assert_int_eq(kvs_hiradix_destroy(h->h), 0);
+	ck_assert_int_eq(kvs_hpool_destroy(h->hp), 0);
+	ck_assert_int_eq(kvs_pool_free(e->pool, 6, h->mine), 0);
+	env_close(e);
+}
+
+/* A limit evicts the tiered cache's device page in the chosen slab (to
+ * its host copy); it used to count as pinned (ENOMEM). */
+START_TEST(test_limit_hiradix)
+{
+	struct env e;
+	struct hr_env h;
+	kvs_limit_report_t rep;
+	int32_t key = 300;
+
+	env_open(&e, _i, 32, 0);
+	hr_open(&e, &h);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 3 * SLAB_BYTES);
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, 2 * SLAB_BYTES, NULL, &rep), 0);
+	ck_assert_uint_eq(rep.evicted_tokens, 1);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
+	/* Not on the device any more; still in the host tier. */
+	ck_assert_int_eq(kvs_hiradix_match(h.h, &key, 1, NULL, NULL), 0);
+	hr_close(&e, &h);
+}
+END_TEST
+
+/* Compaction moves the tiered cache's device page out of slab B. */
+START_TEST(test_compact_hiradix)
+{
+	struct env e;
+	struct hr_env h;
+	int32_t key = 300, loc = -1;
+
+	env_open(&e, _i, 32, 0);
+	hr_open(&e, &h);
+	page_fill(e.pool, 4, 77);
+	ck_assert_int_eq(kvs_pool_compact(e.pool, NULL, NULL, 16), 1);
+	ck_assert_int_eq(kvs_hiradix_match(h.h, &key, 1, &loc, NULL), 1);
+	ck_assert(loc == 3 || loc == 11);
+	page_check(e.pool, loc, 77);
+	ck_assert_int_eq(kvs_slab_refcount(e.s, 4), 0);
+	ck_assert_int_eq(kvs_slab_validate(e.s), 0);
+	ck_assert_int_eq(kvs_hiradix_validate(h.h), 0);
+	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
+	hr_close(&e, &h);
+}
+END_TEST
+
 static Suite *elastic_suite(void)
 {
 	Suite *s = suite_create("elastic");
@@ -824,6 +926,8 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_compact, 0, nb);
 	tcase_add_loop_test(tc, test_limit_hcache, 0, nb);
 	tcase_add_loop_test(tc, test_compact_hcache, 0, nb);
+	tcase_add_loop_test(tc, test_limit_hiradix, 0, nb);
+	tcase_add_loop_test(tc, test_compact_hiradix, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
