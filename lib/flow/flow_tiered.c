@@ -257,20 +257,28 @@ static int tiered_alloc(struct kvs_flow *f, size_t pages, int32_t *locs)
 		avail = kvs_pool_available(f->pool);
 		got = kvs_hiradix_evict_device(f->c.hr, want > avail ? want - avail : f->ps);
 		loads_check(f);
-		if (got == 0) {
-			(void)kvs_hiradix_evict_host(f->c.hr, want);
-			got = kvs_hiradix_evict_device(f->c.hr, want);
-			loads_check(f);
-		}
 		if (got < 0)
 			return -1;
 		if (got == 0) {
 			kvs_hiradix_usage_t u;
 
-			/* Backups in flight lock their nodes: a scheduler short of
-			 * memory waits for the copy engine. */
 			if (kvs_hiradix_usage(f->c.hr, &u) < 0)
 				return -1;
+			/* Device tokens without a host copy can leave only once
+			 * backed up (write back): make host room for them.  Not
+			 * otherwise: when running requests lock the device, host
+			 * copies evicted would be hits lost for nothing. */
+			if (u.device_tokens > u.host_tokens - u.tombstone_tokens) {
+				(void)kvs_hiradix_evict_host(f->c.hr, want);
+				got = kvs_hiradix_evict_device(f->c.hr, want);
+				loads_check(f);
+				if (got < 0)
+					return -1;
+				if (got > 0)
+					continue;
+			}
+			/* Backups in flight lock their nodes: a scheduler short of
+			 * memory waits for the copy engine. */
 			if ((u.backups_pending == 0 && u.loads_pending == 0) || ++waits > 1000000)
 				return kvs_fail(ENOMEM);
 			nanosleep(&(struct timespec){0, 20000}, NULL);
