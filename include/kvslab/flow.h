@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvslab/flow.h - request flows over the pool, the request table and the
- * radix cache or the hierarchical (tiered) radix cache (SGLang's
- * ScheduleBatch and tree-cache calls).  See kvs_flow_create(3) and
- * kvs_flow_create_tiered(3).
+ * kvslab/flow.h - request flows over the pool, the request table and a
+ * prefix cache: the radix cache or the hierarchical (tiered) radix cache
+ * (SGLang's ScheduleBatch and tree-cache calls), or the hashed block cache
+ * (vLLM's KVCacheManager).  See kvs_flow_create(3),
+ * kvs_flow_create_tiered(3) and kvs_flow_create_hashed(3).
  */
 #ifndef KVSLAB_FLOW_H
 #define KVSLAB_FLOW_H
@@ -11,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <kvslab/blockhash.h>
+#include <kvslab/hashcache.h>
 #include <kvslab/hiradix.h>
 #include <kvslab/pool.h>
 #include <kvslab/radix.h>
@@ -46,6 +49,8 @@ int kvs_req_init(kvs_req_t *req, const int32_t *tokens, uint32_t ntokens, uint64
 
 kvs_flow_t *kvs_flow_create(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_radix_t *radix);
 kvs_flow_t *kvs_flow_create_tiered(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_hiradix_t *hr);
+kvs_flow_t *kvs_flow_create_hashed(kvs_pool_t *pool, kvs_reqtab_t *tab, kvs_hcache_t *hc,
+				   const kvs_block_hasher_attr_t *attr);
 int kvs_flow_destroy(kvs_flow_t *flow);
 
 ssize_t kvs_flow_match(kvs_flow_t *flow, kvs_req_t *req);

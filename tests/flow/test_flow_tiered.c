@@ -420,6 +420,53 @@ START_TEST(test_shortfall)
 }
 END_TEST
 
+/* A pool short while nothing on the device can go: the host copies stay
+ * (they are hits for later requests, and evicting them frees no device
+ * page).  Before the fix, every failed allocation evicted the host tier. */
+START_TEST(test_shortfall_keeps_host)
+{
+	int32_t keys[4][64], other[64], out[MAXT];
+	kvs_req_t q, *b[1] = {&q};
+	kvs_hiradix_usage_t u0, u1;
+	struct env e = {0};
+	int32_t *held;
+	size_t nheld;
+	int i;
+
+	memset(&e, 0, sizeof(e));
+	env_open_drv(&e, tu_open_gran(_i, GRAN, 0, 0), KVS_WRITE_THROUGH, 0, 32, 64);
+	for (i = 0; i < 4; i++) {
+		keyseq(keys[i], 64, 10000 * (i + 1));
+		ck_assert_uint_eq(serve(&e, keys[i], 25), 0);
+	}
+	evict_all(&e);
+	ck_assert_int_eq(kvs_hiradix_usage(e.h, &u0), 0);
+	ck_assert_uint_eq(u0.device_tokens, 0);
+	ck_assert_uint_eq(u0.tombstone_tokens, 4 * 24);
+	/* Someone else holds all but 8 free tokens. */
+	nheld = (size_t)kvs_pool_available(e.pool) - 8;
+	held = malloc((nheld + 1) * sizeof(*held));
+	ck_assert_ptr_nonnull(held);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, nheld, held), 0);
+	keyseq(other, 64, 90000);
+	ck_assert_int_eq(kvs_req_init(&q, other, 64, 0, 0), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, b, 1, out), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_int_eq(q.slot, -1);
+	valid(&e);
+	ck_assert_int_eq(kvs_hiradix_usage(e.h, &u1), 0);
+	ck_assert_uint_eq(u1.tombstone_tokens, u0.tombstone_tokens);
+	ck_assert_uint_eq(u1.host_tokens, u0.host_tokens);
+	ck_assert_uint_eq(kvs_hiradix_stat(e.h, KVS_HIRADIX_STAT_evict_host_tokens), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, nheld, held), 0);
+	free(held);
+	/* The host copies still serve a request. */
+	ck_assert_uint_eq(serve(&e, keys[0], 25), 24);
+	env_close(&e);
+}
+END_TEST
+
 /* ------------------------------------------------------------ faults */
 
 /* A load that cannot be submitted: the request is admitted and computes. */
@@ -591,6 +638,7 @@ static Suite *flow_tiered_suite(void)
 	tcase_add_loop_test(tc, test_threshold, 0, nb);
 	tcase_add_loop_test(tc, test_lifecycle, 0, nb);
 	tcase_add_loop_test(tc, test_shortfall, 0, nb);
+	tcase_add_loop_test(tc, test_shortfall_keeps_host, 0, nb);
 	tcase_add_loop_test(tc, test_fault_submit, 0, nb);
 	tcase_add_loop_test(tc, test_fault_completion, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);

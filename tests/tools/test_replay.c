@@ -192,8 +192,9 @@ START_TEST(test_hand_checked_hash)
 	ck_assert_uint_eq(r.samples[2].live, 1536 * 2);
 	ck_assert_uint_eq(r.samples[2].held, 1536 * 2);
 	ck_assert_uint_eq(r.samples[2].cached, 1536 * 2);
-	ck_assert_uint_gt(r.cache_ns, r.hash_ns);
-	ck_assert_uint_gt(r.hash_ns, 0);
+	/* Hashing runs inside the library's flow: counted in cache_ns. */
+	ck_assert_uint_gt(r.cache_ns, 0);
+	ck_assert_uint_eq(r.hash_ns, 0);
 	ck_assert_uint_eq(r.end_mapped, 16384); /* static: never unmapped */
 	rp_result_free(&r);
 }

@@ -11,10 +11,13 @@
  * reserved, as SGLang's new-token ratio does); prefill them, all at once or
  * a chunk a step (chunked prefill, with
  * cache_unfinished after each chunk); decode one token for every running
- * request; cache finished requests in the radix tree.  Memory comes through
- * the library's request flows, which evict from the tree when the pool is
- * short; when even that fails, the newest running request is preempted:
- * its memory is released and it goes back to the head of the queue.
+ * request; cache finished requests.  Memory comes through the library's
+ * request flows, whichever the cache (kvs_flow_create() over the radix
+ * tree, kvs_flow_create_hashed() over vLLM's hashed blocks,
+ * kvs_flow_create_tiered() over the tiered tree with --host-pool), which
+ * evict from the cache when the pool is short; when even that fails, the
+ * newest running request is preempted: its memory is released and it goes
+ * back to the head of the queue.
  *
  * A request's first output token comes out of its prefill, so a request
  * with N outputs runs N - 1 decode steps and finally caches input + N - 1
@@ -49,13 +52,9 @@
 #include <time.h>
 
 #include "sim.h"
-#include "sim_hash.h"
-#include "sim_tier.h"
 
 struct sreq {
 	kvs_req_t req;
-	struct rp_hreq *hq;		/* --cache hash: its blocks and hashes */
-	struct rp_treq *tq;		/* --host-pool: its device pages */
 	int32_t *tokens;
 	size_t idx;
 	uint32_t input, out, generated;
@@ -80,10 +79,12 @@ struct sim {
 	kvs_drv_t *drv;
 	kvs_pool_t *pool;
 	kvs_reqtab_t *tab;
-	kvs_radix_t *radix;
-	kvs_flow_t *flow;
-	struct rp_hsim *hs;		/* --cache hash, instead of radix and flow */
-	struct rp_tsim *ts;		/* --host-pool, instead of radix and flow */
+	kvs_radix_t *radix;		/* --cache radix without --host-pool */
+	kvs_hcache_t *hc;		/* --cache hash */
+	kvs_hpool_t *hp;		/* --host-pool: the host tier, */
+	kvs_hiradix_t *hr;		/* the tiered cache over it, */
+	kvs_store_t *store;		/* and --storage's store under it (closed after hr) */
+	kvs_flow_t *flow;		/* the library's request flows over the cache */
 	struct sreq **run;
 	size_t nrun;
 	size_t *requeue;		/* preempted requests, taken before new ones */
@@ -235,24 +236,12 @@ static struct sreq *sreq_new(struct sim *s, size_t idx)
 		r->tokens[r->input + k] = RP_OUTPUT_BASE + s->out_next++ % (1 << 29);
 	kvs_req_init(&r->req, r->tokens, 0, 0, 0);
 	r->prefilling = 1;
-	if (s->hs && !(r->hq = rp_hreq_new(s->hs, r->input + r->out + 1))) {
-		free(r->tokens);
-		free(r);
-		return NULL;
-	}
-	if (s->ts && !(r->tq = rp_treq_new(s->ts, r->input + r->out + 1))) {
-		free(r->tokens);
-		free(r);
-		return NULL;
-	}
 	return r;
 }
 
 static void sreq_free(struct sreq *r)
 {
 	if (r) {
-		rp_hreq_free(r->hq);
-		rp_treq_free(r->tq);
 		free(r->tokens);
 		free(r);
 	}
@@ -264,17 +253,35 @@ static void run_remove(struct sim *s, size_t i)
 	s->nrun--;
 }
 
+/* The tiered cache's copies take no simulated time: wait until no
+ * backup or load is in flight, and every backup queued for the store is
+ * written, so that what the cache holds at each step does not depend on
+ * the speed of the copy threads and a replay is reproducible.  Between
+ * the flows' calls, as kvs_flow_create_tiered(3) allows. */
+static int settle(struct sim *s)
+{
+	kvs_hiradix_usage_t u;
+
+	if (!s->hr)
+		return 0;
+	for (;;) {
+		if (kvs_hiradix_poll(s->hr) < 0 || kvs_hiradix_usage(s->hr, &u) < 0)
+			return -1;
+		if (!u.backups_pending && !u.loads_pending)
+			return s->store ? kvs_hiradix_l3_wait(s->hr) : 0;
+		nanosleep(&(struct timespec){0, 20000}, NULL);
+	}
+}
+
 /*
- * The prefix cache's side of the loop, either cache: the request flows over
- * the radix cache, or vLLM's manager over the hashed block cache.  Each
- * call's time counts in res->cache_ns.
+ * The prefix cache's side of the loop, any cache: the library's request
+ * flows over the radix cache, the tiered cache or the hashed block cache
+ * (vLLM's manager).  Each call's time counts in res->cache_ns.
  */
 static ssize_t c_match(struct sim *s, struct sreq *r)
 {
 	uint64_t t0 = rp_now_ns();
-	ssize_t m = s->hs   ? rp_hsim_match(s->hs, r->hq, &r->req)
-		    : s->ts ? rp_tsim_match(s->ts, &r->req, NULL)
-			    : kvs_flow_match(s->flow, &r->req);
+	ssize_t m = kvs_flow_match(s->flow, &r->req);
 
 	s->res->cache_ns += rp_now_ns() - t0;
 	return m;
@@ -284,60 +291,52 @@ static void c_release(struct sim *s, struct sreq *r)
 {
 	uint64_t t0 = rp_now_ns();
 
-	if (s->hs)
-		rp_hsim_release(s->hs, r->hq, &r->req);
-	else if (s->ts)
-		rp_tsim_release(s->ts, r->tq, &r->req);
-	else
-		kvs_flow_release(s->flow, &r->req);
+	kvs_flow_release(s->flow, &r->req);
 	s->res->cache_ns += rp_now_ns() - t0;
 }
 
 static int c_finish(struct sim *s, struct sreq *r)
 {
 	uint64_t t0 = rp_now_ns();
-	int rc = 0;
+	int rc = kvs_flow_cache_finished(s->flow, &r->req);
 
-	if (s->hs)
-		rp_hsim_release(s->hs, r->hq, &r->req);
-	else if (s->ts)
-		rc = rp_tsim_finish(s->ts, r->tq, &r->req);
-	else
-		rc = kvs_flow_cache_finished(s->flow, &r->req);
+	if (rc == 0)
+		rc = settle(s); /* the backups its insert started */
 	s->res->cache_ns += rp_now_ns() - t0;
 	return rc;
 }
 
+/* The loads back an extend started, every layer of them, as the forward
+ * pass would wait for them.  A request whose load failed was released:
+ * it is admitted again at the next prefill. */
+static void wait_loads(struct sim *s, kvs_req_t *const *batch, size_t n)
+{
+	uint32_t l;
+	size_t i;
+
+	for (i = 0; i < n && !batch[i]->loaded_len; i++)
+		;
+	if (i == n)
+		return;
+	for (l = 0; l < s->o->model.layers; l++)
+		(void)kvs_flow_wait_layer(s->flow, l);
+}
+
 /* New tokens for a batch: extend (prefill) or decode. */
-static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp_hreq **hb,
-		   size_t n, int extend)
+static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, size_t n, int extend)
 {
 	uint64_t t0 = rp_now_ns();
-	struct rp_treq **tb = NULL;
 	int rc;
 	size_t i;
 
-	if (s->ts && !(tb = malloc((n + 1) * sizeof(*tb))))
-		return -1;
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n; i++)
 		batch[i] = &rs[i]->req;
-		hb[i] = rs[i]->hq;
-		if (tb)
-			tb[i] = rs[i]->tq;
-	}
-	if (s->ts)
-		rc = extend ? rp_tsim_extend(s->ts, tb, batch, n) : rp_tsim_decode(s->ts, tb, batch, n);
-	else if (s->hs)
-		rc = extend ? rp_hsim_extend(s->hs, hb, batch, n) : rp_hsim_decode(s->hs, hb, batch, n);
-	else if (extend)
+	if (extend) {
 		rc = kvs_flow_prepare_extend(s->flow, batch, n, NULL) < 0 ? -1 : 0;
-	else
+		if (rc == 0 && s->hr)
+			wait_loads(s, batch, n);
+	} else {
 		rc = kvs_flow_prepare_decode(s->flow, batch, n, NULL);
-	if (tb) {
-		int e = errno;
-
-		free(tb);
-		errno = e;
 	}
 	t0 = rp_now_ns() - t0;
 	s->res->cache_ns += t0;
@@ -347,40 +346,67 @@ static int c_batch(struct sim *s, struct sreq **rs, kvs_req_t **batch, struct rp
 
 static int c_cache_unfinished(struct sim *s, struct sreq *r)
 {
-	uint64_t t0;
-	int rc;
+	uint64_t t0 = rp_now_ns();
+	int rc = kvs_flow_cache_unfinished(s->flow, &r->req);
 
-	if (s->hs)
-		return 0; /* blocks are cached as they fill */
-	t0 = rp_now_ns();
-	rc = s->ts ? rp_tsim_cache_unfinished(s->ts, r->tq, &r->req)
-		   : kvs_flow_cache_unfinished(s->flow, &r->req);
+	if (rc == 0)
+		rc = settle(s);
 	s->res->cache_ns += rp_now_ns() - t0;
 	return rc;
+}
+
+static kvs_hcache_stats_t hstats(struct sim *s)
+{
+	kvs_hcache_stats_t st;
+
+	if (kvs_hcache_stats(s->hc, &st) < 0)
+		memset(&st, 0, sizeof(st));
+	return st;
+}
+
+/* Device tokens the tiered cache holds. */
+static uint64_t device_tokens(struct sim *s)
+{
+	kvs_hiradix_usage_t u;
+
+	return kvs_hiradix_usage(s->hr, &u) < 0 ? 0 : u.device_tokens;
 }
 
 /* Tokens the cache could give back (evictable). */
 static uint64_t c_evictable(struct sim *s)
 {
-	return s->hs ? rp_hsim_evictable(s->hs)
-	       : s->ts ? rp_tsim_evictable(s->ts)
-		       : kvs_radix_evictable(s->radix);
+	uint64_t d, locked = 0;
+	size_t i;
+
+	if (s->hc)
+		return hstats(s).free_queue_blocks * kvs_pool_page_size(s->pool);
+	if (!s->hr)
+		return kvs_radix_evictable(s->radix);
+	/* The tiered cache: what the running requests do not lock.  Prefixes
+	 * shared by several requests count more than once: an underestimate,
+	 * so admission errs on the side of waiting. */
+	d = device_tokens(s);
+	for (i = 0; i < s->nrun; i++)
+		if (s->run[i]->req.slot >= 0)
+			locked += s->run[i]->req.prefix_len;
+	return d > locked ? d - locked : 0;
 }
 
 /* Evict about @tokens from the cache: the tokens freed. */
 static uint64_t c_evict(struct sim *s, uint64_t tokens)
 {
 	uint64_t t0 = rp_now_ns(), got;
+	size_t n = tokens > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)tokens;
+	ssize_t k;
 
-	if (s->hs) {
-		got = rp_hsim_evict(s->hs, tokens);
-	} else if (s->ts) {
-		got = rp_tsim_evict(s->ts, tokens);
+	if (s->hc) {
+		uint32_t ps = kvs_pool_page_size(s->pool);
+
+		k = kvs_hcache_evict(s->hc, (n + ps - 1) / ps);
+		got = k > 0 ? (uint64_t)k * ps : 0;
 	} else {
-		ssize_t n = kvs_radix_evict(s->radix, tokens > SIZE_MAX / 2 ? SIZE_MAX / 2
-									   : (size_t)tokens);
-
-		got = n > 0 ? (uint64_t)n : 0;
+		k = s->hr ? kvs_hiradix_evict_device(s->hr, n) : kvs_radix_evict(s->radix, n);
+		got = k > 0 ? (uint64_t)k : 0;
 	}
 	s->res->cache_ns += rp_now_ns() - t0;
 	return got;
@@ -522,6 +548,35 @@ static uint64_t reserved(const struct sim *s)
 	return sum;
 }
 
+/*
+ * --storage: prefetch @req's input (whole pages, its last token left to
+ * compute) from the store as operation @id and wait until the policy says
+ * it is over (copies take no simulated time; wait_complete: every page the
+ * store has is read): the tokens it put on the host, or -1.  Its pages
+ * become host-only nodes that the first prefill's match loads back like
+ * any host hit.  The backups queued before are written first: the
+ * prefetch's exists query would otherwise race the backup thread.
+ */
+static ssize_t prefetch(struct sim *s, uint64_t id, const kvs_req_t *req)
+{
+	uint32_t ps = kvs_pool_page_size(s->pool);
+	size_t got = 0;
+	ssize_t n;
+	int done;
+
+	if (kvs_hiradix_l3_wait(s->hr) < 0)
+		return -1;
+	n = kvs_hiradix_prefetch(s->hr, id, req->tokens,
+				 req->ntokens ? (req->ntokens - 1) / ps * ps : 0);
+	if (n <= 0)
+		return n;
+	while ((done = kvs_hiradix_prefetch_done(s->hr, id, &got)) == 0)
+		nanosleep(&(struct timespec){0, 20000}, NULL);
+	if (done < 0)
+		return -1;
+	return (ssize_t)got;
+}
+
 static int admit(struct sim *s)
 {
 	uint32_t ps = kvs_pool_page_size(s->pool);
@@ -553,8 +608,8 @@ static int admit(struct sim *s)
 		/* SGLang prefetches from L3 when a request arrives and admits it
 		 * once the prefetch is over: once a request (not again after a
 		 * preemption), its pages then host hits to its match. */
-		if (s->ts && s->o->storage && !s->prefetched[idx]) {
-			ssize_t got = rp_tsim_prefetch(s->ts, (uint64_t)idx + 1, &r->req);
+		if (s->store && !s->prefetched[idx]) {
+			ssize_t got = prefetch(s, (uint64_t)idx + 1, &r->req);
 
 			if (got < 0) {
 				sreq_free(r);
@@ -595,15 +650,13 @@ static int admit(struct sim *s)
 static int prefill(struct sim *s)
 {
 	kvs_req_t **batch = NULL;
-	struct rp_hreq **hb = NULL;
 	struct sreq **rs = NULL;
 	size_t i, n = 0;
 	int rc = 0;
 
 	batch = malloc((s->nrun + 1) * sizeof(*batch));
-	hb = malloc((s->nrun + 1) * sizeof(*hb));
 	rs = malloc((s->nrun + 1) * sizeof(*rs));
-	if (!batch || !hb || !rs) {
+	if (!batch || !rs) {
 		rc = -1;
 		goto out;
 	}
@@ -622,7 +675,7 @@ static int prefill(struct sim *s)
 		}
 		if (!n)
 			break;
-		if (c_batch(s, rs, batch, hb, n, 1) == 0)
+		if (c_batch(s, rs, batch, n, 1) == 0)
 			break;
 		if (errno != ENOMEM || preempt_newest(s) < 0) {
 			rc = -1;
@@ -638,8 +691,8 @@ static int prefill(struct sim *s)
 			s->counted[r->idx] = 1;
 			s->res->hit_tokens += r->req.prefix_len;
 			s->res->req_tokens += r->input;
-			if (s->ts) {
-				uint64_t l2 = rp_treq_loaded(r->tq), l3 = 0;
+			if (s->hr) {
+				uint64_t l2 = r->req.loaded_len, l3 = 0;
 
 				if (l2 > r->req.prefix_len)
 					l2 = r->req.prefix_len;
@@ -668,7 +721,6 @@ static int prefill(struct sim *s)
 	}
 out:
 	free(batch);
-	free(hb);
 	free(rs);
 	return rc;
 }
@@ -676,12 +728,11 @@ out:
 static int decode(struct sim *s)
 {
 	kvs_req_t **batch = malloc((s->nrun + 1) * sizeof(*batch));
-	struct rp_hreq **hb = malloc((s->nrun + 1) * sizeof(*hb));
 	struct sreq **rs = malloc((s->nrun + 1) * sizeof(*rs));
 	size_t i, n;
 	int rc = 0;
 
-	if (!batch || !hb || !rs) {
+	if (!batch || !rs) {
 		rc = -1;
 		goto out;
 	}
@@ -692,7 +743,7 @@ static int decode(struct sim *s)
 				rs[n++] = s->run[i];
 		if (!n)
 			break;
-		if (c_batch(s, rs, batch, hb, n, 0) == 0) {
+		if (c_batch(s, rs, batch, n, 0) == 0) {
 			for (i = 0; i < s->nrun; i++)
 				if (!s->run[i]->prefilling && s->run[i]->generated < s->run[i]->out)
 					s->run[i]->generated++;
@@ -705,7 +756,6 @@ static int decode(struct sim *s)
 	}
 out:
 	free(batch);
-	free(hb);
 	free(rs);
 	if (rc)
 		return rc;
@@ -732,25 +782,25 @@ static int sample(struct sim *s, uint64_t step)
 	size_t i, waiting;
 
 	mapped = kvs_slab_stat(sl, KVS_SLAB_STAT_bytes_mapped);
-	if (s->hs) {
+	if (s->hc) {
 		/* Every block is a page: whole blocks less the unwritten tails
 		 * of the running requests' last blocks (a shared block is full). */
+		kvs_hcache_stats_t st = hstats(s);
 		uint64_t tail = 0;
 
 		for (i = 0; i < s->nrun; i++)
 			if (s->run[i]->req.slot >= 0 && s->run[i]->req.kv_len % ps)
 				tail += ps - s->run[i]->req.kv_len % ps;
-		live = (rp_hsim_block_tokens(s->hs) - tail) * res->cell;
+		live = ((st.used_blocks + st.free_queue_blocks) * ps - tail) * res->cell;
 	} else {
 		for (i = 0; i < s->nrun; i++)
 			own += s->run[i]->req.kv_len - s->run[i]->req.prefix_len;
-		live = (own + (s->ts ? rp_tsim_device_tokens(s->ts) : kvs_radix_tokens(s->radix))) *
-		       res->cell;
-		if (s->ts) {
-			uint64_t ht = rp_tsim_host_tokens(s->ts);
+		live = (own + (s->hr ? device_tokens(s) : kvs_radix_tokens(s->radix))) * res->cell;
+		if (s->hr) {
+			kvs_hiradix_usage_t u;
 
-			if (ht > res->host_tokens_peak)
-				res->host_tokens_peak = ht;
+			if (kvs_hiradix_usage(s->hr, &u) == 0 && u.host_tokens > res->host_tokens_peak)
+				res->host_tokens_peak = u.host_tokens;
 		}
 	}
 	pages = kvs_slab_stat(sl, KVS_SLAB_STAT_objects);
@@ -894,6 +944,113 @@ static void drv_ops(struct sim *s, uint64_t *v)
 		v[k] = kvs_drv_stat(s->drv, item[k]);
 }
 
+/*
+ * --storage: open the store (pages of the host pool's bytes, which is
+ * PAGE_FIRST for it) and put it under the still empty cache, backups on.
+ * -1 with errno, *stage saying which step failed.
+ */
+static int setup_store(struct sim *s, const char **stage)
+{
+	const struct rp_sim_opts *o = s->o;
+	kvs_store_attr_t sa;
+	kvs_hiradix_l3_attr_t la;
+	int32_t page;
+	void *p;
+	size_t pb;
+	int rc, e;
+
+	*stage = "cannot size the pages of";
+	/* The host pool's page bytes, from a page of it, given back. */
+	if (kvs_hpool_alloc(s->hp, 1, &page) < 0)
+		return -1;
+	rc = kvs_hpool_page_bytes(s->hp, page, &p, &pb);
+	e = errno;
+	kvs_hpool_free(s->hp, 1, &page);
+	if (rc < 0) {
+		errno = e;
+		return -1;
+	}
+	kvs_store_attr_init(&sa);
+	sa.model = o->model_name;
+	sa.layout = KVS_HPOOL_PAGE_FIRST;
+	sa.page_bytes = pb;
+	/* A replay's store is scratch: a crash may lose pages, never tear one. */
+	sa.fsync = KVS_FSYNC_NONE;
+	*stage = "cannot open";
+	s->store = kvs_store_open(o->storage, &sa);
+	if (!s->store)
+		return -1;
+	kvs_hiradix_l3_attr_init(&la);
+	la.prefetch_policy = o->prefetch_policy;
+	la.prefetch_threshold = o->prefetch_threshold;
+	la.backup = 1;
+	*stage = "cannot attach";
+	if (kvs_hiradix_set_store(s->hr, s->store, &la) < 0) {
+		e = errno;
+		kvs_store_close(s->store);
+		s->store = NULL;
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * --host-pool: a host pool of host_bytes, or host_ratio times the device
+ * pool's pages, under a hierarchical radix cache with the write policy and
+ * load-back threshold asked for; --storage's store under it.
+ */
+static int setup_tiers(struct sim *s)
+{
+	const struct rp_sim_opts *o = s->o;
+	kvs_hpool_attr_t ha;
+	kvs_hiradix_attr_t ra;
+
+	kvs_hpool_attr_init(&ha);
+	if (o->host_bytes) {
+		ha.ratio = 0;
+		ha.bytes = (size_t)o->host_bytes;
+	} else {
+		ha.ratio = o->host_ratio;
+	}
+	if (o->storage)
+		ha.layout = KVS_HPOOL_PAGE_FIRST; /* the store's unit */
+	s->hp = kvs_hpool_create(s->pool, &ha);
+	if (s->hp) {
+		kvs_hiradix_attr_init(&ra);
+		ra.write_policy = o->write_policy;
+		if (o->load_threshold != UINT64_MAX)
+			ra.load_back_threshold = o->load_threshold;
+		s->hr = kvs_hiradix_create(s->pool, s->hp, &ra);
+	}
+	if (!s->hr)
+		return fail_msg(s, "cannot create the host pool and hierarchical radix "
+				   "cache: %s", strerror(errno));
+	s->res->host_pool_bytes =
+		kvs_hpool_capacity(s->hp) * kvs_pool_page_size(s->pool) * s->res->cell;
+	if (o->storage) {
+		const char *stage = "";
+		int e;
+
+		if (setup_store(s, &stage) < 0) {
+			e = errno;
+			return fail_msg(s, "--storage %s: %s the store: %s (errno %d)%s",
+					o->storage, stage, strerror(e), e,
+					e == ENOTSUP ? ": a scheme this build lacks, or no "
+						       "SHA-256 (libcrypto)"
+					: e == EINVAL ? ": a malformed or unknown URI"
+						      : "");
+		}
+		s->prefetched = calloc(s->t->n + 1, 1);
+		s->l3 = calloc(s->t->n + 1, sizeof(*s->l3));
+		if (!s->prefetched || !s->l3) {
+			errno = ENOMEM;
+			return fail_msg(s, "no memory for %zu requests' prefetches", s->t->n);
+		}
+	}
+	return 0;
+}
+
 static int setup(struct sim *s)
 {
 	const struct rp_sim_opts *o = s->o;
@@ -999,41 +1156,29 @@ static int setup(struct sim *s)
 			s->tab_drv[k] = after[k] - s->tab_drv[k];
 	}
 	if (st->cache == RP_CACHE_HASH) {
-		s->hs = rp_hsim_create(s->pool, o->hash_fn, o->no_cache);
-		if (!s->hs)
+		kvs_block_hasher_attr_t ha;
+
+		s->hc = kvs_hcache_create(s->pool, NULL);
+		if (!s->hc)
 			return fail_msg(s, "cannot create the hashed block cache: %s",
+					strerror(errno));
+		/* --no-cache: vLLM without prefix caching, nothing hashed. */
+		kvs_block_hasher_attr_init(&ha);
+		ha.fn = o->hash_fn;
+		ha.block_size = st->page_size;
+		s->flow = kvs_flow_create_hashed(s->pool, s->tab, s->hc, o->no_cache ? NULL : &ha);
+		if (!s->flow)
+			return fail_msg(s, "cannot create the hashed block cache's flows: %s",
 					errno == ENOTSUP ? "this build has no library for the chosen "
 							   "--block-hash"
 							 : strerror(errno));
 	} else if (RP_TIERED(o)) {
-		s->ts = rp_tsim_create(s->pool, o->host_bytes, o->host_ratio, o->write_policy,
-				       o->load_threshold, o->storage != NULL);
-		if (!s->ts)
-			return fail_msg(s, "cannot create the host pool and hierarchical radix "
-					   "cache: %s", strerror(errno));
-		s->res->host_pool_bytes = rp_tsim_host_tokens_max(s->ts) * s->res->cell;
-		if (o->storage) {
-			struct rp_tstore ts = {o->storage, o->model_name, o->prefetch_threshold,
-					       o->prefetch_policy};
-			const char *stage = "";
-			int e;
-
-			if (rp_tsim_set_store(s->ts, &ts, &stage) < 0) {
-				e = errno;
-				return fail_msg(s, "--storage %s: %s the store: %s (errno %d)%s",
-						o->storage, stage, strerror(e), e,
-						e == ENOTSUP ? ": a scheme this build lacks, or no "
-							       "SHA-256 (libcrypto)"
-						: e == EINVAL ? ": a malformed or unknown URI"
-							      : "");
-			}
-			s->prefetched = calloc(s->t->n + 1, 1);
-			s->l3 = calloc(s->t->n + 1, sizeof(*s->l3));
-			if (!s->prefetched || !s->l3) {
-				errno = ENOMEM;
-				return fail_msg(s, "no memory for %zu requests' prefetches", s->t->n);
-			}
-		}
+		if (setup_tiers(s) < 0)
+			return -1;
+		s->flow = kvs_flow_create_tiered(s->pool, s->tab, s->hr);
+		if (!s->flow)
+			return fail_msg(s, "cannot create the tiered cache's flows: %s",
+					strerror(errno));
 	} else {
 		kvs_radix_attr_t ra;
 
@@ -1062,19 +1207,20 @@ static void teardown(struct sim *s)
 	size_t i;
 
 	for (i = 0; i < s->nrun; i++) {
-		if (s->hs)
-			rp_hsim_release(s->hs, s->run[i]->hq, &s->run[i]->req);
-		else if (s->ts)
-			rp_tsim_release(s->ts, s->run[i]->tq, &s->run[i]->req);
-		else if (s->flow)
+		if (s->flow)
 			kvs_flow_release(s->flow, &s->run[i]->req);
 		sreq_free(s->run[i]);
 	}
 	sreq_free(s->head);
-	rp_hsim_destroy(s->hs);
-	rp_tsim_destroy(s->ts);
 	kvs_flow_destroy(s->flow);
 	kvs_radix_destroy(s->radix);
+	kvs_hcache_destroy(s->hc);
+	if (s->hr)
+		kvs_hiradix_destroy(s->hr);
+	if (s->store)
+		kvs_store_close(s->store);
+	if (s->hp)
+		kvs_hpool_destroy(s->hp);
 	kvs_reqtab_destroy(s->tab);
 	kvs_pool_destroy(s->pool);
 	kvs_drv_close(s->drv);
@@ -1138,7 +1284,7 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		}
 		if (admit(&s) < 0 || prefill(&s) < 0 || decode(&s) < 0)
 			goto out;
-		if (s.ts && rp_tsim_poll(s.ts) < 0)
+		if (s.hr && kvs_hiradix_poll(s.hr) < 0)
 			goto out;
 		trim(&s);
 		if (o->compact_pages && st->kind == RP_SLAB && s.radix) {
@@ -1184,18 +1330,18 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 	res->frag_mean = s.frag_steps ? s.sum_frag / (double)s.frag_steps : 0;
 	lat_quantiles(&s.alloc_lat, &res->alloc_p50_ns, &res->alloc_p99_ns);
 	lat_quantiles(&s.match_lat, &res->match_p50_ns, &res->match_p99_ns);
-	/* Drain: empty the cache and give back what the allocator can. */
-	if (s.hs) {
-		res->hash_ns = rp_hsim_hash_ns(s.hs);
-		rp_hsim_drain(s.hs);
-	} else if (s.ts) {
-		kvs_hiradix_t *h = rp_tsim_cache(s.ts);
-		kvs_store_t *l3 = rp_tsim_store(s.ts);
+	/* Drain: empty the cache and give back what the allocator can.
+	 * (Block hashing runs inside the hashed flow: hash_ns stays 0.) */
+	if (s.hc) {
+		kvs_hcache_evict(s.hc, SIZE_MAX);
+	} else if (s.hr) {
+		kvs_hiradix_t *h = s.hr;
+		kvs_store_t *l3 = s.store;
 
 		/* Every backup in the store before the counters are read and
 		 * the cache goes: a replay that follows sees them all. */
 		if (l3) {
-			if (rp_tsim_l3_wait(s.ts) < 0)
+			if (settle(&s) < 0)
 				goto out;
 			res->prefetches = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_prefetches);
 			res->prefetch_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_prefetch_tokens);
@@ -1205,12 +1351,14 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		res->backup_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_backup_tokens);
 		res->load_backs = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_load_backs);
 		res->evict_host_tokens = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_evict_host_tokens);
-		rp_tsim_drain(s.ts);
+		/* Backups in flight lock their nodes: let them land first. */
+		(void)settle(&s);
+		(void)kvs_hiradix_evict_device(h, SIZE_MAX / 2);
 		/* The drain's evictions may back up more (write back). */
 		if (l3) {
 			int k;
 
-			if (rp_tsim_l3_wait(s.ts) < 0)
+			if (settle(&s) < 0)
 				goto out;
 			res->l3_backup_pages = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_pages);
 			res->l3_backup_fail = kvs_hiradix_stat(h, KVS_HIRADIX_STAT_l3_backup_fail);
