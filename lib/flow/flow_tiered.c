@@ -33,7 +33,9 @@
  * device tier, from the host tier when write back needs host room for its
  * backups, and waits for backups in flight that keep nodes locked.
  *
- * The tiered cache has no extra keys: requests must have extra_key 0.
+ * Extra keys go to the tiered cache's _extra calls (kvs_hiradix_match_extra()
+ * and the others), as the radix flow passes them: requests with different
+ * extra keys share no prefix.
  */
 #include <stdlib.h>
 #include <time.h>
@@ -152,7 +154,7 @@ static ssize_t tiered_match(struct kvs_flow *f, kvs_req_t *req, size_t cap)
 	ssize_t r;
 
 	pthread_mutex_lock(&f->lock);
-	r = kvs_hiradix_match(f->c.hr, req->tokens, cap, NULL, &m);
+	r = kvs_hiradix_match_extra(f->c.hr, req->extra_key, req->tokens, cap, NULL, &m);
 	if (T(f)->nld)
 		loads_check(f);
 	if (r >= 0 && req->slot < 0)
@@ -191,7 +193,7 @@ static ssize_t tiered_admit(struct kvs_flow *f, kvs_req_t *r, size_t cap, int32_
 	kvs_hpool_xfer_t *x = NULL;
 	ssize_t dev, got = 0;
 
-	dev = kvs_hiradix_match_lock(f->c.hr, r->tokens, cap, locs, &m);
+	dev = kvs_hiradix_match_lock_extra(f->c.hr, r->extra_key, r->tokens, cap, locs, &m);
 	loads_check(f);
 	if (dev < 0)
 		return -1;
@@ -302,9 +304,10 @@ static ssize_t tiered_insert(struct kvs_flow *f, kvs_req_t *req, size_t n, const
 	ssize_t got;
 
 	if (node)
-		got = kvs_hiradix_insert_lock(f->c.hr, req->tokens, n, locs, &last);
+		got = kvs_hiradix_insert_lock_extra(f->c.hr, req->extra_key, req->tokens, n, locs,
+						    &last);
 	else
-		got = kvs_hiradix_insert(f->c.hr, req->tokens, n, locs, NULL);
+		got = kvs_hiradix_insert_extra(f->c.hr, req->extra_key, req->tokens, n, locs, NULL);
 	loads_check(f);
 	if (got >= 0 && node)
 		*node = last;
@@ -313,7 +316,7 @@ static ssize_t tiered_insert(struct kvs_flow *f, kvs_req_t *req, size_t n, const
 
 static ssize_t tiered_locations(struct kvs_flow *f, kvs_req_t *req, size_t n, int32_t *locs)
 {
-	ssize_t m = kvs_hiradix_match(f->c.hr, req->tokens, n, locs, NULL);
+	ssize_t m = kvs_hiradix_match_extra(f->c.hr, req->extra_key, req->tokens, n, locs, NULL);
 
 	loads_check(f);
 	return m;
@@ -382,7 +385,7 @@ static void tiered_destroy(struct kvs_flow *f)
 
 static const struct flow_ops tiered_ops = {
 	.name = "tiered",
-	.extra_keys = false,
+	.extra_keys = true,
 	.match = tiered_match,
 	.prepare = tiered_prepare,
 	.admit = tiered_admit,
@@ -409,8 +412,8 @@ static const struct flow_ops tiered_ops = {
  *
  * The flow calls work on it as on a radix flow, matching across tiers,
  * loading back at admission and inserting at caching (see the file's
- * comment).  Requests must have extra_key 0: the tiered cache has no
- * extra keys.
+ * comment).  A request's extra key keeps its prefixes apart from other
+ * keys', as in a radix flow.
  *
  * Context: MT-Safe.
  * Return: the flow object, or NULL with errno EINVAL or ENOMEM.

@@ -359,12 +359,11 @@ START_TEST(test_pool_flow)
 		b[0] = b[1] = &q;
 		CASE("flow", "kvs_flow_prepare_extend", "tiered: the same request twice",
 		     kvs_flow_prepare_extend(f, b, 2, NULL), EINVAL);
-		q.extra_key = 7;
-		CASE("flow", "kvs_flow_prepare_extend", "tiered: an extra key",
+		q.tokens = NULL; /* the tiered flow takes extra keys now: tokens missing */
+		CASE("flow", "kvs_flow_prepare_extend", "tiered: no tokens",
 		     kvs_flow_prepare_extend(f, b, 1, NULL), EINVAL);
-		CASE("flow", "kvs_flow_match", "tiered: an extra key", kvs_flow_match(f, &q),
-		     EINVAL);
-		q.extra_key = 0;
+		CASE("flow", "kvs_flow_match", "tiered: no tokens", kvs_flow_match(f, &q), EINVAL);
+		q.tokens = tok;
 		CASE("flow", "kvs_flow_cache_unfinished", "tiered: a request without a slot",
 		     kvs_flow_cache_unfinished(f, &q), EINVAL);
 		CASE("flow", "kvs_flow_prepare_decode", "tiered: a request without a slot",

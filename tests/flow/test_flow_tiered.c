@@ -608,7 +608,8 @@ START_TEST(test_bad_input)
 
 	env_open(&e, _i, KVS_WRITE_THROUGH, 0);
 	keyseq(key, 64, 1);
-	ck_assert_int_eq(kvs_req_init(&q, key, 9, 5, 0), 0);
+	ck_assert_int_eq(kvs_req_init(&q, key, 9, 0, 0), 0);
+	q.tokens = NULL; /* tokens missing */
 	errno = 0;
 	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, b, 1, NULL), -1);
 	ck_assert_int_eq(errno, EINVAL);
@@ -627,6 +628,42 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* Extra keys reach the tiered cache: a prefix served under one key is
+ * found under it alone, on the device and, evicted, in the host tier (the
+ * flow used to refuse any extra key). */
+START_TEST(test_extra_keys)
+{
+	int32_t key[64];
+	kvs_req_t q, r;
+	struct env e = {0};
+
+	env_open(&e, _i, KVS_WRITE_THROUGH, 0);
+	keyseq(key, 64, 700);
+	ck_assert_int_eq(kvs_req_init(&q, key, 33, 7, 0), 0);
+	admit(&e, &q);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q), 0);
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 0, 0), 0);
+	ck_assert_int_eq(kvs_flow_match(e.f, &r), 0);
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 8, 0), 0);
+	ck_assert_int_eq(kvs_flow_match(e.f, &r), 0);
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 7, 0), 0);
+	ck_assert_int_eq(kvs_flow_match(e.f, &r), 32);
+	evict_all(&e);
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 7, 0), 0);
+	ck_assert_int_eq(kvs_flow_match(e.f, &r), 0);
+	ck_assert_uint_eq(r.host_hit_len, 32);
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 0, 0), 0);
+	ck_assert_int_eq(kvs_flow_match(e.f, &r), 0);
+	ck_assert_uint_eq(r.host_hit_len, 0);
+	/* Admitted under its key, it loads the host part back. */
+	ck_assert_int_eq(kvs_req_init(&r, key, 33, 7, 0), 0);
+	admit(&e, &r);
+	ck_assert_uint_eq(r.loaded_len, 32);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &r), 0);
+	env_close(&e);
+}
+END_TEST
+
 static Suite *flow_tiered_suite(void)
 {
 	Suite *s = suite_create("flow_tiered");
@@ -641,6 +678,7 @@ static Suite *flow_tiered_suite(void)
 	tcase_add_loop_test(tc, test_shortfall_keeps_host, 0, nb);
 	tcase_add_loop_test(tc, test_fault_submit, 0, nb);
 	tcase_add_loop_test(tc, test_fault_completion, 0, nb);
+	tcase_add_loop_test(tc, test_extra_keys, 0, nb);
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
