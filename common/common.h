@@ -11,9 +11,13 @@
  * essay says how it keeps to it; each function's Context: line names what
  * it takes).  A thread may take a lock only while holding locks above it:
  *
- *  0. pool->elastic (lib/elastic/elastic.c): serializes kvs_pool_set_limit() and
- *     kvs_pool_compact() on one pool.  Takes radix->wlock and slab->lock
- *     under it, and waits for fences with neither held.
+ *  0. pool->elastic (lib/mem/pool.c, used by lib/elastic/elastic.c):
+ *     serializes kvs_pool_set_limit(), kvs_pool_compact() and the caches'
+ *     registration on one pool (lib/mem/cacheops.h).  Takes the registered
+ *     caches' writer locks (level 2) and slab->lock under it, and waits for
+ *     fences and copies with none of them held.  The caches' writer locks
+ *     nest in one place only: compaction's commit, under pool->elastic, in
+ *     the order the caches registered.
  *  1. flow->lock (lib/flow/flow.c): serializes one flow object's calls.
  *  2. radix->wlock (lib/cache/radix.c): the prefix cache's single writer.  Held
  *     across frees of evicted pages (so it comes before slab->lock) and

@@ -38,9 +38,10 @@
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
  * across kvs_pool_alloc() and kvs_pool_free() and across the event
- * callbacks, which may only call kvs_hcache_match_ro().  It is never held
- * together with a radix or flow lock.  (common/common.h's list does not
- * name it yet.)
+ * callbacks, which may only call kvs_hcache_match_ro().  A flow's lock may
+ * be held above it (a hashed flow calls the cache); it nests with another
+ * cache's writer lock only in kvs_pool_compact()'s commit, under the
+ * pool's elastic mutex (lib/mem/cacheops.h).
  */
 #include <limits.h>
 #include <pthread.h>
