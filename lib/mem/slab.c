@@ -371,6 +371,16 @@ KVS_EXPORT int kvs_slab_destroy(kvs_slab_t *s)
 
 /* ----------------------------------------------------------- allocation */
 
+/* An allocation failed: count it, check the watermarks (pages taken and put
+ * back may have emptied slabs), unlock, fail with @err.  Lock held. */
+int alloc_failed_unlock(struct kvs_slab *s, int err)
+{
+	ST(s, alloc_fail)++;
+	slab_after_free_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return kvs_fail(err);
+}
+
 /* Pages that mapped slabs could add: unmapped ones within the limit, and
  * those being mapped now.  Lock held. */
 static uint64_t growable_pages(const struct kvs_slab *s)

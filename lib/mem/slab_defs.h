@@ -246,7 +246,6 @@ undo:
 	return false;
 }
 
-extern __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 extern __thread struct kvsi_tls_mag {
 	uint64_t id;
 	struct mag *mag;
@@ -271,6 +270,7 @@ int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns);
 int slab_release_pool_locked(struct kvs_slab *s);
 int slab_reclaim_to_locked(struct kvs_slab *s, size_t cap);
 void slab_after_free_locked(struct kvs_slab *s);
+int alloc_failed_unlock(struct kvs_slab *s, int err);	/* lib/mem/slab.c */
 void slab_after_alloc_locked(struct kvs_slab *s);
 uint64_t slab_room_locked(const struct kvs_slab *s);
 size_t slab_cap(const struct kvs_slab *s);
@@ -305,14 +305,5 @@ static inline __attribute__((always_inline)) int unref(struct kvs_slab *s, uint3
 	}
 }
 
-/* An allocation failed: count it, check the watermarks (pages taken and put
- * back may have emptied slabs), unlock, fail with @err.  Lock held. */
-static inline int alloc_failed_unlock(struct kvs_slab *s, int err)
-{
-	ST(s, alloc_fail)++;
-	slab_after_free_locked(s);
-	pthread_mutex_unlock(&s->lock);
-	return kvs_fail(err);
-}
 
 #endif /* KVSLAB_SLAB_DEFS_H */

@@ -51,7 +51,7 @@
 #include "mem/slab_defs.h"
 
 /* Set on the worker thread: its driver calls are not the caller's. */
-__thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
+static __thread bool kvsi_slab_is_worker __attribute__((tls_model("initial-exec")));
 
 /* Count a driver call, and whether it ran on a caller's thread. */
 #define DRV(s, expr)                                                          \
