@@ -24,6 +24,9 @@
 #define GRAN (64 * 1024)
 #define PS 4
 #define NPAGES 64
+/* Page bitmaps: room for every page of the pool (its capacity is rounded
+ * up to whole slabs; env_open() checks). */
+#define MAPW 256
 
 struct env {
 	kvs_drv_t *d;
@@ -55,6 +58,7 @@ static void env_open(struct env *e, int be, uint32_t policy, uint32_t flags)
 	pa.magazine = 0;
 	e->pool = kvs_pool_create(e->d, &pa);
 	ck_assert_ptr_nonnull(e->pool);
+	ck_assert_uint_le(kvs_pool_capacity(e->pool) / PS, MAPW * 64);
 	kvs_hpool_attr_init(&ha);
 	ha.ratio = 0;
 	ha.bytes = (size_t)NPAGES * PS * 2 * 8 * 2 * 2 * 2;
@@ -145,7 +149,7 @@ static uint64_t evictable(struct env *e)
 START_TEST(test_shrinker)
 {
 	int32_t k[16], c[8], la[16], lc[8];
-	uint64_t want[2] = {0}, got[2] = {0}, held[2] = {0};
+	uint64_t want[MAPW] = {0}, got[MAPW] = {0}, held[MAPW] = {0};
 	kvs_hiradix_node_t *a, *b, *cn;
 	struct env e;
 
@@ -191,7 +195,7 @@ END_TEST
 START_TEST(test_write_back_slabs)
 {
 	int32_t k[16], c[8];
-	uint64_t slabs[NPAGES] = {0};
+	uint64_t slabs[MAPW] = {0};
 	kvs_hiradix_node_t *a, *b, *cn;
 	kvs_hiradix_node_info_t ni;
 	struct env e;
@@ -242,8 +246,8 @@ static int inside_fn(void *p)
  * back by a match) and h->held; putback lets eviction take them again. */
 START_TEST(test_isolate_migrate)
 {
-	int32_t k[16], la[16], nl[16], newpage[NPAGES];
-	uint64_t set[2] = {0}, pinned[2] = {0};
+	int32_t k[16], la[16], nl[16], newpage[MAPW * 64];
+	uint64_t set[MAPW] = {0}, pinned[MAPW] = {0};
 	struct inside_arg ia = {newpage, -1, 0};
 	kvs_hiradix_node_t *a, *b;
 	struct env e;
@@ -270,7 +274,7 @@ START_TEST(test_isolate_migrate)
 	ck_assert_int_eq(kvs_hiradix_match(e.h, k, 16, NULL, NULL), 16);
 	/* Move every page to a fresh one. */
 	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, nl), 0);
-	for (i = 0; i < NPAGES; i++)
+	for (i = 0; i < MAPW * 64; i++)
 		newpage[i] = -1;
 	for (i = 0; i < 16; i += PS)
 		newpage[la[i] / PS] = nl[i] / PS;
@@ -303,8 +307,8 @@ END_TEST
  * moves. */
 START_TEST(test_migrate_in_flight)
 {
-	int32_t k[8], c[8], lk[8], lc[8], nl[16], got[8], newpage[NPAGES];
-	uint64_t set[2] = {0}, pinned[2] = {0};
+	int32_t k[8], c[8], lk[8], lc[8], nl[16], got[8], newpage[MAPW * 64];
+	uint64_t set[MAPW] = {0}, pinned[MAPW] = {0};
 	struct inside_arg ia = {newpage, -1, 0};
 	kvs_hiradix_node_t *kn, *cn;
 	kvs_hiradix_node_info_t ni;
@@ -329,7 +333,7 @@ START_TEST(test_migrate_in_flight)
 	ck_assert_int_eq(e.ops->isolate(e.cache, set, pinned, &tok), 0);
 	pthread_mutex_unlock(kvsi_pool_elastic(e.pool));
 	ck_assert_int_eq(kvs_pool_alloc(e.pool, 16, nl), 0);
-	for (i = 0; i < NPAGES; i++)
+	for (i = 0; i < MAPW * 64; i++)
 		newpage[i] = -1;
 	for (i = 0; i < 8; i += PS) {
 		newpage[lk[i] / PS] = nl[i] / PS;
