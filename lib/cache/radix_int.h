@@ -12,6 +12,24 @@
  *   radix_check.c  trust at the boundary (an insert's input) and validate
  *   radix_evict.c  eviction: the policy's heap and slab-aware picks
  *   radix_pool.c   the cache's operations for its pool (lib/mem/cacheops.h)
+ *
+ * One tree core, not built yet.  The tiered cache (lib/cache/hiradix*.c)
+ * is a second tree: the same keys cut in pages, children found by a hash of
+ * (extra key, first page), splits, LRU/priority eviction of leaves.  What
+ * differs is the payload and its life: a radix node holds one segment of
+ * device locations; a tiered node holds device locations or a tombstone,
+ * host pages, backup/load state and storage keys.  The outline of one core
+ * under both, as rax keeps an opaque value per key:
+ *  - the core owns nodes (keys in segments, the children array under RCU,
+ *    parent, lock_ref, the eviction key) and does match, insert, split,
+ *    lock/unlock, leaf eviction and validate, with lock-free readers;
+ *  - a payload interface per cache: split(payload, at) -> two payloads,
+ *    evictable(payload) (a tiered node in flight is not), evict(payload)
+ *    (free device pages, or make a tombstone that keeps host pages), the
+ *    pages it holds (for the held map and lib/mem/cacheops.h), and events;
+ *  - the tiered tree's node becomes core node + payload; its transfer
+ *    controller and L3 engine stay as they are, calling the core.
+ * It was left for a later issue: it changes every tiered path at once.
  */
 #ifndef KVSLAB_CACHE_RADIX_INT_H
 #define KVSLAB_CACHE_RADIX_INT_H
