@@ -349,14 +349,4 @@ static long ops_evict(void *cache, uint64_t tokens)
 	return n < 0 ? -1 : (long)n;
 }
 
-const struct kvsi_cache_ops kvsi_radix_cache_ops = {
-	.kind = "radix",
-	.evictable = ops_evictable,
-	.evict = ops_evict,
-	.unlocked_pages = ops_unlocked_pages,
-	.held_pages = ops_held_pages,
-	.evict_slabs = ops_evict_slabs,
-	.isolate = ops_isolate,
-	.migrate = ops_migrate,
-	.putback = ops_putback,
-};
+const struct kvsi_cache_ops kvsi_radix_cache_ops = KVSI_CACHE_OPS("radix", ops);
