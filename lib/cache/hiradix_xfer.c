@@ -344,6 +344,31 @@ ok:
 }
 
 /*
+ * Submit batch @b's copies (kvs_hpool_backup() or kvs_hpool_load(), @np
+ * pages @dev and @host, both freed here) with h->lock dropped across the
+ * call; b->submitting meanwhile (waiters on h->xcv are woken after).  0
+ * with *@xf set, or the call's errno.
+ */
+static int batch_submit(kvs_hiradix_t *h, struct hbatch *b,
+			int (*copy)(kvs_hpool_t *, const int32_t *, const int32_t *, size_t,
+				    kvs_hpool_xfer_t **),
+			int32_t *dev, int32_t *host, size_t np, kvs_hpool_xfer_t **xf)
+{
+	int rc = 0;
+
+	b->submitting = true;
+	pthread_mutex_unlock(&h->lock);
+	if (copy(h->hp, dev, host, np, xf) < 0)
+		rc = errno;
+	pthread_mutex_lock(&h->lock);
+	b->submitting = false;
+	pthread_cond_broadcast(&h->xcv);
+	free(dev);
+	free(host);
+	return rc;
+}
+
+/*
  * Start every queued backup as one transfer.  Its nodes join the batch
  * first (b->submitting), then h->lock is dropped across kvs_hpool_backup()
  * (which queues the copies, and on a failure waits for those it queued);
@@ -386,17 +411,7 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 		nodes++;
 		tokens += x->len;
 	}
-	b->submitting = true;
-	pthread_mutex_unlock(&h->lock);
-	if (kvs_hpool_backup(h->hp, dev, host, np, &xf) < 0)
-		rc = errno;
-	else
-		rc = 0;
-	pthread_mutex_lock(&h->lock);
-	b->submitting = false;
-	pthread_cond_broadcast(&h->xcv);
-	free(dev);
-	free(host);
+	rc = batch_submit(h, b, kvs_hpool_backup, dev, host, np, &xf);
 	if (rc == 0) {
 		b->x = xf;
 		ST(h, backups, nodes);
@@ -517,17 +532,7 @@ static int hr_submit_loads(kvs_hiradix_t *h, struct hload *only, struct hbatch *
 			free(ld->host);
 			ld->dev = ld->host = NULL;
 		}
-	b->submitting = true;
-	pthread_mutex_unlock(&h->lock);
-	if (kvs_hpool_load(h->hp, dev, host, np, &xf) < 0)
-		rc = errno;
-	else
-		rc = 0;
-	pthread_mutex_lock(&h->lock);
-	b->submitting = false;
-	pthread_cond_broadcast(&h->xcv);
-	free(dev);
-	free(host);
+	rc = batch_submit(h, b, kvs_hpool_load, dev, host, np, &xf);
 	if (rc == 0) {
 		b->x = xf;
 		ack_push(&h->lacks, b);
