@@ -343,6 +343,24 @@ ok:
 	return 0;
 }
 
+/* A batch of @np pages and its two page arrays (*@dev, *@host), or NULL
+ * with nothing allocated. */
+static struct hbatch *batch_new(size_t np, int32_t **dev, int32_t **host)
+{
+	struct hbatch *b = calloc(1, sizeof(*b));
+
+	*dev = malloc(np * sizeof(**dev));
+	*host = malloc(np * sizeof(**host));
+	if (!b || !*dev || !*host) {
+		free(b);
+		free(*dev);
+		free(*host);
+		*dev = *host = NULL;
+		return NULL;
+	}
+	return b;
+}
+
 /*
  * Submit batch @b's copies (kvs_hpool_backup() or kvs_hpool_load(), @np
  * pages @dev and @host, both freed here) with h->lock dropped across the
@@ -390,14 +408,9 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 			np += x->len / h->ps;
 	if (np == 0)
 		return 0;
-	b = calloc(1, sizeof(*b));
-	dev = malloc(np * sizeof(*dev));
-	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host) {
-		free(b);
-		b = NULL;
+	b = batch_new(np, &dev, &host);
+	if (!b)
 		goto fail;
-	}
 	/* The list is newest first: fill from the end, ancestors first. */
 	k = np;
 	for (x = h->backups; x; x = x->bnext) {
@@ -423,10 +436,6 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 	b->state = -1;
 	b->pins++; /* until every node of it is dropped */
 fail:
-	if (!b) {
-		free(dev);
-		free(host);
-	}
 	for (x = h->backups; x; x = n) {
 		n = x->bnext;
 		if (b ? x->bt == b : x->bt == &h->wq) {
@@ -506,13 +515,8 @@ static int hr_submit_loads(kvs_hiradix_t *h, struct hload *only, struct hbatch *
 			np += ld->np;
 	if (np == 0)
 		return 0;
-	b = calloc(1, sizeof(*b));
-	dev = malloc(np * sizeof(*dev));
-	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host) {
-		free(b);
-		free(dev);
-		free(host);
+	b = batch_new(np, &dev, &host);
+	if (!b) {
 		for (ld = h->loads; ld; ld = ln) {
 			ln = ld->next;
 			if (ld->bt == &h->lq && (!only || ld == only))
