@@ -728,6 +728,20 @@ KVS_EXPORT ssize_t kvs_radix_insert_lock(kvs_radix_t *r, uint64_t extra, const i
 	return insert_common(r, extra, key, n, locs, priority, last, true);
 }
 
+/* Take wlock for a call on @n, a node of @r: 0, or -1 with errno EINVAL
+ * (NULL, or a node of another tree; wlock not held). */
+static int wlock_node(struct kvs_radix *r, const struct rnode *n)
+{
+	if (!r || !n)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	if (!node_ok(r, n)) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(EINVAL);
+	}
+	return 0;
+}
+
 /**
  * kvs_radix_lock() - protect @node and its ancestors from eviction.
  * @radix: cache.
@@ -744,13 +758,8 @@ KVS_EXPORT int kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
 	struct rnode *n = (struct rnode *)node;
 
-	if (!r || !n)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
-	if (!node_ok(r, n)) {
-		pthread_mutex_unlock(&r->wlock);
-		return kvs_fail(EINVAL);
-	}
+	if (wlock_node(r, n) < 0)
+		return -1;
 	rx_lock_path(r, n);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
@@ -769,13 +778,8 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
 	struct rnode *n = (struct rnode *)node, *p;
 
-	if (!r || !n)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
-	if (!node_ok(r, n)) {
-		pthread_mutex_unlock(&r->wlock);
-		return kvs_fail(EINVAL);
-	}
+	if (wlock_node(r, n) < 0)
+		return -1;
 	for (p = n; p && p != r->root; p = p->parent) {
 		if (p->lock_ref == 0) {
 			pthread_mutex_unlock(&r->wlock);
