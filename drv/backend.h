@@ -75,6 +75,34 @@ struct kvs_drv_backend {
 	int (*host_free)(struct kvs_drv *drv, void *ptr);
 };
 
+/*
+ * The operations every backend implements, named prefix_open,
+ * prefix_close, ...; a backend's table lists its name and its optional
+ * operations, then KVSI_DRV_BACKEND_OPS(prefix).
+ */
+#define KVSI_DRV_BACKEND_OPS(prefix)                         \
+	.open = prefix##_open,                               \
+	.close = prefix##_close,                             \
+	.mem_info = prefix##_mem_info,                       \
+	.reserve = prefix##_reserve,                         \
+	.unreserve = prefix##_unreserve,                     \
+	.create = prefix##_create,                           \
+	.release = prefix##_release,                         \
+	.map = prefix##_map,                                 \
+	.unmap = prefix##_unmap,                             \
+	.set_access = prefix##_set_access,                   \
+	.copy_htod = prefix##_copy_htod,                     \
+	.copy_dtoh = prefix##_copy_dtoh,                     \
+	.event_create = prefix##_event_create,               \
+	.event_destroy = prefix##_event_destroy,             \
+	.event_record = prefix##_event_record,               \
+	.event_record_stream = prefix##_event_record_stream, \
+	.event_query = prefix##_event_query,                 \
+	.event_wait = prefix##_event_wait,                   \
+	.synchronize = prefix##_synchronize,                 \
+	.host_alloc = prefix##_host_alloc,                   \
+	.host_free = prefix##_host_free,
+
 struct kvs_range;
 struct kvs_host_block;
 

@@ -298,28 +298,8 @@ static int fault_host_free(struct kvs_drv *d, void *ptr)
 
 const struct kvs_drv_backend kvsi_backend_fault = {
 	.name = "fault",
-	.open = fault_open,
 	.begin_close = fault_begin_close,
-	.close = fault_close,
-	.mem_info = fault_mem_info,
-	.reserve = fault_reserve,
-	.unreserve = fault_unreserve,
-	.create = fault_create,
-	.release = fault_release,
-	.map = fault_map,
-	.unmap = fault_unmap,
-	.set_access = fault_set_access,
-	.copy_htod = fault_copy_htod,
-	.copy_dtoh = fault_copy_dtoh,
-	.event_create = fault_event_create,
-	.event_destroy = fault_event_destroy,
-	.event_record = fault_event_record,
-	.event_record_stream = fault_event_record_stream,
-	.event_query = fault_event_query,
-	.event_wait = fault_event_wait,
-	.synchronize = fault_synchronize,
-	.host_alloc = fault_host_alloc,
-	.host_free = fault_host_free,
+	KVSI_DRV_BACKEND_OPS(fault)
 };
 
 /**

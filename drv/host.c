@@ -1252,27 +1252,7 @@ static int host_host_free(struct kvs_drv *d, void *ptr)
 
 const struct kvs_drv_backend kvsi_backend_host = {
 	.name = "host",
-	.open = host_open,
-	.close = host_close,
-	.mem_info = host_mem_info,
-	.reserve = host_reserve,
-	.unreserve = host_unreserve,
-	.create = host_create,
-	.release = host_release,
 	.chunk_free = host_chunk_free,
-	.map = host_map,
 	.quiesce = host_quiesce,
-	.unmap = host_unmap,
-	.set_access = host_set_access,
-	.copy_htod = host_copy_htod,
-	.copy_dtoh = host_copy_dtoh,
-	.event_create = host_event_create,
-	.event_destroy = host_event_destroy,
-	.event_record = host_event_record,
-	.event_record_stream = host_event_record_stream,
-	.event_query = host_event_query,
-	.event_wait = host_event_wait,
-	.synchronize = host_synchronize,
-	.host_alloc = host_host_alloc,
-	.host_free = host_host_free,
+	KVSI_DRV_BACKEND_OPS(host)
 };

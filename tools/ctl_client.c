@@ -37,6 +37,29 @@ int cc_connect(const char *path)
 	return fd;
 }
 
+int cc_call(const char *prog, const char *sock, const char *request, char **data)
+{
+	int fd, rc;
+
+	fd = cc_connect(sock);
+	if (fd < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, sock, strerror(errno));
+		return -1;
+	}
+	rc = cc_request(fd, request, data);
+	close(fd);
+	if (rc < 0) {
+		fprintf(stderr, "%s: %s: %s\n", prog, sock, strerror(errno));
+		return -1;
+	}
+	if (rc > 0) {
+		fprintf(stderr, "%s: %s\n", prog, *data);
+		free(*data);
+		return -1;
+	}
+	return 0;
+}
+
 int cc_request(int fd, const char *request, char **data)
 {
 	size_t len = 0, cap = 8192, start = 0;

@@ -20,6 +20,14 @@ int cc_connect(const char *path);
  */
 int cc_request(int fd, const char *request, char **data);
 
+/*
+ * cc_connect() to @sock, then cc_request() @request: 0 with the data in
+ * *data (malloc'd) on "ok"; else -1, after printing to stderr, each line
+ * prefixed "@prog: ", why (the socket and strerror, or the server's error
+ * text).
+ */
+int cc_call(const char *prog, const char *sock, const char *request, char **data);
+
 /* SIZE: digits, then an optional K, M, G or T (and "B" or "iB"); 0 or -1. */
 int cc_parse_size(const char *s, unsigned long long *out);
 

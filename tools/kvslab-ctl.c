@@ -34,7 +34,7 @@ int main(int argc, char **argv)
 					   {0, 0, 0, 0}};
 	char req[256], *data;
 	unsigned long long size;
-	int c, fd, rc;
+	int c;
 
 	while ((c = getopt_long(argc, argv, "+s:h", lo, NULL)) != -1) {
 		switch (c) {
@@ -71,22 +71,8 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	fd = cc_connect(sock);
-	if (fd < 0) {
-		fprintf(stderr, "kvslab-ctl: %s: %s\n", sock, strerror(errno));
+	if (cc_call("kvslab-ctl", sock, req, &data) < 0)
 		return 1;
-	}
-	rc = cc_request(fd, req, &data);
-	close(fd);
-	if (rc < 0) {
-		fprintf(stderr, "kvslab-ctl: %s: %s\n", sock, strerror(errno));
-		return 1;
-	}
-	if (rc > 0) {
-		fprintf(stderr, "kvslab-ctl: %s\n", data);
-		free(data);
-		return 1;
-	}
 	fputs(data, stdout);
 	free(data);
 	return fflush(stdout) == 0 ? 0 : 1;

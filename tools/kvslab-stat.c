@@ -102,24 +102,9 @@ static int fetch(const char *sock, struct snap *sn)
 {
 	struct timespec ts;
 	char *data, *l, *save = NULL;
-	int fd, rc;
 
-	fd = cc_connect(sock);
-	if (fd < 0) {
-		fprintf(stderr, "kvslab-stat: %s: %s\n", sock, strerror(errno));
+	if (cc_call("kvslab-stat", sock, "metrics", &data) < 0)
 		return -1;
-	}
-	rc = cc_request(fd, "metrics", &data);
-	close(fd);
-	if (rc < 0) {
-		fprintf(stderr, "kvslab-stat: %s: %s\n", sock, strerror(errno));
-		return -1;
-	}
-	if (rc > 0) {
-		fprintf(stderr, "kvslab-stat: %s\n", data);
-		free(data);
-		return -1;
-	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	sn->t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 	for (l = strtok_r(data, "\n", &save); l; l = strtok_r(NULL, "\n", &save))

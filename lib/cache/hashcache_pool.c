@@ -249,14 +249,5 @@ static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), 
 	return rc;
 }
 
-const struct kvsi_cache_ops kvsi_hcache_ops = {
-	.kind = "hcache",
-	.evictable = ops_evictable,
-	.evict = ops_evict,
-	.unlocked_pages = ops_queue_pages,
-	.held_pages = ops_queue_pages,
-	.evict_slabs = ops_evict_slabs,
-	.isolate = ops_isolate,
-	.migrate = ops_migrate,
-	.putback = ops_putback,
-};
+const struct kvsi_cache_ops kvsi_hcache_ops =
+	KVSI_CACHE_OPS_PAGES("hcache", ops, ops_queue_pages, ops_queue_pages);

@@ -929,6 +929,23 @@ KVS_EXPORT int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
 	return 0;
 }
 
+/* The evictions below: poll, then @evict under h->lock. */
+static ssize_t evict_locked(kvs_hiradix_t *h, size_t tokens,
+			    ssize_t (*evict)(kvs_hiradix_t *, size_t))
+{
+	ssize_t r;
+
+	if (!h) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&h->lock);
+	hr_poll_locked(h, false);
+	r = evict(h, tokens);
+	pthread_mutex_unlock(&h->lock);
+	return r;
+}
+
 /**
  * kvs_hiradix_evict_device() - free at least @tokens device tokens if
  * possible, from the least recently used unlocked device leaves: a leaf
@@ -943,17 +960,7 @@ KVS_EXPORT int kvs_hiradix_unlock(kvs_hiradix_t *h, kvs_hiradix_node_t *node)
  */
 KVS_EXPORT ssize_t kvs_hiradix_evict_device(kvs_hiradix_t *h, size_t tokens)
 {
-	ssize_t r;
-
-	if (!h) {
-		errno = EINVAL;
-		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	hr_poll_locked(h, false);
-	r = hr_evict_device(h, tokens);
-	pthread_mutex_unlock(&h->lock);
-	return r;
+	return evict_locked(h, tokens, hr_evict_device);
 }
 
 /**
@@ -967,17 +974,7 @@ KVS_EXPORT ssize_t kvs_hiradix_evict_device(kvs_hiradix_t *h, size_t tokens)
  */
 KVS_EXPORT ssize_t kvs_hiradix_evict_host(kvs_hiradix_t *h, size_t tokens)
 {
-	ssize_t r;
-
-	if (!h) {
-		errno = EINVAL;
-		return -1;
-	}
-	pthread_mutex_lock(&h->lock);
-	hr_poll_locked(h, false);
-	r = hr_evict_host(h, tokens);
-	pthread_mutex_unlock(&h->lock);
-	return r;
+	return evict_locked(h, tokens, hr_evict_host);
 }
 
 static void usage_walk(const node_t *x, kvs_hiradix_usage_t *u)

@@ -354,17 +354,7 @@ static int op_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), v
 	return r;
 }
 
-static const struct kvsi_cache_ops hiradix_ops = {
-	.kind = "hiradix",
-	.evictable = op_evictable,
-	.evict = op_evict,
-	.unlocked_pages = op_unlocked_pages,
-	.held_pages = op_held_pages,
-	.evict_slabs = op_evict_slabs,
-	.isolate = op_isolate,
-	.migrate = op_migrate,
-	.putback = op_putback,
-};
+static const struct kvsi_cache_ops hiradix_ops = KVSI_CACHE_OPS("hiradix", op);
 
 /* kvs_hiradix_create(): register @h on its pool.  0, or -1 (ENOMEM). */
 int hr_pool_register(kvs_hiradix_t *h)

@@ -343,6 +343,49 @@ ok:
 	return 0;
 }
 
+/* A batch of @np pages and its two page arrays (*@dev, *@host), or NULL
+ * with nothing allocated. */
+static struct hbatch *batch_new(size_t np, int32_t **dev, int32_t **host)
+{
+	struct hbatch *b = calloc(1, sizeof(*b));
+
+	*dev = malloc(np * sizeof(**dev));
+	*host = malloc(np * sizeof(**host));
+	if (!b || !*dev || !*host) {
+		free(b);
+		free(*dev);
+		free(*host);
+		*dev = *host = NULL;
+		return NULL;
+	}
+	return b;
+}
+
+/*
+ * Submit batch @b's copies (kvs_hpool_backup() or kvs_hpool_load(), @np
+ * pages @dev and @host, both freed here) with h->lock dropped across the
+ * call; b->submitting meanwhile (waiters on h->xcv are woken after).  0
+ * with *@xf set, or the call's errno.
+ */
+static int batch_submit(kvs_hiradix_t *h, struct hbatch *b,
+			int (*copy)(kvs_hpool_t *, const int32_t *, const int32_t *, size_t,
+				    kvs_hpool_xfer_t **),
+			int32_t *dev, int32_t *host, size_t np, kvs_hpool_xfer_t **xf)
+{
+	int rc = 0;
+
+	b->submitting = true;
+	pthread_mutex_unlock(&h->lock);
+	if (copy(h->hp, dev, host, np, xf) < 0)
+		rc = errno;
+	pthread_mutex_lock(&h->lock);
+	b->submitting = false;
+	pthread_cond_broadcast(&h->xcv);
+	free(dev);
+	free(host);
+	return rc;
+}
+
 /*
  * Start every queued backup as one transfer.  Its nodes join the batch
  * first (b->submitting), then h->lock is dropped across kvs_hpool_backup()
@@ -365,14 +408,9 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 			np += x->len / h->ps;
 	if (np == 0)
 		return 0;
-	b = calloc(1, sizeof(*b));
-	dev = malloc(np * sizeof(*dev));
-	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host) {
-		free(b);
-		b = NULL;
+	b = batch_new(np, &dev, &host);
+	if (!b)
 		goto fail;
-	}
 	/* The list is newest first: fill from the end, ancestors first. */
 	k = np;
 	for (x = h->backups; x; x = x->bnext) {
@@ -386,17 +424,7 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 		nodes++;
 		tokens += x->len;
 	}
-	b->submitting = true;
-	pthread_mutex_unlock(&h->lock);
-	if (kvs_hpool_backup(h->hp, dev, host, np, &xf) < 0)
-		rc = errno;
-	else
-		rc = 0;
-	pthread_mutex_lock(&h->lock);
-	b->submitting = false;
-	pthread_cond_broadcast(&h->xcv);
-	free(dev);
-	free(host);
+	rc = batch_submit(h, b, kvs_hpool_backup, dev, host, np, &xf);
 	if (rc == 0) {
 		b->x = xf;
 		ST(h, backups, nodes);
@@ -408,10 +436,6 @@ static int hr_submit_writes(kvs_hiradix_t *h)
 	b->state = -1;
 	b->pins++; /* until every node of it is dropped */
 fail:
-	if (!b) {
-		free(dev);
-		free(host);
-	}
 	for (x = h->backups; x; x = n) {
 		n = x->bnext;
 		if (b ? x->bt == b : x->bt == &h->wq) {
@@ -491,13 +515,8 @@ static int hr_submit_loads(kvs_hiradix_t *h, struct hload *only, struct hbatch *
 			np += ld->np;
 	if (np == 0)
 		return 0;
-	b = calloc(1, sizeof(*b));
-	dev = malloc(np * sizeof(*dev));
-	host = malloc(np * sizeof(*host));
-	if (!b || !dev || !host) {
-		free(b);
-		free(dev);
-		free(host);
+	b = batch_new(np, &dev, &host);
+	if (!b) {
 		for (ld = h->loads; ld; ld = ln) {
 			ln = ld->next;
 			if (ld->bt == &h->lq && (!only || ld == only))
@@ -517,17 +536,7 @@ static int hr_submit_loads(kvs_hiradix_t *h, struct hload *only, struct hbatch *
 			free(ld->host);
 			ld->dev = ld->host = NULL;
 		}
-	b->submitting = true;
-	pthread_mutex_unlock(&h->lock);
-	if (kvs_hpool_load(h->hp, dev, host, np, &xf) < 0)
-		rc = errno;
-	else
-		rc = 0;
-	pthread_mutex_lock(&h->lock);
-	b->submitting = false;
-	pthread_cond_broadcast(&h->xcv);
-	free(dev);
-	free(host);
+	rc = batch_submit(h, b, kvs_hpool_load, dev, host, np, &xf);
 	if (rc == 0) {
 		b->x = xf;
 		ack_push(&h->lacks, b);

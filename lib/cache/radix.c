@@ -483,15 +483,25 @@ void rx_free_locs(struct kvs_radix *r, const int32_t *locs, size_t n)
 		kvs_pool_free(r->pool, n, locs);
 }
 
-static void free_subtree(struct kvs_radix *r, struct rnode *n)
+/* Call @fn on every node of @n's subtree, children before their parent. */
+static void subtree_post(struct kvs_radix *r, struct rnode *n,
+			 void (*fn)(struct kvs_radix *r, struct rnode *n))
 {
 	struct rkids *k = kids_of(n);
-	struct rseg *s = seg_of(n);
 	uint32_t i;
 
 	if (k)
 		for (i = 0; i < k->n; i++)
-			free_subtree(r, k->e[i].node);
+			subtree_post(r, k->e[i].node, fn);
+	fn(r, n);
+}
+
+/* Free @n and its locations at once (kvs_radix_destroy()). */
+static void free_node(struct kvs_radix *r, struct rnode *n)
+{
+	struct rkids *k = kids_of(n);
+	struct rseg *s = seg_of(n);
+
 	if (s->len)
 		rx_free_locs(r, s->vals, s->len);
 	rx_seg_free(s);
@@ -517,7 +527,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	if (r->pool) /* no elastic call runs on it from here on */
 		kvsi_pool_cache_del(r->pool, r);
 	synchronize_rcu();
-	free_subtree(r, r->root);
+	subtree_post(r, r->root, free_node);
 	rcu_barrier(); /* retired segments and arrays are freed before we return */
 	rx_seg_cache_drain(&r->sc);
 	pthread_mutex_destroy(&r->sc.lock);
@@ -718,6 +728,20 @@ KVS_EXPORT ssize_t kvs_radix_insert_lock(kvs_radix_t *r, uint64_t extra, const i
 	return insert_common(r, extra, key, n, locs, priority, last, true);
 }
 
+/* Take wlock for a call on @n, a node of @r: 0, or -1 with errno EINVAL
+ * (NULL, or a node of another tree; wlock not held). */
+static int wlock_node(struct kvs_radix *r, const struct rnode *n)
+{
+	if (!r || !n)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&r->wlock);
+	if (!node_ok(r, n)) {
+		pthread_mutex_unlock(&r->wlock);
+		return kvs_fail(EINVAL);
+	}
+	return 0;
+}
+
 /**
  * kvs_radix_lock() - protect @node and its ancestors from eviction.
  * @radix: cache.
@@ -734,13 +758,8 @@ KVS_EXPORT int kvs_radix_lock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
 	struct rnode *n = (struct rnode *)node;
 
-	if (!r || !n)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
-	if (!node_ok(r, n)) {
-		pthread_mutex_unlock(&r->wlock);
-		return kvs_fail(EINVAL);
-	}
+	if (wlock_node(r, n) < 0)
+		return -1;
 	rx_lock_path(r, n);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
@@ -759,13 +778,8 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 {
 	struct rnode *n = (struct rnode *)node, *p;
 
-	if (!r || !n)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
-	if (!node_ok(r, n)) {
-		pthread_mutex_unlock(&r->wlock);
-		return kvs_fail(EINVAL);
-	}
+	if (wlock_node(r, n) < 0)
+		return -1;
 	for (p = n; p && p != r->root; p = p->parent) {
 		if (p->lock_ref == 0) {
 			pthread_mutex_unlock(&r->wlock);
@@ -777,17 +791,12 @@ KVS_EXPORT int kvs_radix_unlock(kvs_radix_t *r, kvs_radix_node_t *node)
 	return 0;
 }
 
-/* Free the locations of @n's subtree and retire its nodes: readers that
- * came in before the reset may still walk them.  With wlock. */
-static void retire_subtree(struct kvs_radix *r, struct rnode *n)
+/* Free the locations of @n and retire it: readers that came in before
+ * the reset may still walk it.  With wlock. */
+static void retire_node(struct kvs_radix *r, struct rnode *n)
 {
-	struct rkids *k = kids_of(n);
 	struct rseg *s = seg_of(n);
-	uint32_t i;
 
-	if (k)
-		for (i = 0; i < k->n; i++)
-			retire_subtree(r, k->e[i].node);
 	rx_free_locs(r, s->vals, s->len);
 	n->tree = NULL;
 	n->ek.idx = -1;
@@ -826,7 +835,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
 	write_end(r);
 	if (k) {
 		for (i = 0; i < k->n; i++)
-			retire_subtree(r, k->e[i].node);
+			subtree_post(r, k->e[i].node, retire_node);
 		rcu_retire(&k->rcu, rx_free_kids_cb);
 	}
 	r->st.resets++;

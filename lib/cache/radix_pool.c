@@ -75,18 +75,34 @@ static int ops_held_pages(void *cache, uint64_t *pages)
 	return 0;
 }
 
-struct doom {
+/* A growing array of nodes; nomem once it could not grow. */
+struct nodev {
 	struct rnode **v;
 	size_t n, cap;
-	const uint64_t *slabs;
 	bool nomem;
+};
+
+static void nodev_push(struct nodev *a, struct rnode *n)
+{
+	struct rnode **v = kvsi_grow(a->v, &a->cap, a->n, sizeof(*a->v));
+
+	if (!v) {
+		a->nomem = true;
+		return;
+	}
+	a->v = v;
+	a->v[a->n++] = n;
+}
+
+struct doom {
+	struct nodev nv;
+	const uint64_t *slabs;
 };
 
 /* Collect, children first, the unlocked nodes of @n's subtree that hold a
  * page of a slab in d->slabs or descend from one that does. */
 static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct doom *d)
 {
-	struct rnode **v;
 	struct rkids *k = kids_of(n);
 	struct rseg *s = seg_of(n);
 	uint32_t i;
@@ -103,13 +119,7 @@ static void doom_walk(struct kvs_radix *r, struct rnode *n, bool doomed, struct 
 			doom_walk(r, k->e[i].node, doomed, d);
 	if (!doomed || n == r->root || n->lock_ref > 0)
 		return;
-	v = kvsi_grow(d->v, &d->cap, d->n, sizeof(*d->v));
-	if (!v) {
-		d->nomem = true;
-		return;
-	}
-	d->v = v;
-	d->v[d->n++] = n;
+	nodev_push(&d->nv, n);
 }
 
 /* evict_slabs(): every unlocked node holding a page of a slab in @slabs,
@@ -124,35 +134,33 @@ static long ops_evict_slabs(void *cache, const uint64_t *slabs)
 
 	pthread_mutex_lock(&r->wlock);
 	doom_walk(r, r->root, false, &d);
-	if (d.nomem) {
+	if (d.nv.nomem) {
 		pthread_mutex_unlock(&r->wlock);
-		free(d.v);
+		free(d.nv.v);
 		return kvs_fail(ENOMEM);
 	}
-	if (d.n) {
+	if (d.nv.n) {
 		write_begin(r);
-		for (i = 0; i < d.n; i++) {
-			uint32_t len = seg_of(d.v[i])->len;
+		for (i = 0; i < d.nv.n; i++) {
+			uint32_t len = seg_of(d.nv.v[i])->len;
 
-			if (rx_evict_one(r, d.v[i], &tail))
+			if (rx_evict_one(r, d.nv.v[i], &tail))
 				done += len;
 		}
 		write_end(r);
 		rx_evict_finish(r, gone);
 	}
 	pthread_mutex_unlock(&r->wlock);
-	free(d.v);
+	free(d.nv.v);
 	return (long)done;
 }
 
 /* ----------------------------------------------------------- migration */
 
 struct iso {
-	struct rnode **v;
-	size_t n, cap;
+	struct nodev nv;
 	const uint64_t *pages;
 	uint64_t *pinned;
-	bool nomem;
 };
 
 /* Collect the nodes of @n's subtree holding a page in i->pages. */
@@ -160,26 +168,21 @@ static void iso_walk(struct kvs_radix *r, struct rnode *n, struct iso *i)
 {
 	struct rkids *k = kids_of(n);
 	struct rseg *s = seg_of(n);
-	struct rnode **v;
 	uint32_t j;
 
 	for (j = 0; n != r->root && j < s->len; j += r->ps) {
 		if (!bit_test(i->pages, (uint64_t)s->vals[j] / r->ps))
 			continue;
-		v = kvsi_grow(i->v, &i->cap, i->n, sizeof(*i->v));
-		if (!v) {
-			i->nomem = true;
+		nodev_push(&i->nv, n);
+		if (i->nv.nomem)
 			return;
-		}
-		i->v = v;
-		i->v[i->n++] = n;
 		for (; j < s->len; j += r->ps)
 			if (bit_test(i->pages, (uint64_t)s->vals[j] / r->ps))
 				bit_set(i->pinned, (uint64_t)s->vals[j] / r->ps);
 		break;
 	}
 	if (k)
-		for (j = 0; j < k->n && !i->nomem; j++)
+		for (j = 0; j < k->n && !i->nv.nomem; j++)
 			iso_walk(r, k->e[j].node, i);
 }
 
@@ -196,14 +199,14 @@ static int ops_isolate(void *cache, const uint64_t *pages, uint64_t *pinned, voi
 	i->pinned = pinned;
 	pthread_mutex_lock(&r->wlock);
 	iso_walk(r, r->root, i);
-	if (i->nomem) {
+	if (i->nv.nomem) {
 		pthread_mutex_unlock(&r->wlock);
-		free(i->v);
+		free(i->nv.v);
 		free(i);
 		return kvs_fail(ENOMEM);
 	}
-	for (j = 0; j < i->n; j++)
-		rx_lock_path(r, i->v[j]);
+	for (j = 0; j < i->nv.n; j++)
+		rx_lock_path(r, i->nv.v[j]);
 	pthread_mutex_unlock(&r->wlock);
 	i->pages = NULL;
 	i->pinned = NULL;
@@ -219,10 +222,10 @@ static void ops_putback(void *cache, void *token)
 	size_t j;
 
 	pthread_mutex_lock(&r->wlock);
-	for (j = 0; j < i->n; j++)
-		rx_unlock_path(r, i->v[j]);
+	for (j = 0; j < i->nv.n; j++)
+		rx_unlock_path(r, i->nv.v[j]);
 	pthread_mutex_unlock(&r->wlock);
-	free(i->v);
+	free(i->nv.v);
 	free(i);
 }
 
@@ -349,14 +352,4 @@ static long ops_evict(void *cache, uint64_t tokens)
 	return n < 0 ? -1 : (long)n;
 }
 
-const struct kvsi_cache_ops kvsi_radix_cache_ops = {
-	.kind = "radix",
-	.evictable = ops_evictable,
-	.evict = ops_evict,
-	.unlocked_pages = ops_unlocked_pages,
-	.held_pages = ops_held_pages,
-	.evict_slabs = ops_evict_slabs,
-	.isolate = ops_isolate,
-	.migrate = ops_migrate,
-	.putback = ops_putback,
-};
+const struct kvsi_cache_ops kvsi_radix_cache_ops = KVSI_CACHE_OPS("radix", ops);

@@ -68,6 +68,28 @@ struct kvsi_cache_ops {
 };
 
 /*
+ * The operations table of a cache whose functions are named
+ * prefix_evictable, prefix_evict, ... (its kind a string):
+ *	const struct kvsi_cache_ops x = KVSI_CACHE_OPS("radix", ops);
+ * KVSI_CACHE_OPS_PAGES names the two page-set operations itself (a cache
+ * whose unlocked and held pages are the same set).
+ */
+#define KVSI_CACHE_OPS_PAGES(kind_, prefix, unlocked_, held_) \
+	{                                                      \
+		.kind = (kind_),                               \
+		.evictable = prefix##_evictable,               \
+		.evict = prefix##_evict,                       \
+		.unlocked_pages = (unlocked_),                 \
+		.held_pages = (held_),                         \
+		.evict_slabs = prefix##_evict_slabs,           \
+		.isolate = prefix##_isolate,                   \
+		.migrate = prefix##_migrate,                   \
+		.putback = prefix##_putback,                   \
+	}
+#define KVSI_CACHE_OPS(kind_, prefix) \
+	KVSI_CACHE_OPS_PAGES(kind_, prefix, prefix##_unlocked_pages, prefix##_held_pages)
+
+/*
  * Register @cache (with its operations) on @pool, or take it off.  Both
  * take the pool's elastic mutex: call with no cache or allocator lock
  * held.  add: 0, or -1 with errno ENOMEM.  del: a cache not registered is

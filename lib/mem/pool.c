@@ -37,6 +37,7 @@
 #include "internal.h"
 #include "kvslab/pool.h"
 #include "mem/cacheops.h"
+#include "mem/kvbuf.h"
 
 struct kvs_pool {
 	kvs_drv_t *drv;
@@ -489,11 +490,11 @@ pthread_mutex_t *kvsi_pool_elastic(struct kvs_pool *p)
 	return &p->elastic;
 }
 
-static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uint32_t *b)
+int kvsi_kv_buffer_index(bool mla, uint32_t layers, uint32_t layer, int which, uint32_t *b)
 {
-	if (!p || layer >= p->model.layers)
+	if (layer >= layers)
 		return kvs_fail(EINVAL);
-	if (p->model.attn == KVS_ATTN_MLA) {
+	if (mla) {
 		if (which != KVS_KV_LATENT && which != KVS_KV_K)
 			return kvs_fail(EINVAL);
 		*b = layer;
@@ -503,6 +504,13 @@ static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uin
 		*b = 2 * layer + (uint32_t)which;
 	}
 	return 0;
+}
+
+static int buffer_index(const struct kvs_pool *p, uint32_t layer, int which, uint32_t *b)
+{
+	if (!p)
+		return kvs_fail(EINVAL);
+	return kvsi_kv_buffer_index(p->model.attn == KVS_ATTN_MLA, p->model.layers, layer, which, b);
 }
 
 /**

@@ -67,6 +67,7 @@
 #include "internal.h"
 #include "kvslab/hostpool.h"
 #include "kvslab/pool.h"
+#include "mem/kvbuf.h"
 
 /* Page states. */
 #define HP_FREE 0
@@ -494,18 +495,7 @@ KVS_EXPORT int kvs_hpool_free(kvs_hpool_t *hp, size_t n, const int32_t *pages)
 /* The buffer of (@layer, @which), as kvs_pool_buffer() names it. */
 static int buffer_index(const struct kvs_hpool *hp, uint32_t layer, int which, uint32_t *b)
 {
-	if (layer >= hp->layers)
-		return kvs_fail(EINVAL);
-	if (hp->bpl == 1) {
-		if (which != KVS_KV_LATENT && which != KVS_KV_K)
-			return kvs_fail(EINVAL);
-		*b = layer;
-	} else {
-		if (which != KVS_KV_K && which != KVS_KV_V)
-			return kvs_fail(EINVAL);
-		*b = 2 * layer + (uint32_t)which;
-	}
-	return 0;
+	return kvsi_kv_buffer_index(hp->bpl == 1, hp->layers, layer, which, b);
 }
 
 static bool page_held(struct kvs_hpool *hp, int32_t page)

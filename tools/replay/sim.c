@@ -145,17 +145,29 @@ void rp_sim_defaults(struct rp_sim_opts *o)
 	o->cache_max = -1;
 }
 
+/* @arr (of *@cap elements of @size bytes, @n used) with room for one
+ * more: @arr itself, or a copy with twice the room (@first at first); NULL,
+ * @arr and *@cap unchanged, when there is no memory. */
+static void *grow(void *arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+	size_t want = *cap ? 2 * *cap : first;
+	void *nw;
+
+	if (n < *cap)
+		return arr;
+	nw = realloc(arr, want * size);
+	if (nw)
+		*cap = want;
+	return nw;
+}
+
 static int ratio_add(struct ratios *r, double x)
 {
-	if (r->n == r->cap) {
-		size_t cap = r->cap ? 2 * r->cap : 4096;
-		double *v = realloc(r->v, cap * sizeof(*v));
+	double *v = grow(r->v, &r->cap, r->n, sizeof(*v), 4096);
 
-		if (!v)
-			return -1;
-		r->v = v;
-		r->cap = cap;
-	}
+	if (!v)
+		return -1;
+	r->v = v;
 	r->v[r->n++] = x;
 	r->sum += x;
 	return 0;
@@ -183,15 +195,11 @@ static struct rp_ratio ratio_summary(struct ratios *r)
 
 static int lat_add(struct lat *l, uint64_t ns)
 {
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 4096;
-		uint64_t *v = realloc(l->v, cap * sizeof(*v));
+	uint64_t *v = grow(l->v, &l->cap, l->n, sizeof(*v), 4096);
 
-		if (!v)
-			return -1;
-		l->v = v;
-		l->cap = cap;
-	}
+	if (!v)
+		return -1;
+	l->v = v;
 	l->v[l->n++] = ns;
 	return 0;
 }
@@ -848,17 +856,12 @@ static int sample(struct sim *s, uint64_t step)
 	if (held)
 		res->internal_frag_mean += 1.0 - (double)live / (double)held;
 	if (step % s->o->sample_every == 0) {
-		struct rp_sample *p;
+		struct rp_sample *p = grow(res->samples, &res->cap_samples, res->nsamples,
+					   sizeof(*p), 1024);
 
-		if (res->nsamples == res->cap_samples) {
-			size_t cap = res->cap_samples ? 2 * res->cap_samples : 1024;
-			struct rp_sample *v = realloc(res->samples, cap * sizeof(*v));
-
-			if (!v)
-				return -1;
-			res->samples = v;
-			res->cap_samples = cap;
-		}
+		if (!p)
+			return -1;
+		res->samples = p;
 		waiting = s->nrequeue + (s->t->n - s->next);
 		p = &res->samples[res->nsamples++];
 		p->step = step;
