@@ -223,10 +223,11 @@ static inline bool kvs_size_roundup(size_t v, size_t align, size_t *out)
 }
 
 /*
- * Intrusive doubly linked lists: a node type has members prev and next, a
- * list is a pointer to its first node (NULL when empty).
+ * Intrusive doubly linked lists: a list is a pointer to its first node
+ * (NULL when empty); a node has link members @prev and @next (DLIST_PUSH
+ * and DLIST_DEL: the members named prev and next).
  */
-#define DLIST_PUSH(head, n)                                                   \
+#define DLIST_PUSH_F(head, n, prev, next)                                     \
 	do {                                                                  \
 		(n)->prev = NULL;                                             \
 		(n)->next = (head);                                           \
@@ -235,7 +236,7 @@ static inline bool kvs_size_roundup(size_t v, size_t align, size_t *out)
 		(head) = (n);                                                 \
 	} while (0)
 
-#define DLIST_DEL(head, n)                                                    \
+#define DLIST_DEL_F(head, n, prev, next)                                      \
 	do {                                                                  \
 		if ((n)->prev)                                                \
 			(n)->prev->next = (n)->next;                          \
@@ -244,6 +245,9 @@ static inline bool kvs_size_roundup(size_t v, size_t align, size_t *out)
 		if ((n)->next)                                                \
 			(n)->next->prev = (n)->prev;                          \
 	} while (0)
+
+#define DLIST_PUSH(head, n) DLIST_PUSH_F(head, n, prev, next)
+#define DLIST_DEL(head, n) DLIST_DEL_F(head, n, prev, next)
 
 /*
  * The driver keeps what a library object's undo could not give back (a

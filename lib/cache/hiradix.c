@@ -297,11 +297,7 @@ void hr_child_add(node_t *p, node_t *c)
 	size_t j;
 
 	c->parent = p;
-	c->prev = NULL;
-	c->next = p->child;
-	if (p->child)
-		p->child->prev = c;
-	p->child = c;
+	DLIST_PUSH(p->child, c);
 	p->nchildren++;
 	if (c->on_dev)
 		p->ndev++;
@@ -320,12 +316,7 @@ static void hr_child_del(node_t *p, node_t *c)
 		l = &(*l)->knext;
 	*l = c->knext;
 	c->knext = NULL;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		p->child = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	DLIST_DEL(p->child, c);
 	p->nchildren--;
 	if (c->on_dev)
 		p->ndev--;

@@ -79,18 +79,9 @@
 void hr_bset(kvs_hiradix_t *h, node_t *x, bool in)
 {
 	if (in) {
-		x->bprev = NULL;
-		x->bnext = h->backups;
-		if (h->backups)
-			h->backups->bprev = x;
-		h->backups = x;
+		DLIST_PUSH_F(h->backups, x, bprev, bnext);
 	} else {
-		if (x->bprev)
-			x->bprev->bnext = x->bnext;
-		else
-			h->backups = x->bnext;
-		if (x->bnext)
-			x->bnext->bprev = x->bprev;
+		DLIST_DEL_F(h->backups, x, bprev, bnext);
 		x->bprev = x->bnext = NULL;
 		h->bgen++;
 	}
@@ -481,12 +472,7 @@ static void load_done(kvs_hiradix_t *h, struct hload *ld, bool ok)
 			break;
 	}
 	hr_lock_path(h, ld->last, -1);
-	if (ld->prev)
-		ld->prev->next = ld->next;
-	else
-		h->loads = ld->next;
-	if (ld->next)
-		ld->next->prev = ld->prev;
+	DLIST_DEL(h->loads, ld);
 	batch_put(h, ld->bt);
 	free(ld->dev);
 	free(ld->host);
@@ -917,10 +903,7 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 	ld->bt = &h->lq;
 	ld->top = top;
 	ld->last = node;
-	ld->next = h->loads;
-	if (h->loads)
-		h->loads->prev = ld;
-	h->loads = ld;
+	DLIST_PUSH(h->loads, ld);
 	if (!(h->flags & KVS_HIRADIX_DEFER)) {
 		struct hbatch *b;
 

@@ -38,12 +38,7 @@ void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep)
 
 static void mag_unlink_locked(struct kvs_slab *s, struct mag *m)
 {
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		s->mags = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
+	DLIST_DEL(s->mags, m);
 }
 
 /* Thread exit: give the cache back. */
