@@ -838,6 +838,15 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	return 0;
 }
 
+/* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
+#define HC_STAT_FIELDS(X)                                                          \
+	X(queries, queries) X(query_blocks, query_blocks) X(hit_blocks, hit_blocks)  \
+	X(window_queries, wfill) X(window_query_blocks, wsum_q)                      \
+	X(window_hit_blocks, wsum_h) X(query_tokens, query_tokens)                   \
+	X(hit_tokens, hit_tokens) X(window_query_tokens, wsum_qt)                    \
+	X(window_hit_tokens, wsum_ht) X(cached_blocks, ncached)                      \
+	X(free_queue_blocks, qlen) X(used_blocks, nused) X(evictions, nevict)
+
 /**
  * kvs_hcache_stats() - hit metrics and block counts.
  * @hc: cache.
@@ -852,21 +861,10 @@ KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
 		return kvs_fail(EINVAL);
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&hc->lock);
-	st->queries = hc->queries;
-	st->query_blocks = hc->query_blocks;
-	st->hit_blocks = hc->hit_blocks;
-	st->window_queries = hc->wfill;
-	st->window_query_blocks = hc->wsum_q;
-	st->window_hit_blocks = hc->wsum_h;
+#define HC_SET(n, e) st->n = hc->e;
+	HC_STAT_FIELDS(HC_SET)
+#undef HC_SET
 	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
-	st->query_tokens = hc->query_tokens;
-	st->hit_tokens = hc->hit_tokens;
-	st->window_query_tokens = hc->wsum_qt;
-	st->window_hit_tokens = hc->wsum_ht;
-	st->cached_blocks = hc->ncached;
-	st->free_queue_blocks = hc->qlen;
-	st->used_blocks = hc->nused;
-	st->evictions = hc->nevict;
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
 }
