@@ -119,6 +119,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define KVS_EXPORT __attribute__((visibility("default")))
@@ -221,6 +223,26 @@ static inline bool kvs_size_roundup(size_t v, size_t align, size_t *out)
 	*out = r - r % align;
 	return true;
 }
+
+/* free() each of the pointers given (NULL ones are fine): an object's
+ * arrays at its destruction, or after a failed creation. */
+static inline void kvsi_free_each(void *const *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+}
+#define KVS_FREE_ALL(...)                                                     \
+	kvsi_free_each((void *const[]){__VA_ARGS__},                          \
+		       sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
+
+/* An attribute initializer's first step: fail EINVAL for NULL (nothing
+ * changed), else zero every field before the defaults are set. */
+#define KVS_ATTR_CLEAR(attr)                                                  \
+	do {                                                                  \
+		if (!(attr))                                                  \
+			return kvs_fail(EINVAL);                              \
+		memset((attr), 0, sizeof(*(attr)));                           \
+	} while (0)
 
 /*
  * Intrusive doubly linked lists: a list is a pointer to its first node

@@ -325,10 +325,7 @@ static void range_free(struct kvs_range *r)
 {
 	if (!r)
 		return;
-	free(r->chunk);
-	free(r->start);
-	free(r->access);
-	free(r);
+	KVS_FREE_ALL(r->chunk, r->start, r->access, r);
 }
 
 static bool aligned(struct kvs_drv *d, uint64_t v)

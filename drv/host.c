@@ -263,10 +263,7 @@ static void host_close(struct kvs_drv *d)
 		close(hb->arenas[i].fd);
 		free(hb->arenas[i].used);
 	}
-	free(hb->arenas);
-	free(hb->chunks);
-	free(hb->res);
-	free(hb->cg_dir);
+	KVS_FREE_ALL(hb->arenas, hb->chunks, hb->res, hb->cg_dir);
 	pthread_cond_destroy(&hb->qwork);
 	pthread_cond_destroy(&hb->qdone);
 	pthread_mutex_destroy(&hb->qlock);

@@ -267,9 +267,7 @@ void hc_page_free(kvs_hcache_t *hc, int32_t i)
  */
 KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->window = 1000;
 	return 0;
 }
@@ -277,14 +275,7 @@ KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	free(hc->b);
-	free(hc->bucket);
-	free(hc->scratch);
-	free(hc->wq);
-	free(hc->wh);
-	free(hc->wqt);
-	free(hc->wht);
-	free(hc);
+	KVS_FREE_ALL(hc->b, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
 }
 
 /**

@@ -277,10 +277,7 @@ node_t *hr_node_new(kvs_hiradix_t *h, size_t len)
 	if (h->store)
 		x->pkey = malloc(len / h->ps * sizeof(kvs_page_key_t));
 	if (!x->key || !x->locs || (h->store && !x->pkey)) {
-		free(x->key);
-		free(x->locs);
-		free(x->pkey);
-		free(x);
+		KVS_FREE_ALL(x->key, x->locs, x->pkey, x);
 		return NULL;
 	}
 	x->dk.idx = x->hk.idx = -1;
@@ -325,12 +322,7 @@ static void hr_child_del(node_t *p, node_t *c)
 void hr_node_free(kvs_hiradix_t *h, node_t *x)
 {
 	h->nnodes--;
-	free(x->key);
-	free(x->locs);
-	free(x->host);
-	free(x->pkey);
-	free(x->orph);
-	free(x);
+	KVS_FREE_ALL(x->key, x->locs, x->host, x->pkey, x->orph, x);
 }
 
 /* The child of @x under @extra whose first page is @key's, or NULL. */

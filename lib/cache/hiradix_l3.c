@@ -149,10 +149,7 @@ static void pf_free(kvs_hiradix_t *h, struct pf *pf, size_t from)
 	if (pf->np > from)
 		kvs_hpool_free(h->hp, pf->np - from, pf->host + from);
 	pthread_mutex_destroy(&pf->m);
-	free(pf->tok);
-	free(pf->host);
-	free(pf->keys);
-	free(pf);
+	KVS_FREE_ALL(pf->tok, pf->host, pf->keys, pf);
 }
 
 static void *l3_prefetch_main(void *arg)
@@ -281,11 +278,7 @@ void hr_l3_stop(kvs_hiradix_t *h)
  */
 KVS_EXPORT int kvs_hiradix_l3_attr_init(kvs_hiradix_l3_attr_t *attr)
 {
-	if (!attr) {
-		errno = EINVAL;
-		return -1;
-	}
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->prefetch_policy = KVS_PREFETCH_BEST_EFFORT;
 	attr->prefetch_threshold = 256;
 	attr->timeout_base_ms = 2000;
@@ -482,10 +475,7 @@ KVS_EXPORT ssize_t kvs_hiradix_prefetch(kvs_hiradix_t *h, uint64_t id, const int
 		if (kvs_hpool_alloc(h->hp, np, pf->host) < 0) {
 			ST(h, prefetch_skipped, 1);
 			pthread_mutex_destroy(&pf->m);
-			free(pf->tok);
-			free(pf->host);
-			free(pf->keys);
-			free(pf);
+			KVS_FREE_ALL(pf->tok, pf->host, pf->keys, pf);
 			pthread_mutex_unlock(&h->lock);
 			return 0;
 		}

@@ -31,11 +31,7 @@
  */
 KVS_EXPORT int kvs_hiradix_attr_init(kvs_hiradix_attr_t *attr)
 {
-	if (!attr) {
-		errno = EINVAL;
-		return -1;
-	}
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->write_policy = KVS_WRITE_THROUGH;
 	attr->hit_threshold = 2;
 	attr->load_back_threshold = 10;

@@ -880,10 +880,7 @@ KVS_EXPORT ssize_t kvs_hiradix_load_back(kvs_hiradix_t *h, kvs_hiradix_node_t *n
 			hr_lock_path(h, node, -1);
 			ST(h, load_skipped, 1);
 			pthread_mutex_unlock(&h->lock);
-			free(ld->dev);
-			free(ld->host);
-			free(ld);
-			free(dloc);
+			KVS_FREE_ALL(ld->dev, ld->host, ld, dloc);
 			return 0;
 		}
 	}

@@ -336,9 +336,7 @@ static inline bool node_ok(const struct kvs_radix *r, const struct rnode *n)
  */
 KVS_EXPORT int kvs_radix_attr_init(kvs_radix_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->policy = KVS_EVICT_LRU;
 	attr->slab_aware = 1;
 	return 0;
@@ -428,11 +426,7 @@ nomem:
 	if (r) {
 		if (empty)
 			pthread_mutex_destroy(&r->sc.lock);
-		free(r->slab_cnt);
-		free(r->slab_gone);
-		free(r->hist_tmp);
-		free(r->seen);
-		free(r->held);
+		KVS_FREE_ALL(r->slab_cnt, r->slab_gone, r->hist_tmp, r->seen, r->held);
 	}
 	rx_seg_free(empty);
 	free(r);
@@ -532,14 +526,8 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	rx_seg_cache_drain(&r->sc);
 	pthread_mutex_destroy(&r->sc.lock);
 	evict_heap_free(&r->heap);
-	free(r->held);
-	free(r->seen);
-	free(r->runs);
-	free(r->path);
-	free(r->fruns);
-	free(r->slab_cnt);
-	free(r->slab_gone);
-	free(r->hist_tmp);
+	KVS_FREE_ALL(r->held, r->seen, r->runs, r->path, r->fruns, r->slab_cnt, r->slab_gone,
+	             r->hist_tmp);
 	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return 0;

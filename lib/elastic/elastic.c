@@ -277,12 +277,7 @@ out_state:
 	r.bytes_mapped = mapped0;
 out:
 	pthread_mutex_unlock(lk);
-	free(inuse);
-	free(unlocked);
-	free(evcnt);
-	free(u.v);
-	free(target);
-	free(cand);
+	KVS_FREE_ALL(inuse, unlocked, evcnt, u.v, target, cand);
 	r.elapsed_ns = kvs_now_ns() - t0;
 	if (rep)
 		*rep = r;
@@ -726,22 +721,8 @@ out_put:
 		u.v[c].ops->putback(u.v[c].obj, tok[c]);
 out:
 	pthread_mutex_unlock(lk);
-	free(inuse);
-	free(srcmap);
-	free(pinned);
-	free(held);
-	free(held2);
-	free(refs);
-	free(mark);
-	free(newpage);
-	free(ord);
-	free(from);
-	free(to);
-	free(rc0);
-	free(expect);
-	free(ok);
-	free(tok);
-	free(u.v);
+	KVS_FREE_ALL(inuse, srcmap, pinned, held, held2, refs, mark, newpage, ord, from, to, rc0,
+	             expect, ok, tok, u.v);
 	if (err)
 		return kvs_fail(err);
 	return (ssize_t)moved;

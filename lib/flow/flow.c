@@ -464,11 +464,7 @@ undo:
 		kvs_reqtab_free(f->tab, slots[i]);
 out:
 	pthread_mutex_unlock(&f->lock);
-	free(slots);
-	free(befores);
-	free(fresh);
-	free(pages);
-	free(scratch);
+	KVS_FREE_ALL(slots, befores, fresh, pages, scratch);
 	if (err)
 		return kvs_fail(err);
 	return (ssize_t)given;

@@ -178,9 +178,7 @@ KVS_EXPORT size_t kvs_model_cell_size(const kvs_model_t *m)
  */
 KVS_EXPORT int kvs_plan_attr_init(kvs_plan_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->page_size = 1;
 	attr->mem_fraction_static = 0.88;
 	return 0;

@@ -69,9 +69,7 @@ KVS_EXPORT int kvs_pool_attr_init(kvs_pool_attr_t *attr)
 {
 	kvs_slab_attr_t s;
 
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	kvs_slab_attr_init(&s);
 	attr->page_size = 1;
 	attr->min_empty = s.min_empty;

@@ -76,9 +76,7 @@ static _Atomic uint64_t next_slab_id = 1;
  */
 KVS_EXPORT int kvs_slab_attr_init(kvs_slab_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->page_size = 1;
 	attr->slab_granules = 1;
 	attr->max_empty = 1;
@@ -177,17 +175,8 @@ static int check_attr(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 /* Free what kvs_slab_create() allocated; nothing mapped or reserved. */
 static void slab_free_mem(struct kvs_slab *s)
 {
-	free(s->token_bytes);
-	free(s->slab_bytes);
-	free(s->base);
-	free(s->si);
-	free(s->freebits);
-	free(s->freewords);
-	free(s->unmapped);
-	free((void *)s->ref);
-	free(s->streams);
-	free(s->fence_ev);
-	free(s);
+	KVS_FREE_ALL(s->token_bytes, s->slab_bytes, s->base, s->si, s->freebits, s->freewords,
+	             s->unmapped, (void *)s->ref, s->streams, s->fence_ev, s);
 }
 
 /**

@@ -369,9 +369,7 @@ out:
  */
 KVS_EXPORT int kvs_ctl_attr_init(kvs_ctl_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->max_clients = 8;
 	attr->timeout_ms = 10000;
 	return 0;

@@ -57,11 +57,7 @@
 
 KVS_EXPORT int kvs_kvpub_attr_init(kvs_kvpub_attr_t *attr)
 {
-	if (!attr) {
-		errno = EINVAL;
-		return -1;
-	}
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->endpoint = DEF_ENDPOINT;
 	attr->bind = KVS_KVPUB_BIND;
 	attr->replay_endpoint = NULL;
@@ -503,11 +499,7 @@ static void kvpub_free(struct kvs_kvpub *p)
 	for (size_t i = 0; i < p->ringlen; i++)
 		free(p->ring[(p->ringhead + i) % p->ringcap].buf);
 	msgpack_sbuffer_destroy(&p->sbuf);
-	free(p->ring);
-	free(p->batch);
-	free(p->q);
-	free(p->tok);
-	free(p->topic);
+	KVS_FREE_ALL(p->ring, p->batch, p->q, p->tok, p->topic);
 	pthread_cond_destroy(&p->qcond);
 	pthread_mutex_destroy(&p->qlock);
 	pthread_mutex_destroy(&p->slock);

@@ -141,9 +141,7 @@ static inline unsigned char *host_piece(const struct kvs_hpool *hp, uint32_t pag
  */
 KVS_EXPORT int kvs_hpool_attr_init(kvs_hpool_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->layout = KVS_HPOOL_LAYER_FIRST;
 	attr->ratio = 2.0;
 	return 0;
@@ -228,11 +226,7 @@ static void hpool_release(struct kvs_hpool *hp)
 	}
 	if (hp->mem)
 		kvs_drv_host_free(hp->drv, hp->mem);
-	free(hp->buf);
-	free(hp->stack);
-	free(hp->state);
-	free(hp->busy);
-	free(hp->dmark);
+	KVS_FREE_ALL(hp->buf, hp->stack, hp->state, hp->busy, hp->dmark);
 	pthread_mutex_destroy(&hp->lock);
 	free(hp);
 }

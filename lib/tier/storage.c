@@ -138,9 +138,7 @@ static bool hdr_ours(const struct kvs_store *s, const uint8_t *hdr, ssize_t got)
  */
 KVS_EXPORT int kvs_store_attr_init(kvs_store_attr_t *attr)
 {
-	if (!attr)
-		return kvs_fail(EINVAL);
-	memset(attr, 0, sizeof(*attr));
+	KVS_ATTR_CLEAR(attr);
 	attr->model = "default";
 	attr->tp_size = 1;
 	attr->layout = KVS_HPOOL_PAGE_FIRST;
@@ -186,11 +184,7 @@ static char *dup_or_null(const char *p, bool *fail)
 
 static void store_free(struct kvs_store *s)
 {
-	free(s->model);
-	free(s->salt);
-	free(s->password);
-	free(s->key_prefix);
-	free(s);
+	KVS_FREE_ALL(s->model, s->salt, s->password, s->key_prefix, s);
 }
 
 /* SHA-256 of the string @a, @n bytes of @mid, and the string @b. */
@@ -421,10 +415,7 @@ struct batch {
 
 static void batch_free(struct batch *b)
 {
-	free(b->names);
-	free(b->hdrs);
-	free(b->hp);
-	free(b->res);
+	KVS_FREE_ALL(b->names, b->hdrs, b->hp, b->res);
 }
 
 static int batch_alloc(struct batch *b, const struct kvs_store *s, const kvs_page_key_t *keys,

@@ -650,10 +650,7 @@ static int parse_unix(struct rstore *rs, const char *p)
 static void rs_free(struct rstore *rs)
 {
 	drop(rs);
-	free(rs->host);
-	free(rs->user);
-	free(rs->password);
-	free(rs->buf);
+	KVS_FREE_ALL(rs->host, rs->user, rs->password, rs->buf);
 	pthread_mutex_destroy(&rs->lock);
 	free(rs);
 }
