@@ -67,10 +67,8 @@ KVS_EXPORT kvs_hiradix_t *kvs_hiradix_create(kvs_pool_t *pool, kvs_hpool_t *hp,
 		return NULL;
 	}
 	h = calloc(1, sizeof(*h));
-	if (!h) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!h)
+		return NULL; /* errno ENOMEM */
 	h->l3q_tail = &h->l3q;
 	h->pfq_tail = &h->pfq;
 	if (pthread_mutex_init(&h->lock, NULL) != 0) {

@@ -303,28 +303,15 @@ int hr_backup(kvs_hiradix_t *h, node_t *x)
 	host = malloc(np * sizeof(*host));
 	/* The record its pages need if its copy is dropped in flight. */
 	x->orph = malloc(sizeof(*x->orph));
-	if (!host || !x->orph) {
-		ST(h, backup_fail, 1);
-		free(host);
-		free(x->orph);
-		x->orph = NULL;
-		errno = ENOMEM;
-		return -1;
-	}
+	if (!host || !x->orph)
+		goto fail;
 	if (kvs_hpool_alloc(h->hp, np, host) < 0) {
-		if (errno == ENOMEM) {
-			hr_evict_host(h, x->len);
-			if (kvs_hpool_alloc(h->hp, np, host) == 0)
-				goto ok;
-		}
-		ST(h, backup_fail, 1);
-		free(host);
-		free(x->orph);
-		x->orph = NULL;
-		errno = ENOMEM;
-		return -1;
+		if (errno != ENOMEM)
+			goto fail;
+		hr_evict_host(h, x->len);
+		if (kvs_hpool_alloc(h->hp, np, host) < 0)
+			goto fail;
 	}
-ok:
 	hr_acct(h, x, -1);
 	x->host = host;
 	hr_acct(h, x, 1);
@@ -332,6 +319,13 @@ ok:
 	hr_bset(h, x, true);
 	hr_lock_path(h, x, 1);
 	return 0;
+fail:
+	ST(h, backup_fail, 1);
+	free(host);
+	free(x->orph);
+	x->orph = NULL;
+	errno = ENOMEM;
+	return -1;
 }
 
 /* A batch of @np pages and its two page arrays (*@dev, *@host), or NULL

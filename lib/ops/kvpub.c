@@ -529,10 +529,8 @@ KVS_EXPORT kvs_kvpub_t *kvs_kvpub_create(const kvs_kvpub_attr_t *attr)
 		return NULL;
 	}
 	p = calloc(1, sizeof(*p));
-	if (!p) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!p)
+		return NULL; /* errno ENOMEM */
 	pthread_mutex_init(&p->qlock, NULL);
 	pthread_mutex_init(&p->slock, NULL);
 	pthread_condattr_init(&ca);

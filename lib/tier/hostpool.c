@@ -263,10 +263,8 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 		return NULL;
 	}
 	hp = calloc(1, sizeof(*hp));
-	if (!hp) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (!hp)
+		return NULL; /* errno ENOMEM */
 	pthread_mutex_init(&hp->lock, NULL);
 	m = kvsi_pool_model(dev);
 	hp->dev = dev;
