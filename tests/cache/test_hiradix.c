@@ -1381,7 +1381,8 @@ START_TEST(test_agree)
 	ck_assert_uint_eq(request(&e, ab, 16, &a), 16);
 	/* The copy completes here, but the other ranks have not: the node
 	 * stays pending whatever the polls see. */
-	for (i = 0; i < 10000000 && agree_seen[KVS_AGREE_WRITE_ACKS] == 0; i++)
+	for (double end = tu_seconds() + 120;
+	     agree_seen[KVS_AGREE_WRITE_ACKS] == 0 && tu_seconds() < end; sched_yield())
 		ck_assert_int_eq(kvs_hiradix_poll(e.h), 0);
 	ck_assert_uint_eq(agree_seen[KVS_AGREE_WRITE_ACKS], 1);
 	ck_assert(info(&e, a).backup_pending && !info(&e, a).on_host);
