@@ -75,10 +75,14 @@
  *  0    metrics->scrape     lib/ops/metrics.c      each registered object's
  *                                                  stats locks (2-6, one at
  *                                                  a time, through its
- *                                                  family's fill()), then
- *                                                  metrics->lock; never held
- *                                                  across write_cb; never
- *                                                  nests with pool->elastic
+ *                                                  family's fill()), a
+ *                                                  pool's pool->elastic (its
+ *                                                  caches' evictable tokens,
+ *                                                  their writer locks under
+ *                                                  it), then metrics->lock;
+ *                                                  never held across
+ *                                                  write_cb; never taken
+ *                                                  under pool->elastic
  *  1    flow->lock          lib/flow/flow.c        2-6
  *  2    radix->wlock        lib/cache/radix.c      kvpub->qlock, sc->lock,
  *                                                  3-6

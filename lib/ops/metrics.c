@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "mem/cacheops.h"
 #include "kvslab/metrics.h"
 
 struct entry {
@@ -74,16 +75,35 @@ struct kvs_metrics {
 };
 
 /* The pool's own numbers: a family of the metrics only. */
-#define POOL_STATS(X)                                      \
-	X(capacity_pages, gauge, "pages the pool can hold")     \
-	X(available_pages, gauge, "pages free to allocate now") \
-	X(page_size_tokens, gauge, "tokens per page")
+#define POOL_STATS(X)                                                              \
+	X(capacity_pages, gauge, "pages the pool can hold")                             \
+	X(available_pages, gauge, "pages free to allocate now")                         \
+	X(page_size_tokens, gauge, "tokens per page")                                   \
+	X(caches, gauge, "caches over the pool (radix, hashed, tiered)")                \
+	X(evictable_tokens, gauge, "tokens those caches could evict now")
 
+/* The pool's numbers, and its registered caches' (lib/mem/cacheops.h),
+ * under the pool's elastic mutex: taken under metrics->scrape, never the
+ * other way round. */
 static void pool_fill(void *obj, uint64_t *v)
 {
+	pthread_mutex_t *lk = kvsi_pool_elastic(obj);
+	unsigned i, n;
+
 	v[0] = kvs_pool_capacity(obj);
 	v[1] = kvs_pool_available(obj);
 	v[2] = kvs_pool_page_size(obj);
+	v[4] = 0;
+	pthread_mutex_lock(lk);
+	n = kvsi_pool_ncaches(obj);
+	for (i = 0; i < n; i++) {
+		const struct kvsi_cache_ops *ops;
+		void *c = kvsi_pool_cache(obj, i, &ops);
+
+		v[4] += ops->evictable(c);
+	}
+	pthread_mutex_unlock(lk);
+	v[3] = n;
 }
 
 KVSI_STATS_DESCRIPTOR(pool, POOL_STATS, pool_fill, NULL, &kvsi_style_desc, NULL);

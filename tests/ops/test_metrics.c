@@ -86,6 +86,17 @@ struct objs {
 	const char *lp, *lp2, *ld, *lr, *lhc, *lhp, *lh, *lst;
 };
 
+/* The tiered cache's device tokens it could evict: with nothing locked
+ * and no copy in flight (these tests lock nothing), all of them. */
+static uint64_t hr_evictable(kvs_hiradix_t *h)
+{
+	kvs_hiradix_usage_t u;
+
+	ck_assert_int_eq(kvs_hiradix_usage(h, &u), 0);
+	ck_assert_uint_eq(u.backups_pending + u.loads_pending, 0);
+	return u.device_tokens;
+}
+
 static void expect_all(struct exps *x, const struct objs *o)
 {
 	kvs_hcache_stats_t hs;
@@ -105,6 +116,15 @@ static void expect_all(struct exps *x, const struct objs *o)
 	expect(x, "pool", "capacity_pages", 0, o->lp2, kvs_pool_capacity(o->p2));
 	expect(x, "pool", "available_pages", 0, o->lp2, kvs_pool_available(o->p2));
 	expect(x, "pool", "page_size_tokens", 0, o->lp2, kvs_pool_page_size(o->p2));
+	/* Every cache registered on a pool: o->p has the radix and the
+	 * tiered caches, o->p2 the hashed one (its free queue's blocks, a
+	 * page each). */
+	expect(x, "pool", "caches", 0, o->lp, 2);
+	expect(x, "pool", "evictable_tokens", 0, o->lp,
+	       kvs_radix_evictable(o->r) + hr_evictable(o->h));
+	expect(x, "pool", "caches", 0, o->lp2, 1);
+	expect(x, "pool", "evictable_tokens", 0, o->lp2,
+	       (uint64_t)kvs_hcache_free_queue(o->hc, NULL, 0) * kvs_pool_page_size(o->p2));
 	for (int i = 0; i < KVS_RADIX_STAT__COUNT; i++)
 		expect(x, "radix", kvs_radix_stat_name(i), radix_kind[i], o->lr,
 		       kvs_radix_stat(o->r, i));
