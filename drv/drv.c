@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * drv/drv.c - the generic half of the driver shim.
+ * drv/drv.c - the generic half of the driver shim.  Events, copies,
+ * synchronization and pinned host memory are drv/drv_io.c's; the records
+ * both files keep are in drv/drv_int.h.
  *
  * This file owns every rule that is the same for all backends: it validates
  * arguments, keeps the books and enforces the memory limit, then hands a call
@@ -51,87 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "kvslab/drv.h"
-
-#define CHUNK_MAGIC 0x6b766368756e6bULL /* "kvchunk" */
-
-struct kvs_range {
-	kvs_devptr_t base;
-	size_t size;
-	size_t ngran;
-	struct kvs_chunk **chunk;	/* per granule: mapped chunk or NULL */
-	unsigned char *start;		/* per granule: 1 if a mapping starts here */
-	unsigned char *access;		/* per granule: KVS_ACCESS_* */
-	size_t nmapped;			/* granules mapped */
-};
-
-struct kvs_chunk {
-	uint64_t magic;
-	uint64_t handle;
-	size_t size;
-	unsigned int nmaps;
-	bool released;
-	struct kvs_drv *drv;
-	struct kvs_chunk *prev, *next;
-};
-
-struct kvs_event {
-	struct kvs_drv *drv;
-	void *bev;
-	struct kvs_event *prev, *next;
-};
-
-struct kvs_host_block {
-	void *ptr;
-	size_t size;
-	struct kvs_host_block *next;
-};
-
-static inline void stat_add(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
-{
-	atomic_fetch_add_explicit(&d->stats[s], v, memory_order_relaxed);
-}
-
-static inline void stat_sub(struct kvs_drv *d, enum kvs_drv_stat s, uint64_t v)
-{
-	atomic_fetch_sub_explicit(&d->stats[s], v, memory_order_relaxed);
-}
-
-static void stat_peak(struct kvs_drv *d, enum kvs_drv_stat now, enum kvs_drv_stat peak)
-{
-	uint64_t v = atomic_load_explicit(&d->stats[now], memory_order_relaxed);
-	uint64_t p = atomic_load_explicit(&d->stats[peak], memory_order_relaxed);
-
-	while (v > p && !atomic_compare_exchange_weak(&d->stats[peak], &p, v))
-		;
-}
-
-/* Time a backend call and count its failure; keeps errno as the call left it. */
-#define BE_CALL(d, expr)                                                      \
-	({                                                                    \
-		uint64_t t0_ = kvs_now_ns();                                      \
-		int r_ = (expr);                                              \
-		int e_ = errno;                                               \
-		stat_add((d), KVS_DRV_STAT_ns_in_calls, kvs_now_ns() - t0_);      \
-		errno = e_;                                                   \
-		r_;                                                           \
-	})
-
-static int fail(struct kvs_drv *d, int err)
-{
-	if (d)
-		stat_add(d, KVS_DRV_STAT_failed_calls, 1);
-	errno = err;
-	return -1;
-}
-
-/* fail() from under d->lock, letting it go first. */
-static int fail_unlock(struct kvs_drv *d, int err)
-{
-	pthread_mutex_unlock(&d->lock);
-	return fail(d, err);
-}
+#include "drv_int.h"
 
 /**
  * kvs_drv_attr_init() - fill @attr with the defaults.
@@ -272,7 +194,7 @@ KVS_EXPORT const char *kvs_drv_open_error(void)
 }
 
 /* Find the range holding [addr, addr + size); call with drv->lock held. */
-static struct kvs_range *range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
+struct kvs_range *drv_range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t size)
 {
 	size_t lo = 0, hi = d->nranges;
 
@@ -293,11 +215,11 @@ static struct kvs_range *range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t
 	return NULL;
 }
 
-/* range_find(), and the granules [*g, *g + *n) the span covers in it. */
+/* drv_range_find(), and the granules [*g, *g + *n) the span covers in it. */
 static struct kvs_range *range_span(struct kvs_drv *d, kvs_devptr_t addr, size_t size, size_t *g,
 				    size_t *n)
 {
-	struct kvs_range *r = range_find(d, addr, size);
+	struct kvs_range *r = drv_range_find(d, addr, size);
 
 	if (r) {
 		*g = (addr - r->base) / d->granularity;
@@ -328,7 +250,7 @@ static void range_free(struct kvs_range *r)
 	KVS_FREE_ALL(r->chunk, r->start, r->access, r);
 }
 
-static bool aligned(struct kvs_drv *d, uint64_t v)
+bool drv_aligned(struct kvs_drv *d, uint64_t v)
 {
 	return v % d->granularity == 0;
 }
@@ -378,7 +300,7 @@ static void parked_push(kvs_drv_t *d, struct kvs_parked *p)
 
 /* Try again to give back what was parked; the errno of the caller's call is
  * kept.  Takes the list whole, so two threads never retry one record. */
-static void parked_retry(kvs_drv_t *d)
+void drv_parked_retry(kvs_drv_t *d)
 {
 	struct kvs_parked *list, *p;
 	int e = errno;
@@ -449,9 +371,9 @@ KVS_EXPORT int kvs_drv_reserve(kvs_drv_t *d, size_t size, kvs_devptr_t *base)
 	struct kvs_range *r;
 	size_t idx;
 
-	if (!d || !base || size == 0 || !aligned(d, size))
+	if (!d || !base || size == 0 || !drv_aligned(d, size))
 		return fail(d, EINVAL);
-	parked_retry(d);
+	drv_parked_retry(d);
 	/* Backends may over-reserve by a granule to align the base; a size
 	 * that close to SIZE_MAX fits in no address space anyway. */
 	if (size > SIZE_MAX - d->granularity)
@@ -522,7 +444,7 @@ KVS_EXPORT int kvs_drv_unreserve(kvs_drv_t *d, kvs_devptr_t base)
 	if (!d)
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	r = range_find(d, base, 1);
+	r = drv_range_find(d, base, 1);
 	if (!r || r->base != base)
 		return fail_unlock(d, EINVAL);
 	if (r->nmapped)
@@ -656,9 +578,9 @@ KVS_EXPORT int kvs_drv_chunk_create(kvs_drv_t *d, size_t size, kvs_chunk_t **chu
 	size_t pending;
 	int rc;
 
-	if (!d || !chunk || size == 0 || !aligned(d, size))
+	if (!d || !chunk || size == 0 || !drv_aligned(d, size))
 		return fail(d, EINVAL);
-	parked_retry(d);
+	drv_parked_retry(d);
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return fail(d, ENOMEM);
@@ -782,10 +704,10 @@ KVS_EXPORT int kvs_drv_map(kvs_drv_t *d, kvs_devptr_t addr, kvs_chunk_t *c)
 	struct kvs_range *r;
 	size_t g, n, i;
 
-	if (!d || !aligned(d, addr))
+	if (!d || !drv_aligned(d, addr))
 		return fail(d, EINVAL);
 	pthread_mutex_lock(&d->lock);
-	if (!chunk_valid(d, c) || !(r = range_find(d, addr, c->size)))
+	if (!chunk_valid(d, c) || !(r = drv_range_find(d, addr, c->size)))
 		return fail_unlock(d, EINVAL);
 	g = (addr - r->base) / d->granularity;
 	n = c->size / d->granularity;
@@ -867,7 +789,7 @@ KVS_EXPORT int kvs_drv_unmap(kvs_drv_t *d, kvs_devptr_t addr, size_t size)
 	uint64_t seen;
 	size_t g, n;
 
-	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size))
+	if (!d || size == 0 || !drv_aligned(d, addr) || !drv_aligned(d, size))
 		return fail(d, EINVAL);
 again:
 	/* Drain and synchronize unlocked; a copy submitted meanwhile moves the
@@ -914,7 +836,7 @@ KVS_EXPORT int kvs_drv_set_access(kvs_drv_t *d, kvs_devptr_t addr, size_t size, 
 	struct kvs_range *r;
 	size_t g, n, i;
 
-	if (!d || size == 0 || !aligned(d, addr) || !aligned(d, size) ||
+	if (!d || size == 0 || !drv_aligned(d, addr) || !drv_aligned(d, size) ||
 	    (access != KVS_ACCESS_NONE && access != KVS_ACCESS_READ &&
 	     access != KVS_ACCESS_RW))
 		return fail(d, EINVAL);
@@ -935,304 +857,6 @@ KVS_EXPORT int kvs_drv_set_access(kvs_drv_t *d, kvs_devptr_t addr, size_t size, 
 	}
 	memset(&r->access[g], access, n);
 	pthread_mutex_unlock(&d->lock);
-	return 0;
-}
-
-/* Is [addr, addr + n) mapped with at least @need access?  Lock held. */
-static bool accessible(struct kvs_drv *d, kvs_devptr_t addr, size_t n, int need)
-{
-	struct kvs_range *r = range_find(d, addr, n);
-	size_t g, last, i;
-
-	if (!r || n == 0)
-		return false;
-	g = (addr - r->base) / d->granularity;
-	last = (addr + n - 1 - r->base) / d->granularity;
-	for (i = g; i <= last; i++)
-		if (!r->chunk[i] || (r->access[i] & need) != need)
-			return false;
-	return true;
-}
-
-/**
- * kvs_event_create() - create a completion object for copies.
- * @drv: driver.
- * @ev: receives the event.
- *
- * An event passed to a copy completes when that copy and every copy
- * submitted before it on @drv are done.  An event never recorded is complete.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL or ENOMEM.
- */
-KVS_EXPORT int kvs_event_create(kvs_drv_t *d, kvs_event_t **ev)
-{
-	struct kvs_event *e;
-
-	if (!d || !ev)
-		return fail(d, EINVAL);
-	e = calloc(1, sizeof(*e));
-	if (!e)
-		return fail(d, ENOMEM);
-	e->drv = d;
-	if (d->be->event_create(d, &e->bev) < 0) {
-		int err = errno;
-
-		free(e);
-		return fail(d, err);
-	}
-	pthread_mutex_lock(&d->lock);
-	DLIST_PUSH(d->events, e);
-	pthread_mutex_unlock(&d->lock);
-	*ev = e;
-	return 0;
-}
-
-static void event_unlink(struct kvs_drv *d, struct kvs_event *e)
-{
-	DLIST_DEL(d->events, e);
-}
-
-/**
- * kvs_event_destroy() - destroy an event.
- * @ev: event, or NULL.
- *
- * Context: MT-Safe, but not concurrently with a wait on the same event.
- * Return: 0.
- */
-KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
-{
-	struct kvs_drv *d;
-
-	if (!e)
-		return 0;
-	d = e->drv;
-	pthread_mutex_lock(&d->lock);
-	event_unlink(d, e);
-	pthread_mutex_unlock(&d->lock);
-	d->be->event_destroy(d, e->bev);
-	free(e);
-	return 0;
-}
-
-/**
- * kvs_event_record() - record an event on an engine's stream.
- * @ev: event.
- * @stream: the stream (cuda: a CUstream cast to kvs_stream_t, 0 for the
- *          legacy default stream); host: any value.
- *
- * @ev completes when all work submitted on @stream before this call is done
- * (cuda: cuEventRecord).  On host there are no streams: @ev completes when the
- * driver's copy queue reaches the point of the record, at once when no copy
- * is queued.  kvs_event_query() and kvs_event_wait() then work as for a copy.
- *
- * Context: MT-Safe; takes no lock of the driver and never waits for the
- * device.
- * Return: 0, or -1 with errno EINVAL (@ev NULL; cuda: a stream the driver
- * does not know), ENOTSUP (the backend cannot record on streams).
- */
-KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
-{
-	struct kvs_drv *d;
-
-	if (!e)
-		return fail(NULL, EINVAL);
-	d = e->drv;
-	if (!d->be->event_record_stream)
-		return fail(d, ENOTSUP);
-	if (BE_CALL(d, d->be->event_record_stream(d, e->bev, stream)) < 0)
-		return fail(d, errno);
-	return 0;
-}
-
-/**
- * kvs_event_query() - poll an event.
- * @ev: event.
- *
- * Context: MT-Safe.
- * Return: 1 when complete, 0 when pending, -1 with errno (EIO: a copy before
- * it failed; EINVAL: @ev is NULL).
- */
-KVS_EXPORT int kvs_event_query(kvs_event_t *e)
-{
-	if (!e)
-		return fail(NULL, EINVAL);
-	return e->drv->be->event_query(e->drv, e->bev);
-}
-
-/**
- * kvs_event_wait() - block until an event is complete.
- * @ev: event.
- *
- * Context: MT-Safe; blocks.
- * Return: 0, or -1 with errno (EIO: a copy before it failed).
- */
-KVS_EXPORT int kvs_event_wait(kvs_event_t *e)
-{
-	if (!e)
-		return fail(NULL, EINVAL);
-	return e->drv->be->event_wait(e->drv, e->bev);
-}
-
-static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host,
-		       size_t n, kvs_event_t *ev)
-{
-	int rc;
-
-	if (!d || !host || n == 0 || (ev && ev->drv != d))
-		return fail(d, EINVAL);
-	/* Neither side may wrap around the end of the address space. */
-	if ((uintptr_t)host + n < (uintptr_t)host)
-		return fail(d, EINVAL);
-	if (dev + n < dev)
-		return fail(d, EFAULT);
-	pthread_mutex_lock(&d->lock);
-	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ))
-		return fail_unlock(d, EFAULT);
-	stat_add(d, KVS_DRV_STAT_copy_calls, 1);
-	rc = BE_CALL(d, htod ? d->be->copy_htod(d, dev, host, n)
-			     : d->be->copy_dtoh(d, host, dev, n));
-	if (rc == 0 && ev)
-		rc = d->be->event_record(d, ev->bev);
-	if (rc < 0) {
-		int e = errno;
-
-		pthread_mutex_unlock(&d->lock);
-		return fail(d, e);
-	}
-	atomic_fetch_add(&d->copies_submitted, 1);
-	stat_add(d, KVS_DRV_STAT_bytes_copied, n);
-	pthread_mutex_unlock(&d->lock);
-	return 0;
-}
-
-/**
- * kvs_drv_copy_htod() - queue a copy from host memory to device memory.
- * @drv: driver.
- * @dst: device address; [dst, dst + n) mapped with KVS_ACCESS_RW.
- * @src: host memory; must stay valid until the copy completes.
- * @n: bytes, non-zero.
- * @ev: event to record after the copy, or NULL.
- *
- * Copies on one driver run in submission order.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (bad argument, or [src, src + n) wraps
- * around the address space) or EFAULT (device side not accessible, which
- * includes a [dst, dst + n) that wraps).
- */
-KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src, size_t n,
-				 kvs_event_t *ev)
-{
-	return copy_submit(d, 1, dst, (void *)src, n, ev);
-}
-
-/**
- * kvs_drv_copy_dtoh() - queue a copy from device memory to host memory.
- * @drv: driver.
- * @dst: host memory; valid and untouched until the copy completes.
- * @src: device address; [src, src + n) mapped with at least KVS_ACCESS_READ.
- * @n: bytes, non-zero.
- * @ev: event to record after the copy, or NULL.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (bad argument, or [dst, dst + n) wraps
- * around the address space) or EFAULT (device side not accessible, which
- * includes a [src, src + n) that wraps).
- */
-KVS_EXPORT int kvs_drv_copy_dtoh(kvs_drv_t *d, void *dst, kvs_devptr_t src, size_t n,
-				 kvs_event_t *ev)
-{
-	return copy_submit(d, 0, src, dst, n, ev);
-}
-
-/**
- * kvs_drv_synchronize() - wait for every queued copy.
- * @drv: driver.
- *
- * Context: MT-Safe; blocks.
- * Return: 0, or -1 with errno (EIO: a copy failed).
- */
-KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
-{
-	if (!d)
-		return fail(d, EINVAL);
-	if (BE_CALL(d, d->be->synchronize(d)) < 0)
-		return fail(d, errno);
-	return 0;
-}
-
-/**
- * kvs_drv_host_alloc() - allocate pinned host memory.
- * @drv: driver.
- * @size: bytes, non-zero.
- * @ptr: receives the memory (page aligned).
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (NULL, size 0) or ENOMEM (no memory,
- * including a size that wraps when rounded up to whole pages); nothing is
- * allocated then.
- */
-KVS_EXPORT int kvs_drv_host_alloc(kvs_drv_t *d, size_t size, void **ptr)
-{
-	struct kvs_host_block *b;
-	long pg = sysconf(_SC_PAGESIZE);
-	size_t rounded;
-
-	if (!d || !ptr || size == 0)
-		return fail(d, EINVAL);
-	parked_retry(d);
-	/* Backends round to whole pages: a size whose rounding wraps is more
-	 * memory than any machine has. */
-	if (!kvs_size_roundup(size, pg > 0 ? (size_t)pg : 4096, &rounded))
-		return fail(d, ENOMEM);
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return fail(d, ENOMEM);
-	stat_add(d, KVS_DRV_STAT_host_alloc_calls, 1);
-	if (BE_CALL(d, d->be->host_alloc(d, size, &b->ptr)) < 0) {
-		int e = errno;
-
-		free(b);
-		return fail(d, e);
-	}
-	b->size = size;
-	pthread_mutex_lock(&d->lock);
-	b->next = d->host_blocks;
-	d->host_blocks = b;
-	pthread_mutex_unlock(&d->lock);
-	stat_add(d, KVS_DRV_STAT_bytes_host, size);
-	*ptr = b->ptr;
-	return 0;
-}
-
-/**
- * kvs_drv_host_free() - free memory from kvs_drv_host_alloc().
- * @drv: driver.
- * @ptr: the pointer returned, or NULL (nothing happens).
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL (not a live block of @drv).
- */
-KVS_EXPORT int kvs_drv_host_free(kvs_drv_t *d, void *ptr)
-{
-	struct kvs_host_block **pp, *b;
-
-	if (!d)
-		return fail(d, EINVAL);
-	if (!ptr)
-		return 0;
-	pthread_mutex_lock(&d->lock);
-	for (pp = &d->host_blocks; *pp && (*pp)->ptr != ptr; pp = &(*pp)->next)
-		;
-	b = *pp;
-	if (!b)
-		return fail_unlock(d, EINVAL);
-	*pp = b->next;
-	pthread_mutex_unlock(&d->lock);
-	d->be->host_free(d, b->ptr);
-	stat_sub(d, KVS_DRV_STAT_bytes_host, b->size);
-	free(b);
 	return 0;
 }
 
@@ -1291,7 +915,7 @@ KVS_EXPORT int kvs_drv_close(kvs_drv_t *d)
 	while (d->events) {
 		struct kvs_event *e = d->events;
 
-		event_unlink(d, e);
+		drv_event_unlink(d, e);
 		d->be->event_destroy(d, e->bev);
 		free(e);
 	}
