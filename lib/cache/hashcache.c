@@ -139,7 +139,7 @@ void hc_free_node_cb(struct rcu_head *r)
 	free(e);
 }
 
-void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
+static void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
 {
 	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
 	struct hent *c;
@@ -157,7 +157,7 @@ void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
 
 /* @tokens: a stored event's n * ps token ids, or NULL; the events point
  * into it (the caller's array, valid for the callbacks' duration). */
-void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
 		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
 {
 	bool stored = type == KVS_KV_STORED;
@@ -194,7 +194,7 @@ void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
 
 /* ---------------------------------------------------------------- free queue */
 
-void hc_q_remove(kvs_hcache_t *hc, int32_t i)
+static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -226,18 +226,13 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 	hc->qlen++;
 }
 
-/* Take the first block of the free queue that is not isolated off the
- * queue and out of the table (the caller knows there is one: qlen > niso);
- * its page stays with the caller.  O(1) but for the chain walk, and the
- * isolated blocks passed over while kvs_pool_compact() runs. */
-static int32_t evict_head(kvs_hcache_t *hc, bool event)
+/* Take free cached block @i off the queue and out of the table (a removed
+ * event and an eviction counted when @event); its page stays with the
+ * caller.  With hc->lock held. */
+void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 {
-	int32_t i = hc->qhead;
-	struct hblock *b;
+	struct hblock *b = &hc->b[i];
 
-	while (hc->b[i].iso)
-		i = hc->b[i].next;
-	b = &hc->b[i];
 	hc_q_remove(hc, i);
 	if (event)
 		hc_emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
@@ -246,8 +241,22 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 	hc->ncached--;
 	if (event)
 		hc->nevict++;
+}
+
+/* Take the first block of the free queue that is not isolated off the
+ * queue and out of the table (the caller knows there is one: qlen > niso);
+ * its page stays with the caller.  O(1) but for the chain walk, and the
+ * isolated blocks passed over while kvs_pool_compact() runs. */
+static int32_t evict_head(kvs_hcache_t *hc, bool event)
+{
+	int32_t i = hc->qhead;
+
+	while (hc->b[i].iso)
+		i = hc->b[i].next;
+	hc_uncache(hc, i, event);
 	return i;
 }
+
 
 void hc_page_free(kvs_hcache_t *hc, int32_t i)
 {

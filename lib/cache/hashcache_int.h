@@ -55,13 +55,10 @@ struct kvs_hcache {
 };
 
 /* lib/cache/hashcache.c; each with hc->lock held. */
-void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e);
 void hc_free_node_cb(struct rcu_head *r);
 extern char hc_rcu_gp;		/* TSan's view of the grace period (lib/internal.h) */
-void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
-	     const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens);
-void hc_q_remove(kvs_hcache_t *hc, int32_t i);
 void hc_page_free(kvs_hcache_t *hc, int32_t i);
+void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event);
 
 /* lib/cache/hashcache_pool.c: the operations the cache registers. */
 struct kvsi_cache_ops;

@@ -99,12 +99,7 @@ static long ops_evict_slabs(void *cache, const uint64_t *slabs)
 		next = b->next;
 		if (b->iso || !bit_test(slabs, (uint64_t)i / pps))
 			continue;
-		hc_q_remove(hc, i);
-		hc_emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
-		hc_tbl_remove(hc, b->ent);
-		b->ent = NULL;
-		hc->ncached--;
-		hc->nevict++;
+		hc_uncache(hc, i, true);
 		hc_page_free(hc, i);
 		done += hc->ps;
 	}

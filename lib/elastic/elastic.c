@@ -86,13 +86,21 @@ static int uses_get(kvs_pool_t *p, void *cache, struct uses *u)
 	return 0;
 }
 
+/* One more for @cnt[page] of every page set in @map. */
+static void count_pages(const uint64_t *map, uint64_t npages, uint16_t *cnt)
+{
+	uint64_t pg;
+
+	for (pg = bits_next_set(map, 0, npages); pg < npages; pg = bits_next_set(map, pg + 1, npages))
+		cnt[pg]++;
+}
+
 /* Add to @cnt[page] one for every cache whose @which page set holds it
  * (unlocked_pages or held_pages); @map is scratch of @words words. */
 static int uses_count(const struct uses *u, bool held, uint64_t *map, size_t words,
 		      uint16_t *cnt, uint64_t npages)
 {
 	unsigned i;
-	uint64_t pg;
 
 	for (i = 0; i < u->n; i++) {
 		int rc;
@@ -102,9 +110,7 @@ static int uses_count(const struct uses *u, bool held, uint64_t *map, size_t wor
 			  : u->v[i].ops->unlocked_pages(u->v[i].obj, map);
 		if (rc < 0)
 			return -1;
-		for (pg = bits_next_set(map, 0, npages); pg < npages;
-		     pg = bits_next_set(map, pg + 1, npages))
-			cnt[pg]++;
+		count_pages(map, npages, cnt);
 	}
 	return 0;
 }
@@ -533,6 +539,7 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	srcmap = calloc((npages + 63) / 64, sizeof(*srcmap));
 	held = calloc(npages, sizeof(*held));
 	held2 = calloc(npages, sizeof(*held2));
+	pinned = malloc((npages + 63) / 64 * sizeof(*pinned));
 	refs = calloc(npages, sizeof(*refs));
 	mark = calloc(npages, sizeof(*mark));
 	newpage = malloc(npages * sizeof(*newpage));
@@ -542,8 +549,8 @@ KVS_EXPORT ssize_t kvs_pool_compact(kvs_pool_t *p, kvs_reqtab_t *tab, kvs_radix_
 	rc0 = malloc(max_pages * sizeof(*rc0));
 	expect = malloc(max_pages * sizeof(*expect));
 	ok = malloc(max_pages * sizeof(*ok));
-	if (!inuse || !srcmap || !held || !held2 || !refs || !mark || !newpage || !ord || !from || !to ||
-	    !rc0 || !expect || !ok || uses_get(p, cache, &u) < 0) {
+	if (!inuse || !srcmap || !held || !held2 || !pinned || !refs || !mark || !newpage || !ord ||
+	    !from || !to || !rc0 || !expect || !ok || uses_get(p, cache, &u) < 0) {
 		err = ENOMEM;
 		goto out;
 	}
@@ -666,22 +673,13 @@ planned:
 	 * allocated to someone else, even cached again), and a count alone
 	 * cannot tell.  Each cache says which pages it pinned, in the section
 	 * that pinned them. */
-	pinned = calloc((npages + 63) / 64, sizeof(*pinned));
-	if (!pinned) {
-		err = ENOMEM;
-		goto undo;
-	}
 	for (niso = 0; niso < u.n; niso++) {
-		uint64_t pg;
-
 		memset(pinned, 0, (npages + 63) / 64 * sizeof(*pinned));
 		if (u.v[niso].ops->isolate(u.v[niso].obj, srcmap, pinned, &tok[niso]) < 0) {
 			err = errno;
 			goto undo;
 		}
-		for (pg = bits_next_set(pinned, 0, npages); pg < npages;
-		     pg = bits_next_set(pinned, pg + 1, npages))
-			held2[pg]++;
+		count_pages(pinned, npages, held2);
 	}
 	for (k = 0; k < moved; k++) {
 		if (held2[from[k]] != held[from[k]] || (uint32_t)rc0[k] != held2[from[k]] + refs[from[k]] ||
