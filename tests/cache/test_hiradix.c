@@ -158,19 +158,7 @@ static int kv_check(struct env *e, const int32_t *key, const int32_t *locs, size
 /* Take in completions until nothing is in flight. */
 static void settle_all(struct env *e)
 {
-	kvs_hiradix_usage_t u;
-	double end = tu_seconds() + 120;
-
-	/* A deadline, not a count of polls: the copies complete on other
-	 * threads, which a loaded machine may leave without a core for long. */
-	do {
-		ck_assert_int_eq(kvs_hiradix_poll(e->h), 0);
-		ck_assert_int_eq(kvs_hiradix_usage(e->h, &u), 0);
-		if (!u.backups_pending && !u.loads_pending)
-			return;
-		sched_yield();
-	} while (tu_seconds() < end);
-	ck_abort_msg("transfers never completed in 120 s");
+	tu_hiradix_settle(e->h);
 }
 
 /*

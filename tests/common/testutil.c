@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/common/testutil.c - helpers shared by the libcheck suites. */
+#include <sched.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -355,4 +356,19 @@ long tu_dbl_copy_release(unsigned long n)
 		(unsigned long (*)(unsigned long))dbl_sym("kvsdbl_copy_release");
 
 	return f ? (long)f(n) : -1;
+}
+
+void tu_hiradix_settle(kvs_hiradix_t *h)
+{
+	kvs_hiradix_usage_t u;
+	double end = tu_seconds() + 120;
+
+	do {
+		ck_assert_int_eq(kvs_hiradix_poll(h), 0);
+		ck_assert_int_eq(kvs_hiradix_usage(h, &u), 0);
+		if (!u.backups_pending && !u.loads_pending)
+			return;
+		sched_yield();
+	} while (tu_seconds() < end);
+	ck_abort_msg("transfers never completed in 120 s");
 }

@@ -57,6 +57,11 @@ long tu_scaled(long n, long min);
  * at a time, spinning readers can starve a writer for many minutes. */
 double tu_seconds(void);
 
+/* Poll the tiered cache @h until no backup or load is in flight; fails the
+ * test after 120 s (a deadline, not a count of polls: the copies complete
+ * on other threads, which a loaded machine may leave without a core). */
+void tu_hiradix_settle(kvs_hiradix_t *h);
+
 /* Run the suite with check's runner and print its summary; the exit code. */
 int tu_run(Suite *s);
 

@@ -12,7 +12,6 @@
  * a mapped slab.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -846,12 +845,8 @@ static void hr_open(struct env *e, struct hr_env *h)
 			spare[n++] = i;
 	ck_assert_int_eq(kvs_pool_free(e->pool, (size_t)n, spare), 0);
 	ck_assert_int_eq(kvs_slab_shrink(e->s), 0);
-	for (double end = tu_seconds() + 120; tu_seconds() < end; sched_yield()) {
-		ck_assert_int_eq(kvs_hiradix_poll(h->h), 0);
-		ck_assert_int_eq(kvs_hiradix_usage(h->h, &u), 0);
-		if (!u.backups_pending)
-			break;
-	}
+	tu_hiradix_settle(h->h);
+	ck_assert_int_eq(kvs_hiradix_usage(h->h, &u), 0);
 	ck_assert_uint_eq(u.backups_pending, 0);
 }
 

@@ -14,7 +14,6 @@
  * with the static library, whose internal symbols the shared one hides.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,19 +93,7 @@ static void env_close(struct env *e)
 
 static void settle(struct env *e)
 {
-	kvs_hiradix_usage_t u;
-	double end = tu_seconds() + 120;
-
-	/* A deadline, not a count of polls: the copies complete on other
-	 * threads, which a loaded machine may leave without a core for long. */
-	do {
-		ck_assert_int_eq(kvs_hiradix_poll(e->h), 0);
-		ck_assert_int_eq(kvs_hiradix_usage(e->h, &u), 0);
-		if (!u.backups_pending && !u.loads_pending)
-			return;
-		sched_yield();
-	} while (tu_seconds() < end);
-	ck_abort_msg("transfers never completed in 120 s");
+	tu_hiradix_settle(e->h);
 }
 
 /* Insert @n tokens of @k (fresh pages past the device prefix); *@last the
