@@ -61,6 +61,21 @@ struct kvs_drv_backend {
 	/* Copies run in submission order on one queue per driver. */
 	int (*copy_htod)(struct kvs_drv *drv, kvs_devptr_t dst, const void *src, size_t n);
 	int (*copy_dtoh)(struct kvs_drv *drv, void *dst, kvs_devptr_t src, size_t n);
+	int (*copy_dtod)(struct kvs_drv *drv, kvs_devptr_t dst, kvs_devptr_t src, size_t n);
+	/* Optional: @n (>= 1) copies of direction @kind in one submission,
+	 * after every earlier copy; the entries are validated, and may run in
+	 * any order.  Called with drv->lock held.  NULL: the generic layer
+	 * submits them one by one. */
+	int (*copy_batch)(struct kvs_drv *drv, int kind, const kvs_copy_t *c, size_t n);
+	/* Optional: copies submitted after this call start only once @bev
+	 * (recorded on an engine stream) has completed.  Called with
+	 * drv->lock held.  NULL: engine streams and the copy queue are one
+	 * order already (host), nothing to do. */
+	int (*stream_wait)(struct kvs_drv *drv, void *bev);
+	/* Optional: work submitted to the engine's @stream after this call
+	 * starts only once @bev has completed.  NULL: the generic layer waits
+	 * for @bev on the calling thread. */
+	int (*event_stream_wait)(struct kvs_drv *drv, void *bev, uint64_t stream);
 	/* Events mark a point in the copy queue. */
 	int (*event_create)(struct kvs_drv *drv, void **bev);
 	void (*event_destroy)(struct kvs_drv *drv, void *bev);
@@ -93,6 +108,7 @@ struct kvs_drv_backend {
 	.set_access = prefix##_set_access,                   \
 	.copy_htod = prefix##_copy_htod,                     \
 	.copy_dtoh = prefix##_copy_dtoh,                     \
+	.copy_dtod = prefix##_copy_dtod,                     \
 	.event_create = prefix##_event_create,               \
 	.event_destroy = prefix##_event_destroy,             \
 	.event_record = prefix##_event_record,               \
@@ -112,6 +128,7 @@ struct kvs_drv {
 	size_t granularity;
 	size_t mem_limit;
 	unsigned int flags;
+	unsigned int caps;		/* KVS_DRV_CAP_*, set by the backend's open */
 
 	pthread_mutex_t lock;		/* protects everything below */
 	struct kvs_range **ranges;	/* sorted by base */

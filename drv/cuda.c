@@ -128,6 +128,8 @@
 	  (CUdeviceptr, const void *, size_t, CUstream))			\
 	X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",				\
 	  (void *, CUdeviceptr, size_t, CUstream))				\
+	X(MemcpyAsync, "cuMemcpyAsync",						\
+	  (CUdeviceptr, CUdeviceptr, size_t, CUstream))				\
 	X(EventCreate, "cuEventCreate", (CUevent *, unsigned int))		\
 	X(EventRecord, "cuEventRecord", (CUevent, CUstream))			\
 	X(EventQuery, "cuEventQuery", (CUevent))				\
@@ -558,6 +560,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 
 	drv->priv = p;
 	drv->granularity = p->gran;
+	drv->caps = KVS_DRV_CAP_DTOD;
 	return 0;
 
 out_stream:
@@ -788,6 +791,14 @@ static int cuda_copy_dtoh(struct kvs_drv *drv, void *dst, kvs_devptr_t src, size
 	struct cuda_priv *p = drv->priv;
 
 	return CU_CALL(drv, p, p->cu.MemcpyDtoHAsync(dst, src, n, p->stream), "cuMemcpyDtoHAsync");
+}
+
+/* Unified addressing: cuMemcpyAsync copies device to device by address. */
+static int cuda_copy_dtod(struct kvs_drv *drv, kvs_devptr_t dst, kvs_devptr_t src, size_t n)
+{
+	struct cuda_priv *p = drv->priv;
+
+	return CU_CALL(drv, p, p->cu.MemcpyAsync(dst, src, n, p->stream), "cuMemcpyAsync");
 }
 
 /*

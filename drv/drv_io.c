@@ -151,24 +151,42 @@ KVS_EXPORT int kvs_event_wait(kvs_event_t *e)
 	return e->drv->be->event_wait(e->drv, e->bev);
 }
 
-static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host,
-		       size_t n, kvs_event_t *ev)
+/* May a copy of direction @kind touch [dst, dst + n) and [src, src + n)?
+ * Host sides must not wrap (EINVAL); device sides must not wrap and must be
+ * mapped with the access the copy needs (EFAULT).  Lock held. */
+static int copy_check(struct kvs_drv *d, int kind, uint64_t dst, uint64_t src, uint64_t n)
 {
-	int rc;
+	bool dev_dst = kind != KVS_COPY_DTOH, dev_src = kind != KVS_COPY_HTOD;
 
-	if (!d || !host || n == 0 || (ev && ev->drv != d))
-		return fail(d, EINVAL);
-	/* Neither side may wrap around the end of the address space. */
-	if ((uintptr_t)host + n < (uintptr_t)host)
-		return fail(d, EINVAL);
-	if (dev + n < dev)
-		return fail(d, EFAULT);
-	pthread_mutex_lock(&d->lock);
-	if (!accessible(d, dev, n, htod ? KVS_ACCESS_RW : KVS_ACCESS_READ))
-		return fail_unlock(d, EFAULT);
-	stat_add(d, KVS_DRV_STAT_copy_calls, 1);
-	rc = BE_CALL(d, htod ? d->be->copy_htod(d, dev, host, n)
-			     : d->be->copy_dtoh(d, host, dev, n));
+	if (n == 0 || (!dev_dst && !dst) || (!dev_src && !src) || n > SIZE_MAX)
+		return EINVAL;
+	if ((!dev_dst && dst + n < dst) || (!dev_src && src + n < src))
+		return EINVAL;
+	if ((dev_dst && dst + n < dst) || (dev_src && src + n < src))
+		return EFAULT;
+	if (dev_dst && !accessible(d, dst, n, KVS_ACCESS_RW))
+		return EFAULT;
+	if (dev_src && !accessible(d, src, n, KVS_ACCESS_READ))
+		return EFAULT;
+	return 0;
+}
+
+/* Submit one checked copy to the backend.  Lock held. */
+static int copy_one(struct kvs_drv *d, int kind, uint64_t dst, uint64_t src, size_t n)
+{
+	switch (kind) {
+	case KVS_COPY_HTOD:
+		return d->be->copy_htod(d, dst, (const void *)(uintptr_t)src, n);
+	case KVS_COPY_DTOH:
+		return d->be->copy_dtoh(d, (void *)(uintptr_t)dst, src, n);
+	default:
+		return d->be->copy_dtod(d, dst, src, n);
+	}
+}
+
+/* Finish a submission under the lock: record @ev, count, unlock. */
+static int copy_done(struct kvs_drv *d, int rc, kvs_event_t *ev, size_t ncopies, uint64_t bytes)
+{
 	if (rc == 0 && ev)
 		rc = d->be->event_record(d, ev->bev);
 	if (rc < 0) {
@@ -177,10 +195,28 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 		pthread_mutex_unlock(&d->lock);
 		return fail(d, e);
 	}
-	atomic_fetch_add(&d->copies_submitted, 1);
-	stat_add(d, KVS_DRV_STAT_bytes_copied, n);
+	if (ncopies) {
+		atomic_fetch_add(&d->copies_submitted, 1);
+		stat_add(d, KVS_DRV_STAT_copy_calls, ncopies);
+		stat_add(d, KVS_DRV_STAT_bytes_copied, bytes);
+	}
 	pthread_mutex_unlock(&d->lock);
 	return 0;
+}
+
+static int copy_submit(struct kvs_drv *d, int kind, uint64_t dst, uint64_t src, size_t n,
+		       kvs_event_t *ev)
+{
+	int rc;
+
+	if (!d || (ev && ev->drv != d))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	rc = copy_check(d, kind, dst, src, n);
+	if (rc)
+		return fail_unlock(d, rc);
+	rc = BE_CALL(d, copy_one(d, kind, dst, src, n));
+	return copy_done(d, rc, ev, 1, n);
 }
 
 /**
@@ -201,7 +237,7 @@ static int copy_submit(struct kvs_drv *d, int htod, kvs_devptr_t dev, void *host
 KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src, size_t n,
 				 kvs_event_t *ev)
 {
-	return copy_submit(d, 1, dst, (void *)src, n, ev);
+	return copy_submit(d, KVS_COPY_HTOD, dst, (uintptr_t)src, n, ev);
 }
 
 /**
@@ -220,7 +256,170 @@ KVS_EXPORT int kvs_drv_copy_htod(kvs_drv_t *d, kvs_devptr_t dst, const void *src
 KVS_EXPORT int kvs_drv_copy_dtoh(kvs_drv_t *d, void *dst, kvs_devptr_t src, size_t n,
 				 kvs_event_t *ev)
 {
-	return copy_submit(d, 0, src, dst, n, ev);
+	return copy_submit(d, KVS_COPY_DTOH, (uintptr_t)dst, src, n, ev);
+}
+
+/**
+ * kvs_drv_copy_dtod() - queue a copy between two device ranges.
+ * @drv: driver.
+ * @dst: device address; [dst, dst + n) mapped with KVS_ACCESS_RW.
+ * @src: device address; [src, src + n) mapped with at least KVS_ACCESS_READ.
+ * @n: bytes, non-zero.  The ranges must not overlap.
+ * @ev: event to record after the copy, or NULL.
+ *
+ * Runs on the copy queue, in submission order with the other copies (cuda:
+ * cuMemcpyDtoDAsync on the copy stream; host: memcpy by the queue).
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (bad argument) or EFAULT (a side not
+ * accessible, or wrapping).
+ */
+KVS_EXPORT int kvs_drv_copy_dtod(kvs_drv_t *d, kvs_devptr_t dst, kvs_devptr_t src, size_t n,
+				 kvs_event_t *ev)
+{
+	if (d && n && dst < src + n && src < dst + n && dst + n > dst && src + n > src)
+		return fail(d, EINVAL);
+	return copy_submit(d, KVS_COPY_DTOD, dst, src, n, ev);
+}
+
+/**
+ * kvs_drv_copy_batch() - queue many copies of one direction as one batch.
+ * @drv: driver.
+ * @kind: KVS_COPY_HTOD, KVS_COPY_DTOH or KVS_COPY_DTOD.
+ * @copies: @n copies, each checked as the single-copy call of @kind checks
+ *          it; host sides stay valid (sources unchanged, destinations
+ *          untouched) until the batch completes.  No destination may overlap
+ *          another entry's destination or any source.
+ * @n: entries; 0 submits nothing (@ev is still recorded).
+ * @ev: event to record after the batch, or NULL.
+ *
+ * Every entry is checked before anything is submitted.  The batch runs after
+ * every copy submitted before it and before every copy after it; its entries
+ * may run in any order and concurrently.  A backend with KVS_DRV_CAP_BATCH
+ * submits the batch in one driver call, one with KVS_DRV_CAP_KERNELS may run
+ * it as a gather/scatter kernel; otherwise the entries are queued one by one.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (bad @kind, NULL @copies with @n > 0,
+ * an entry with 0 bytes, a NULL or wrapping host side), EFAULT (a device
+ * side not accessible, or wrapping), ENOMEM, or the backend's errno.  On an
+ * argument error nothing is submitted; when the backend fails part way, the
+ * copies already queued are waited for, and the destinations' contents are
+ * unspecified.
+ */
+KVS_EXPORT int kvs_drv_copy_batch(kvs_drv_t *d, int kind, const kvs_copy_t *copies, size_t n,
+				  kvs_event_t *ev)
+{
+	uint64_t bytes = 0;
+	size_t i, done = 0;
+	int rc = 0;
+
+	if (!d || (ev && ev->drv != d) || (!copies && n) ||
+	    (kind != KVS_COPY_HTOD && kind != KVS_COPY_DTOH && kind != KVS_COPY_DTOD))
+		return fail(d, EINVAL);
+	pthread_mutex_lock(&d->lock);
+	for (i = 0; i < n; i++) {
+		rc = copy_check(d, kind, copies[i].dst, copies[i].src, copies[i].bytes);
+		if (rc)
+			return fail_unlock(d, rc);
+		bytes += copies[i].bytes;
+	}
+	stat_add(d, KVS_DRV_STAT_batch_calls, 1);
+	if (n && d->be->copy_batch) {
+		rc = BE_CALL(d, d->be->copy_batch(d, kind, copies, n));
+		done = rc == 0 ? n : 0;
+	} else {
+		for (; done < n && rc == 0; done++)
+			rc = BE_CALL(d, copy_one(d, kind, copies[done].dst, copies[done].src,
+						 copies[done].bytes));
+	}
+	if (rc < 0 && done) {
+		/* Part of the batch is queued: let it finish before the caller
+		 * reuses its buffers. */
+		int e = errno;
+
+		atomic_fetch_add(&d->copies_submitted, 1);
+		pthread_mutex_unlock(&d->lock);
+		d->be->synchronize(d);
+		return fail(d, e);
+	}
+	return copy_done(d, rc, ev, n, bytes);
+}
+
+/**
+ * kvs_drv_stream_wait() - make the copy queue wait for an engine's event.
+ * @drv: driver.
+ * @ev: an event of @drv, recorded on an engine stream (kvs_event_record())
+ *      or by a copy.
+ *
+ * Copies submitted to @drv after this call start only once @ev has
+ * completed, and the caller does not wait (cuda: cuStreamWaitEvent on the
+ * copy stream).  On host, where an event marks a point of the copy queue
+ * itself, that order holds already and the call does nothing.  An event
+ * never recorded is complete.  A backup ordered this way after the kernels
+ * that wrote its pages needs no host synchronization before it.
+ *
+ * Context: MT-Safe; never blocks.
+ * Return: 0, or -1 with errno EINVAL (NULL, or @ev of another driver) or
+ * the backend's.
+ */
+KVS_EXPORT int kvs_drv_stream_wait(kvs_drv_t *d, kvs_event_t *ev)
+{
+	int rc = 0;
+
+	if (!d || !ev || ev->drv != d)
+		return fail(d, EINVAL);
+	if (!d->be->stream_wait)
+		return 0;
+	pthread_mutex_lock(&d->lock);
+	rc = BE_CALL(d, d->be->stream_wait(d, ev->bev));
+	if (rc < 0)
+		return fail_unlock(d, errno);
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+/**
+ * kvs_event_stream_wait() - make an engine's stream wait for an event.
+ * @ev: event (of a copy, or recorded on a stream).
+ * @stream: the engine's stream (cuda: a CUstream cast to kvs_stream_t, 0
+ *          for the legacy default stream).  A stream the driver does not
+ *          know is undefined behaviour, as in CUDA.
+ *
+ * Work submitted to @stream after this call starts only once @ev has
+ * completed (cuda: cuStreamWaitEvent); the caller does not wait.  A backend
+ * without KVS_DRV_CAP_STREAM_WAIT (host, whose engine "streams" are the
+ * calling thread) waits for @ev here instead, so that what the caller does
+ * next sees the copies done.
+ *
+ * Context: MT-Safe.  Blocks only without KVS_DRV_CAP_STREAM_WAIT.
+ * Return: 0, or -1 with errno EINVAL (@ev NULL), EIO (a copy before @ev
+ * failed, host) or the backend's.
+ */
+KVS_EXPORT int kvs_event_stream_wait(kvs_event_t *e, kvs_stream_t stream)
+{
+	struct kvs_drv *d;
+
+	if (!e)
+		return fail(NULL, EINVAL);
+	d = e->drv;
+	if (!d->be->event_stream_wait)
+		return d->be->event_wait(d, e->bev) < 0 ? fail(d, errno) : 0;
+	if (BE_CALL(d, d->be->event_stream_wait(d, e->bev, stream)) < 0)
+		return fail(d, errno);
+	return 0;
+}
+
+/**
+ * kvs_drv_caps() - what the backend does natively.
+ * @drv: driver.
+ *
+ * Context: MT-Safe.
+ * Return: KVS_DRV_CAP_* flags; 0 for NULL.
+ */
+KVS_EXPORT unsigned int kvs_drv_caps(const kvs_drv_t *d)
+{
+	return d ? d->caps : 0;
 }
 
 /**

@@ -233,6 +233,33 @@ static int fault_copy_dtoh(struct kvs_drv *d, void *dst, kvs_devptr_t src, size_
 	return 0;
 }
 
+static int fault_copy_dtod(struct kvs_drv *d, kvs_devptr_t dst, kvs_devptr_t src, size_t n)
+{
+	if (inject(d, KVS_OP_COPY) < 0)
+		return -1;
+	if (kvs_drv_copy_dtod(fb_of(d)->inner, dst, src, n, NULL) < 0)
+		return inner_fail(d, "copy_dtod");
+	return 0;
+}
+
+/* A batch is one copy operation for the rules: it fails as a whole. */
+static int fault_copy_batch(struct kvs_drv *d, int kind, const kvs_copy_t *c, size_t n)
+{
+	if (inject(d, KVS_OP_COPY) < 0)
+		return -1;
+	if (kvs_drv_copy_batch(fb_of(d)->inner, kind, c, n, NULL) < 0)
+		return inner_fail(d, "copy_batch");
+	return 0;
+}
+
+/* The inner streams are not ours to see (below): order the queue after an
+ * engine's event by draining the inner driver, late but never early. */
+static int fault_stream_wait(struct kvs_drv *d, void *bev)
+{
+	(void)bev;
+	return kvs_drv_synchronize(fb_of(d)->inner);
+}
+
 /*
  * Events: the wrapper forwards copies without events, so a wrapper event is
  * complete when the inner queue has drained.  That is later than needed, but
@@ -299,6 +326,8 @@ static int fault_host_free(struct kvs_drv *d, void *ptr)
 const struct kvs_drv_backend kvsi_backend_fault = {
 	.name = "fault",
 	.begin_close = fault_begin_close,
+	.copy_batch = fault_copy_batch,
+	.stream_wait = fault_stream_wait,
 	KVSI_DRV_BACKEND_OPS(fault)
 };
 
@@ -334,6 +363,8 @@ KVS_EXPORT kvs_drv_t *kvs_fault_open(kvs_drv_t *inner)
 	pthread_mutex_init(&fb->lock, NULL);
 	d->priv = fb;
 	d->granularity = kvs_drv_granularity(inner);
+	/* Streams are emulated by draining the inner driver (above). */
+	d->caps = kvs_drv_caps(inner) & ~KVS_DRV_CAP_STREAM_WAIT;
 	return d;
 }
 

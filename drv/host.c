@@ -174,6 +174,9 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 	pthread_cond_init(&hb->qdone, NULL);
 	d->priv = hb;
 	d->granularity = gran;
+	/* Device-to-device copies and batches are the queue's own work; there
+	 * are no streams to order on a device, nor kernels. */
+	d->caps = KVS_DRV_CAP_DTOD | KVS_DRV_CAP_BATCH;
 	return 0;
 }
 
@@ -797,6 +800,15 @@ static int host_set_access(struct kvs_drv *d, kvs_devptr_t addr, size_t size, in
 	return 0;
 }
 
+/* Every copy of a batch; device addresses are host addresses here. */
+static void host_copy_vec(const kvs_copy_t *c, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		memcpy((void *)(uintptr_t)c[i].dst, (const void *)(uintptr_t)c[i].src, c[i].bytes);
+}
+
 static void *host_worker(void *arg)
 {
 	struct host_be *hb = arg;
@@ -814,7 +826,12 @@ static void *host_worker(void *arg)
 		if (!hb->head)
 			hb->tail = NULL;
 		pthread_mutex_unlock(&hb->qlock);
-		memcpy(r->dst, r->src, r->n);
+		if (r->vec) {
+			host_copy_vec(r->vec, r->nvec);
+			free(r->vec);
+		} else {
+			memcpy(r->dst, r->src, r->n);
+		}
 		free(r);
 		pthread_mutex_lock(&hb->qlock);
 		hb->completed++;
@@ -829,35 +846,52 @@ static void *host_worker(void *arg)
  * that completes at submission keeps every ordering rule. */
 #define HOST_INLINE_COPY (64u << 10)
 
-static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
+/* Run @r at once, on the caller's thread, when it is small and nothing is
+ * queued (see HOST_INLINE_COPY); true if it ran.  @r is the caller's. */
+static bool host_inline(struct host_be *hb, const struct copy_req *r, size_t bytes)
+{
+	if (bytes > HOST_INLINE_COPY)
+		return false;
+	pthread_mutex_lock(&hb->qlock);
+	if (hb->completed != hb->submitted) {
+		pthread_mutex_unlock(&hb->qlock);
+		return false;
+	}
+	if (r->vec)
+		host_copy_vec(r->vec, r->nvec);
+	else
+		memcpy(r->dst, r->src, r->n);
+	hb->submitted++;
+	hb->completed++;
+	pthread_mutex_unlock(&hb->qlock);
+	return true;
+}
+
+/* Queue a copy of @proto for the worker: copies @proto (and its vector). */
+static int host_enqueue(struct kvs_drv *d, const struct copy_req *proto)
 {
 	struct host_be *hb = hb_of(d);
-	struct copy_req *r;
+	struct copy_req *r = malloc(sizeof(*r));
 
-	if (n <= HOST_INLINE_COPY) {
-		pthread_mutex_lock(&hb->qlock);
-		if (hb->completed == hb->submitted) {
-			memcpy(dst, src, n);
-			hb->submitted++;
-			hb->completed++;
-			pthread_mutex_unlock(&hb->qlock);
-			return 0;
+	if (r) {
+		*r = *proto;
+		r->next = NULL;
+		if (proto->vec) {
+			r->vec = malloc(proto->nvec * sizeof(*r->vec));
+			if (r->vec)
+				memcpy(r->vec, proto->vec, proto->nvec * sizeof(*r->vec));
 		}
-		pthread_mutex_unlock(&hb->qlock);
 	}
-	r = malloc(sizeof(*r));
-	if (!r) {
+	if (!r || (proto->vec && !r->vec)) {
+		free(r);
 		errno = ENOMEM;
 		return -1;
 	}
-	r->dst = dst;
-	r->src = src;
-	r->n = n;
-	r->next = NULL;
 	pthread_mutex_lock(&hb->qlock);
 	if (!hb->worker_started) {
 		if (pthread_create(&hb->worker, NULL, host_worker, hb) != 0) {
 			pthread_mutex_unlock(&hb->qlock);
+			free(r->vec);
 			free(r);
 			kvsi_drv_set_detail(d, "host: cannot start the copy worker");
 			errno = EAGAIN;
@@ -876,6 +910,29 @@ static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
 	return 0;
 }
 
+static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
+{
+	struct copy_req r = {.dst = dst, .src = src, .n = n};
+
+	if (host_inline(hb_of(d), &r, n))
+		return 0;
+	return host_enqueue(d, &r);
+}
+
+/* A batch is one entry of the queue: one hand-off to the worker. */
+static int host_copy_batch(struct kvs_drv *d, int kind, const kvs_copy_t *c, size_t n)
+{
+	struct copy_req r = {.vec = (kvs_copy_t *)c, .nvec = n};
+	size_t i, bytes = 0;
+
+	(void)kind;
+	for (i = 0; i < n; i++)
+		bytes += c[i].bytes;
+	if (host_inline(hb_of(d), &r, bytes))
+		return 0;
+	return host_enqueue(d, &r);
+}
+
 static int host_copy_htod(struct kvs_drv *d, kvs_devptr_t dst, const void *src, size_t n)
 {
 	return host_copy(d, (void *)(uintptr_t)dst, src, n);
@@ -884,6 +941,11 @@ static int host_copy_htod(struct kvs_drv *d, kvs_devptr_t dst, const void *src, 
 static int host_copy_dtoh(struct kvs_drv *d, void *dst, kvs_devptr_t src, size_t n)
 {
 	return host_copy(d, dst, (const void *)(uintptr_t)src, n);
+}
+
+static int host_copy_dtod(struct kvs_drv *d, kvs_devptr_t dst, kvs_devptr_t src, size_t n)
+{
+	return host_copy(d, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
 }
 
 static int host_event_create(struct kvs_drv *d, void **bev)
@@ -988,5 +1050,6 @@ const struct kvs_drv_backend kvsi_backend_host = {
 	.name = "host",
 	.chunk_free = host_chunk_free,
 	.quiesce = host_quiesce,
+	.copy_batch = host_copy_batch,
 	KVSI_DRV_BACKEND_OPS(host)
 };

@@ -39,10 +39,14 @@ struct host_res {
 	size_t arena;		/* its mirror arena; NO_SLOT: none open */
 };
 
+/* One entry of the copy queue: a copy, or a batch of @nvec copies (vec
+ * non-NULL, owned by the entry) that the worker runs as one. */
 struct copy_req {
 	void *dst;
 	const void *src;
 	size_t n;
+	kvs_copy_t *vec;
+	size_t nvec;
 	struct copy_req *next;
 };
 

@@ -97,6 +97,39 @@ int kvs_drv_copy_dtoh(kvs_drv_t *drv, void *dst, kvs_devptr_t src, size_t n,
 		      kvs_event_t *ev);
 int kvs_drv_synchronize(kvs_drv_t *drv);
 
+/* What a backend does natively; see kvs_drv_caps(3).  Every call below works
+ * on every backend: a capability says the work is done by the device, in one
+ * submission, without blocking the caller, rather than emulated. */
+/* kvs_drv_stream_wait() and kvs_event_stream_wait() order on the device. */
+#define KVS_DRV_CAP_STREAM_WAIT 0x1u
+/* kvs_drv_copy_dtod() runs on the device's copy engines. */
+#define KVS_DRV_CAP_DTOD 0x2u
+/* kvs_drv_copy_batch() is one driver submission (cuMemcpyBatchAsync). */
+#define KVS_DRV_CAP_BATCH 0x4u
+/* kvs_drv_copy_batch() may run as a gather/scatter kernel. */
+#define KVS_DRV_CAP_KERNELS 0x8u
+
+/* Directions of kvs_drv_copy_batch(). */
+#define KVS_COPY_HTOD 1
+#define KVS_COPY_DTOH 2
+#define KVS_COPY_DTOD 3
+
+/** One copy of a batch: device addresses, or host pointers cast to
+ *  uint64_t, as the batch's direction says. */
+typedef struct kvs_copy {
+	uint64_t dst;
+	uint64_t src;
+	uint64_t bytes;
+} kvs_copy_t;
+
+unsigned int kvs_drv_caps(const kvs_drv_t *drv);
+int kvs_drv_copy_dtod(kvs_drv_t *drv, kvs_devptr_t dst, kvs_devptr_t src, size_t n,
+		      kvs_event_t *ev);
+int kvs_drv_copy_batch(kvs_drv_t *drv, int kind, const kvs_copy_t *copies, size_t n,
+		       kvs_event_t *ev);
+int kvs_drv_stream_wait(kvs_drv_t *drv, kvs_event_t *ev);
+int kvs_event_stream_wait(kvs_event_t *ev, kvs_stream_t stream);
+
 
 /* Relaxed atomic counters, read from any thread. */
 KVS_STATS_DECLARE(drv, const kvs_drv_t, KVS_DRV_STATS, KVS_DRV_STAT_ITEM, KVS_DRV_STAT__COUNT);

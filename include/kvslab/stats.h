@@ -49,7 +49,8 @@
 	X(map_calls, counter, "kvs_drv_map calls")                                             \
 	X(unmap_calls, counter, "kvs_drv_unmap calls")                                         \
 	X(set_access_calls, counter, "kvs_drv_set_access calls")                               \
-	X(copy_calls, counter, "kvs_drv_copy_htod/dtoh calls")                                 \
+	X(copy_calls, counter, "copies submitted (each entry of a batch counts)")               \
+	X(batch_calls, counter, "kvs_drv_copy_batch calls")                                    \
 	X(host_alloc_calls, counter, "kvs_drv_host_alloc calls")                               \
 	X(failed_calls, counter, "calls that returned -1")                                     \
 	X(bytes_reserved, gauge, "virtual bytes reserved now")                                 \

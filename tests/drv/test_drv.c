@@ -559,6 +559,179 @@ START_TEST(test_event_record_stream)
 }
 END_TEST
 
+
+/*
+ * Device-to-device copies and batches, on every backend: bytes arrive where
+ * they should, every entry is checked before anything is submitted (a batch
+ * with one bad entry copies nothing), and the counters count entries.
+ */
+START_TEST(test_copy_dtod_batch)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0);
+	size_t g = kvs_drv_granularity(d), n = 4 * g, piece = 1024, i;
+	unsigned char *in = malloc(n), *out = malloc(n), *back = malloc(n);
+	kvs_copy_t cp[8];
+	kvs_event_t *ev;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	uint64_t calls, batches;
+
+	ck_assert_uint_ne(kvs_drv_caps(d) & KVS_DRV_CAP_DTOD, 0);
+	ck_assert_uint_eq(kvs_drv_caps(NULL), 0);
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_drv_reserve(d, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, n, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(in, n, 5);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, n, NULL), 0);
+
+	/* dtod: granule 0 onto granule 2, then read all back. */
+	ck_assert_int_eq(kvs_drv_copy_dtod(d, a + 2 * g, a, g, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_int_eq(memcmp(out + 2 * g, in, g), 0);
+	ck_assert_int_eq(memcmp(out, in, 2 * g), 0);
+	ck_assert_int_eq(memcmp(out + 3 * g, in + 3 * g, g), 0);
+	/* Overlap, zero bytes, outside the mapping. */
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_copy_dtod(d, a + 8, a, 64, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_dtod(d, a + g, a, 0, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_dtod(d, a + n - 8, a, 64, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+
+	/* A scattered batch out: piece i of granule i % 4, at offset 3 * i KiB. */
+	calls = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls);
+	batches = kvs_drv_stat(d, KVS_DRV_STAT_batch_calls);
+	memset(back, 0, n);
+	for (i = 0; i < 8; i++) {
+		cp[i].src = a + (i % 4) * g + 3 * i * piece;
+		cp[i].dst = (uintptr_t)back + i * piece;
+		cp[i].bytes = piece;
+	}
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(memcmp(back + i * piece, out + (i % 4) * g + 3 * i * piece,
+					piece), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_copy_calls) - calls, 8);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_batch_calls) - batches, 1);
+
+	/* And in: the pieces back to new places, device to device too. */
+	for (i = 0; i < 8; i++) {
+		cp[i].dst = a + ((i + 1) % 4) * g + 3 * i * piece + piece;
+		cp[i].src = (uintptr_t)back + i * piece;
+	}
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_HTOD, cp, 8, NULL), 0);
+	for (i = 0; i < 8; i++) {
+		cp[i].src = cp[i].dst;
+		cp[i].dst = a + ((i + 2) % 4) * g + 3 * i * piece + 2 * piece;
+	}
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOD, cp, 8, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(memcmp(out + ((i + 2) % 4) * g + 3 * i * piece + 2 * piece,
+					back + i * piece, piece), 0);
+
+	/* One bad entry: nothing at all is copied. */
+	memset(back, 0, n);
+	for (i = 0; i < 8; i++) {
+		cp[i].src = a + i * piece;
+		cp[i].dst = (uintptr_t)back + i * piece;
+		cp[i].bytes = piece;
+	}
+	cp[5].src = a + n - 8;
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, NULL), -1);
+	ck_assert_int_eq(errno, EFAULT);
+	cp[5].src = a;
+	cp[6].bytes = 0;
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	cp[6].bytes = piece;
+	cp[7].dst = 0;
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	for (i = 0; i < n; i++)
+		ck_assert_uint_eq(back[i], 0);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, 7, cp, 1, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, NULL, 1, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_copy_batch(NULL, KVS_COPY_DTOH, cp, 1, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* An empty batch records its event. */
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, NULL, 0, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+
+	ck_assert_int_eq(kvs_event_destroy(ev), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(_i);
+	free(in);
+	free(out);
+	free(back);
+}
+END_TEST
+
+/*
+ * Stream waits, the calls every backend takes: the copy queue waiting for an
+ * event, and an engine's stream waiting for a copy's event.  Without
+ * KVS_DRV_CAP_STREAM_WAIT the second waits on the host, so the bytes of the
+ * copy are there when it returns.
+ */
+START_TEST(test_stream_wait_calls)
+{
+	kvs_drv_t *d = tu_open(_i, 0, 0), *d2 = tu_open(0, 0, 0);
+	size_t g = kvs_drv_granularity(d), n = 4 * g;
+	unsigned char *in = malloc(n), *out = malloc(n);
+	kvs_event_t *ev, *other;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	ck_assert_int_eq(kvs_event_create(d2, &other), 0);
+	ck_assert_int_eq(kvs_drv_reserve(d, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, n, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(in, n, 9);
+	memset(out, 0, n);
+	/* Never recorded: complete, nothing to wait for. */
+	ck_assert_int_eq(kvs_drv_stream_wait(d, ev), 0);
+	ck_assert_int_eq(kvs_event_record(ev, 0), 0);
+	ck_assert_int_eq(kvs_drv_stream_wait(d, ev), 0);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, ev), 0);
+	ck_assert_int_eq(kvs_event_stream_wait(ev, 0), 0);
+	if (!(kvs_drv_caps(d) & KVS_DRV_CAP_STREAM_WAIT)) {
+		/* Waited on the host. */
+		ck_assert_int_eq(kvs_event_query(ev), 1);
+		ck_assert(tu_check(out, n, 9));
+	}
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert(tu_check(out, n, 9));
+	errno = 0;
+	ck_assert_int_eq(kvs_drv_stream_wait(d, NULL), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_stream_wait(NULL, ev), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_drv_stream_wait(d, other), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_event_stream_wait(NULL, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_event_destroy(ev), 0);
+	ck_assert_int_eq(kvs_event_destroy(other), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	ck_assert_int_eq(kvs_drv_close(d2), 0);
+	assert_nothing_left(_i);
+	free(in);
+	free(out);
+}
+END_TEST
+
 struct sink {
 	char text[4096];
 	int lines;
@@ -1049,6 +1222,8 @@ static Suite *drv_suite(void)
 	BACKEND_LOOP(tc, test_host_alloc);
 	BACKEND_LOOP(tc, test_size_overflow);
 	BACKEND_LOOP(tc, test_event_record_stream);
+	BACKEND_LOOP(tc, test_copy_dtod_batch);
+	BACKEND_LOOP(tc, test_stream_wait_calls);
 	BACKEND_LOOP(tc, test_stats);
 	suite_add_tcase(s, tc);
 
