@@ -62,6 +62,7 @@ int kvs_flow_cache_unfinished(kvs_flow_t *flow, kvs_req_t *req);
 int kvs_flow_cache_finished(kvs_flow_t *flow, kvs_req_t *req);
 int kvs_flow_release(kvs_flow_t *flow, kvs_req_t *req);
 int kvs_flow_wait_layer(kvs_flow_t *flow, uint32_t layer);
+int kvs_flow_set_stream(kvs_flow_t *flow, const kvs_stream_t *stream);
 
 #ifdef __cplusplus
 }

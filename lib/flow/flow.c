@@ -105,6 +105,7 @@ void flow_free(struct kvs_flow *f)
 {
 	if (!f)
 		return;
+	kvs_event_destroy(f->fence);
 	pthread_mutex_destroy(&f->lock);
 	free(f->buf);
 	free(f);
@@ -200,6 +201,7 @@ static void flow_drop_locked(struct kvs_flow *f, kvs_req_t *req)
 /* Drop what @req holds, its slot too, and reset it.  Lock held. */
 void flow_release_locked(struct kvs_flow *f, kvs_req_t *req)
 {
+	flow_fence(f);
 	flow_drop_locked(f, req);
 	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
 	req_reset(req);
@@ -240,6 +242,70 @@ KVS_EXPORT int kvs_flow_wait_layer(kvs_flow_t *f, uint32_t layer)
 	rc = f->ops->wait_layer(f, layer);
 	pthread_mutex_unlock(&f->lock);
 	return rc;
+}
+
+/*
+ * The stream fence.  Locations a flow call frees may be handed out at once,
+ * and the engine's kernels that wrote or read them may still be running on
+ * its stream.  Kernels the engine queues later on the same stream are
+ * ordered after them by the stream itself; what is not is the driver's copy
+ * queue (loads from the host tier into new pages, request-table rows,
+ * compaction), and the unmap of an emptied slab, which the allocator fences
+ * with the pool's streams.  So before the first location goes back, the
+ * call records an event on the engine's stream and makes the copy queue
+ * wait for it (kvs_drv_stream_wait(): on the device, the caller does not
+ * wait).  A failure to do so is not a reason to keep the locations: the
+ * call waits for the event on the host instead, and if even that fails,
+ * for the whole device.
+ */
+int flow_fence(struct kvs_flow *f)
+{
+	kvs_drv_t *d;
+
+	if (!f->fence)
+		return 0;
+	d = kvsi_pool_drv(f->pool);
+	if (kvs_event_record(f->fence, f->stream) < 0)
+		return kvs_drv_synchronize(d);
+	if (kvs_drv_stream_wait(d, f->fence) == 0)
+		return 0;
+	return kvs_event_wait(f->fence);
+}
+
+/**
+ * kvs_flow_set_stream() - name the engine's stream, so that the flow's
+ * freeing calls need no host synchronization before them.
+ * @flow: flow.
+ * @stream: the stream the engine's kernels that use the flow's locations
+ *          run on, or NULL to forget the stream given before.
+ *
+ * From now on kvs_flow_cache_finished(), kvs_flow_cache_unfinished() and
+ * kvs_flow_release() may be called as soon as the engine has queued the
+ * kernels of the request's last step, without waiting for them: before the
+ * call gives locations back, it records an event on the stream and makes
+ * the driver's copy queue wait for it on the device, so that no copy queued
+ * later (a load into reused pages, a request-table write) runs before
+ * those kernels are done.  Kernels the engine queues later on the same
+ * stream are ordered by the stream itself.
+ *
+ * Context: MT-Safe (serialized per flow).
+ * Return: 0, or -1 with errno EINVAL (no flow) or ENOMEM (no event; the
+ * stream is not set).
+ */
+KVS_EXPORT int kvs_flow_set_stream(kvs_flow_t *f, const kvs_stream_t *stream)
+{
+	kvs_event_t *ev = NULL;
+
+	if (!f)
+		return kvs_fail(EINVAL);
+	if (stream && kvs_event_create(kvsi_pool_drv(f->pool), &ev) < 0)
+		return -1;
+	pthread_mutex_lock(&f->lock);
+	kvs_event_destroy(f->fence);
+	f->fence = ev;
+	f->stream = stream ? *stream : 0;
+	pthread_mutex_unlock(&f->lock);
+	return 0;
 }
 
 /* Does @reqs name a request twice?  Stamps each with this call's number.
@@ -595,6 +661,7 @@ KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
 		pthread_mutex_unlock(&f->lock);
 		return 0; /* its load failed: released, nothing to cache */
 	}
+	flow_fence(f);
 	aligned = f->ops->insert ? cache_prefix(f, req, f->buf, NULL) : -1;
 	if (aligned < 0) {
 		/* Not cached (or cached already): give back what the request
@@ -649,6 +716,7 @@ KVS_EXPORT int kvs_flow_cache_unfinished(kvs_flow_t *f, kvs_req_t *req)
 	}
 	buf = f->buf;
 	nl = buf + kvs_reqtab_max_context(f->tab) + 1;
+	flow_fence(f);
 	aligned = cache_prefix(f, req, buf, &last);
 	if (aligned < 0) {
 		err = errno;

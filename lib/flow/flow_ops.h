@@ -101,7 +101,15 @@ struct kvs_flow {
 	uint32_t ps;
 	pthread_mutex_t lock;
 	int32_t *buf;			/* 2 rows of the table, for the free paths */
+	/* kvs_flow_set_stream(): the engine's stream, and the event the
+	 * freeing calls record on it (NULL: no stream given). */
+	kvs_stream_t stream;
+	kvs_event_t *fence;
 };
+
+/* A flow call is about to free locations: with a stream, order every copy
+ * queued from now on after the engine's work so far.  Lock held. */
+int flow_fence(struct kvs_flow *f);
 
 /* A flow over @pool and @tab with @ops; the caller sets c and priv. */
 struct kvs_flow *flow_new(kvs_pool_t *pool, kvs_reqtab_t *tab, const struct flow_ops *ops);

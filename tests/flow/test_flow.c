@@ -257,6 +257,35 @@ START_TEST(test_release_and_errors)
 }
 END_TEST
 
+/* With the engine's stream named, the freeing calls work as before (on the
+ * host backend the fence is the copy queue's own order). */
+START_TEST(test_set_stream)
+{
+	struct env e;
+	int32_t t[64], out[64];
+	kvs_req_t q, r, *batch[2] = {&q, &r};
+	kvs_stream_t s = 7;
+	int i;
+
+	for (i = 0; i < 64; i++)
+		t[i] = i;
+	env_open(&e, 4, 1 << 16);
+	errno = 0;
+	ck_assert_int_eq(kvs_flow_set_stream(NULL, &s), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_flow_set_stream(e.f, &s), 0);
+	ck_assert_int_eq(kvs_flow_set_stream(e.f, &s), 0); /* again: one event */
+	kvs_req_init(&q, t, 40, 0, 0);
+	kvs_req_init(&r, t, 24, 0, 0);
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 2, out), 64);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q), 0);
+	ck_assert_int_eq(kvs_flow_release(e.f, &r), 0);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 40);
+	ck_assert_int_eq(kvs_flow_set_stream(e.f, NULL), 0);
+	env_close(&e);
+}
+END_TEST
+
 /* A row that cannot be written (a failed copy to the device table) fails
  * the batch and leaks nothing. */
 START_TEST(test_row_write_failure)
@@ -462,6 +491,7 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_evicts_on_shortfall);
 	tcase_add_test(tc, test_chunked_prefill_pages);
 	tcase_add_test(tc, test_release_and_errors);
+	tcase_add_test(tc, test_set_stream);
 	tcase_add_test(tc, test_row_write_failure);
 	tcase_add_test(tc, test_disabled_cache);
 	tcase_add_test(tc, test_worker_keeps_cache);
