@@ -614,6 +614,7 @@ START_TEST(test_compact)
 	int32_t locs[16], row1[3] = {0, 4, 9}, row2[3] = {2, 8, 6}, got[3];
 	int32_t unused[8] = {3, 5, 7, 11, 12, 13, 14, 15}, key, l, extra = 4;
 	static const int32_t live[8] = {0, 1, 2, 4, 6, 8, 9, 10};
+	uint64_t b0, k0;
 	int i;
 
 	env_open(&e, _i, 32, 0);
@@ -642,7 +643,14 @@ START_TEST(test_compact)
 	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 0);
 	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &extra), 0);
 
+	b0 = kvs_drv_stat(e.d, KVS_DRV_STAT_bytes_copied);
+	k0 = kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls);
 	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 2);
+	/* Device to device, in one batch: 2 pages of 2 x 1024 bytes copied
+	 * once (through a host staging buffer they would be copied twice),
+	 * and the two rewritten row entries. */
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_bytes_copied) - b0, 2 * 2048 + 2 * 4);
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls) - k0, 1);
 	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
 	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
 	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_slabs_full), 2);
