@@ -441,8 +441,6 @@ static int range_check(const struct kvs_reqtab *t, uint32_t pos, uint32_t n)
 	return (uint64_t)pos + n > t->max_context ? kvs_fail(ERANGE) : 0;
 }
 
-/* ------------------------------------------------------------- the rows */
-
 /* ------------------------------------------------------- staging ring */
 
 /* Send what the current segment gathered: @nc copies out of it.  Ring lock

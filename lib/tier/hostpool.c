@@ -30,13 +30,12 @@
  * different buffers are never merged: they lie in different reservations,
  * and a driver copy stays in one.  The copies of a layer, all its buffers'
  * and all its pages', are one submission: kvs_drv_copy_batch() (one driver
- * call where the backend has KVS_DRV_CAP_BATCH, cuMemcpyBatchAsync), or the
- * single copy when the layer is one.  Each layer's submission records that
- * layer's event, so the completion of layer l is a point in the queue: a
- * caller can wait for layer 0 while later layers are still copying, and a
- * completed layer l implies every layer before it completed.  An engine
- * stream can wait for it on the device instead
- * (kvs_hpool_xfer_layer_stream_wait(): kvs_event_stream_wait()).
+ * call where the backend has KVS_DRV_CAP_BATCH, cuMemcpyBatchAsync).  Each
+ * layer's submission records that layer's event, so the completion of layer
+ * l is a point in the queue: a caller can wait for layer 0 while later
+ * layers are still copying, and a completed layer l implies every layer
+ * before it completed.  An engine stream can wait for it on the device
+ * instead (kvs_hpool_xfer_layer_stream_wait(): kvs_event_stream_wait()).
  *
  * Order after the engine.  The copy queue waits for nothing the engine
  * runs, unless the pool was given the engine's streams: then every
@@ -846,15 +845,8 @@ static int xfer_submit(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int
 				k = j;
 			}
 		}
-		if (nc == 1)
-			rc = to_host ? kvs_drv_copy_dtoh(hp->drv, (void *)(uintptr_t)c[0].dst,
-							 c[0].src, c[0].bytes, x->ev[l])
-				     : kvs_drv_copy_htod(hp->drv, c[0].dst,
-							 (const void *)(uintptr_t)c[0].src,
-							 c[0].bytes, x->ev[l]);
-		else
-			rc = kvs_drv_copy_batch(hp->drv, to_host ? KVS_COPY_DTOH : KVS_COPY_HTOD,
-						c, nc, x->ev[l]);
+		rc = kvs_drv_copy_batch(hp->drv, to_host ? KVS_COPY_DTOH : KVS_COPY_HTOD, c, nc,
+					x->ev[l]);
 		if (rc == 0) {
 			*copies += nc;
 			*bytes += lbytes;
