@@ -7,6 +7,7 @@
  * 0 returns while later layers are in flight), completion errors, bad input,
  * and a failed copy injected at every copy of a scenario.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -854,6 +855,23 @@ END_TEST
 
 /* ------------------------------------------------------------ streams */
 
+/* Calls of libcuda function @fn the double counted; 0 without it. */
+static unsigned long dbl_calls(const char *fn)
+{
+	const char *path = getenv("KVSLAB_CUDA_DOUBLE");
+	unsigned long (*calls)(const char *);
+	unsigned long n = 0;
+	void *h;
+
+	if (!path || !*path || !(h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
+		return 0;
+	calls = (unsigned long (*)(const char *))dlsym(h, "kvsdbl_calls");
+	if (calls)
+		n = calls(fn);
+	dlclose(h);
+	return n;
+}
+
 /* A pool given the engine's streams: every transfer is fenced after them
  * (no host synchronization), layers can be waited for by a stream, and
  * the bytes are right on every backend. */
@@ -864,6 +882,7 @@ START_TEST(test_streams)
 	kvs_hpool_attr_t ha;
 	kvs_hpool_xfer_t *x;
 	kvs_hpool_t *hp2;
+	unsigned long rec0;
 	struct env e;
 	uint32_t l;
 	int k;
@@ -891,7 +910,11 @@ START_TEST(test_streams)
 		dev_fill(&e, b[k], 77);
 	}
 	ck_assert_int_eq(kvs_hpool_alloc(e.hp, 4, h), 0);
+	rec0 = dbl_calls("cuEventRecord");
 	ck_assert_int_eq(kvs_hpool_backup(e.hp, a, h, 4, &x), 0);
+	if (strcmp(tu_backends[_i], "cuda") == 0)
+		/* The fence: an event on each stream, then one a layer. */
+		ck_assert_uint_eq(dbl_calls("cuEventRecord") - rec0, 2 + LAYERS);
 	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
 	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
 	for (k = 0; k < 4; k++)
