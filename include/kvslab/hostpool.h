@@ -41,7 +41,15 @@ typedef struct kvs_hpool_attr {
 	 * (set ratio to 0 when giving bytes). */
 	double ratio;
 	size_t bytes;
-	uint64_t _reserved[8];
+	/* The engine's streams that write and read the device pool's pages
+	 * (the pool copies the array): every transfer is ordered on the
+	 * device after the work queued on them before it (kvs_event_record()
+	 * then kvs_drv_stream_wait()), so a backup needs no host
+	 * synchronization first.  NULL and 0: none. */
+	const kvs_stream_t *streams;
+	uint32_t nstreams;
+	uint32_t _pad2;
+	uint64_t _reserved[6];
 } kvs_hpool_attr_t;
 
 int kvs_hpool_attr_init(kvs_hpool_attr_t *attr);
@@ -68,6 +76,8 @@ int kvs_hpool_xfer_query(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_wait(kvs_hpool_xfer_t *xfer);
 int kvs_hpool_xfer_layer_query(kvs_hpool_xfer_t *xfer, uint32_t layer);
 int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *xfer, uint32_t layer);
+int kvs_hpool_xfer_layer_stream_wait(kvs_hpool_xfer_t *xfer, uint32_t layer,
+				     kvs_stream_t stream);
 
 /* Read in one snapshot under the pool's lock. */
 KVS_STATS_DECLARE(hpool, kvs_hpool_t, KVS_HPOOL_STATS, KVS_HPOOL_STAT_ITEM, KVS_HPOOL_STAT__COUNT);

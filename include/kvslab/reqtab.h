@@ -19,6 +19,15 @@ extern "C" {
 
 typedef struct kvs_reqtab kvs_reqtab_t;
 
+/** One write of kvs_reqtab_write_batch(): entries pos .. pos + n - 1 of
+ *  slot's row become locs[0 .. n - 1]. */
+typedef struct kvs_reqtab_write {
+	uint32_t slot;
+	uint32_t pos;
+	uint32_t n;
+	const int32_t *locs;
+} kvs_reqtab_write_t;
+
 kvs_reqtab_t *kvs_reqtab_create(kvs_drv_t *drv, uint32_t max_reqs, uint32_t max_context);
 int kvs_reqtab_destroy(kvs_reqtab_t *tab);
 
@@ -28,6 +37,7 @@ uint32_t kvs_reqtab_available(const kvs_reqtab_t *tab);
 
 int kvs_reqtab_write(kvs_reqtab_t *tab, uint32_t slot, uint32_t pos, uint32_t n,
 		     const int32_t *locs);
+int kvs_reqtab_write_batch(kvs_reqtab_t *tab, const kvs_reqtab_write_t *w, size_t n);
 int kvs_reqtab_read(const kvs_reqtab_t *tab, uint32_t slot, uint32_t pos, uint32_t n,
 		    int32_t *out);
 const int32_t *kvs_reqtab_row(const kvs_reqtab_t *tab, uint32_t slot);

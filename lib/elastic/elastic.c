@@ -30,7 +30,10 @@
  * caches' movable references, held_pages(), plus the request table's rows
  * naming it), then isolates the pages to move in every cache (their
  * holders pinned: no eviction, reset or limit can drop them), copies the
- * bytes with no lock held, and commits inside every cache's writer section
+ * bytes with no lock held (device to device, in batches on the driver's
+ * copy queue, which waits on the device for the engine's streams that the
+ * pool was given: compact_copy()), and commits inside every cache's
+ * writer section
  * (the caches' migrate() nested in registration order, the commit
  * innermost): a page moves only if its count is still what the plan saw,
  * compared and moved under slab->lock (kvsi_slab_move_refs()), then the
@@ -50,11 +53,13 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "elastic/elastic_int.h"
 #include "kvslab/elastic.h"
 #include "mem/cacheops.h"
+#include "mem/slab_defs.h"
 
 /* The caches an elastic call works with: @cache alone, or every cache
  * registered on @p when it is NULL.  Under pool->elastic. */
@@ -409,21 +414,78 @@ static size_t slab_run(const uint32_t *v, size_t n, uint32_t pps)
 	return r < room ? r : room;
 }
 
-/* Copy the bytes of pages @from to pages @to in every buffer of @p,
- * through a host staging buffer on the driver's copy queue. */
+/*
+ * Order the driver's copy queue after the engine's device work, as the
+ * allocator's own fence sees it (the pool's streams, or the engine's
+ * fence): an event recorded on each stream and waited for by the copy
+ * queue on the device (kvs_drv_stream_wait(): no host synchronization);
+ * an engine fence of its own cannot be waited for on the device, so its
+ * point is waited for here.  The events go to @ev (nstreams of them),
+ * destroyed by the caller once the copies are done.
+ */
+static int compact_fence(kvs_pool_t *p, kvs_event_t **ev)
+{
+	struct kvs_slab *s = kvs_pool_slab(p);
+	kvs_drv_t *d = kvsi_pool_drv(p);
+	uint64_t token;
+	uint32_t j;
+	int q;
+
+	if (s->fence.record) {
+		long ns = 20000;
+
+		if (s->fence.record(s->fence.arg, &token) < 0)
+			return -1;
+		while ((q = s->fence.query(s->fence.arg, token)) == 0) {
+			struct timespec ts = {0, ns};
+
+			nanosleep(&ts, NULL);
+			if (ns < 1000000)
+				ns *= 2;
+		}
+		return q < 0 ? kvs_fail(errno ? errno : EIO) : 0;
+	}
+	for (j = 0; j < s->nstreams; j++)
+		if (kvs_event_create(d, &ev[j]) < 0 || kvs_event_record(ev[j], s->streams[j]) < 0 ||
+		    kvs_drv_stream_wait(d, ev[j]) < 0)
+			return -1;
+	return 0;
+}
+
+/* Copy the bytes of pages @from to pages @to in every buffer of @p, device
+ * to device on the driver's copy queue, fenced after the engine's work
+ * (compact_fence()): one copy a run of pages consecutive on both sides
+ * within a slab, gathered into kvs_drv_copy_batch() submissions of up to
+ * COPY_BATCH copies, then a wait for the last one's event (the caller
+ * frees the source pages next). */
+#define COPY_BATCH 4096
+
 static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uint32_t *to)
 {
 	const kvs_model_t *m = kvsi_pool_model(p);
+	struct kvs_slab *s = kvs_pool_slab(p);
 	kvs_drv_t *d = kvsi_pool_drv(p);
 	int which[2] = {KVS_KV_K, KVS_KV_V}, nb = m->attn == KVS_ATTN_MLA ? 1 : 2;
-	uint32_t ps = kvs_pool_page_size(p), layer, pps;
-	unsigned char *stage = NULL;
-	size_t cap = 0, k, r = 0, slab_total;
+	uint32_t ps = kvs_pool_page_size(p), layer, pps, j;
+	kvs_event_t **fev = NULL, *done = NULL;
+	kvs_copy_t *c = NULL;
+	size_t cap, nc = 0, k, r, slab_total;
 	uint64_t nslabs;
 	int err = 0;
 
-	kvsi_slab_geom(kvs_pool_slab(p), &pps, &nslabs, &slab_total);
-
+	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
+	cap = n * (size_t)nb * m->layers;
+	cap = cap < COPY_BATCH ? cap : COPY_BATCH;
+	c = malloc((cap ? cap : 1) * sizeof(*c));
+	fev = calloc(s->nstreams + 1, sizeof(*fev));
+	if (!c || !fev) {
+		err = ENOMEM;
+		goto out;
+	}
+	if (kvs_event_create(d, &done) < 0 || compact_fence(p, fev) < 0) {
+		err = errno;
+		goto out;
+	}
 	for (layer = 0; layer < m->layers && !err; layer++) {
 		for (int w = 0; w < nb && !err; w++) {
 			kvs_devptr_t base;
@@ -434,37 +496,38 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 				break;
 			}
 			pb = stride * ps;
-			if (n * pb > cap) {
-				unsigned char *ns = realloc(stage, n * pb);
+			for (k = 0; k < n && !err; k += r) {
+				size_t rt = slab_run(to + k, n - k, pps);
 
-				if (!ns) {
-					err = ENOMEM;
-					break;
-				}
-				stage = ns;
-				cap = n * pb;
-			}
-			/* One copy a run of consecutive pages within a slab
-			 * (the staging buffer is in the order of the list). */
-			for (k = 0; k < n && !err; k += r) {
 				r = slab_run(from + k, n - k, pps);
-				if (kvs_drv_copy_dtoh(d, stage + k * pb, base + (uint64_t)from[k] * pb,
-						      r * pb, NULL) < 0)
-					err = errno;
+				r = r < rt ? r : rt;
+				if (nc == cap) {
+					if (kvs_drv_copy_batch(d, KVS_COPY_DTOD, c, nc, NULL) < 0)
+						err = errno;
+					nc = 0;
+				}
+				c[nc].dst = base + (uint64_t)to[k] * pb;
+				c[nc].src = base + (uint64_t)from[k] * pb;
+				c[nc].bytes = r * pb;
+				nc++;
 			}
-			if (kvs_drv_synchronize(d) < 0 && !err)
-				err = errno;
-			for (k = 0; k < n && !err; k += r) {
-				r = slab_run(to + k, n - k, pps);
-				if (kvs_drv_copy_htod(d, base + (uint64_t)to[k] * pb, stage + k * pb,
-						      r * pb, NULL) < 0)
-					err = errno;
-			}
-			if (kvs_drv_synchronize(d) < 0 && !err)
-				err = errno;
 		}
 	}
-	free(stage);
+	if (!err && kvs_drv_copy_batch(d, KVS_COPY_DTOD, c, nc, done) < 0)
+		err = errno;
+	/* Wait for what was queued, failed or not: the sources are freed or
+	 * the destinations given back next. */
+	if (err)
+		kvs_drv_synchronize(d);
+	else if (kvs_event_wait(done) < 0)
+		err = errno;
+out:
+	if (fev)
+		for (j = 0; j < s->nstreams; j++)
+			kvs_event_destroy(fev[j]);
+	kvs_event_destroy(done);
+	free(fev);
+	free(c);
 	if (err)
 		return kvs_fail(err);
 	return 0;

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "flow/flow_ops.h"
+#include "mem/reqtab_int.h"
 
 /* The request's fields moved into _reserved keep its size (and ABI). */
 _Static_assert(sizeof(void *) != 8 || sizeof(kvs_req_t) == 80, "kvs_req_t changed size");
@@ -107,6 +108,7 @@ void flow_free(struct kvs_flow *f)
 		return;
 	kvs_event_destroy(f->fence);
 	pthread_mutex_destroy(&f->lock);
+	free(f->pend);
 	free(f->buf);
 	free(f);
 }
@@ -126,6 +128,63 @@ KVS_EXPORT int kvs_flow_destroy(kvs_flow_t *f)
 		f->ops->destroy(f);
 	flow_free(f);
 	return 0;
+}
+
+/**
+ * flow_store() - set entries of a row for the call in progress.
+ * @f: flow (lock held).
+ * @slot: the request's slot.
+ * @pos: first position.
+ * @n: entries, at least 1.
+ * @locs: the locations.
+ *
+ * Stores into the table's mirror at once (reads of the row see them) and
+ * notes the range for flow_push(), so that a prepare sends all its rows in
+ * one submission.  When there is no memory to note it, writes it through
+ * kvs_reqtab_write() instead.
+ *
+ * Return: 0, or -1 with errno EINVAL, ERANGE (nothing stored) or the
+ * write's.
+ */
+int flow_store(struct kvs_flow *f, uint32_t slot, uint32_t pos, uint32_t n, const int32_t *locs)
+{
+	if (f->npend == f->cappend) {
+		size_t cap = f->cappend ? 2 * f->cappend : 64;
+		kvs_reqtab_write_t *p = realloc(f->pend, cap * sizeof(*p));
+
+		if (!p)
+			return kvs_reqtab_write(f->tab, slot, pos, n, locs);
+		f->pend = p;
+		f->cappend = cap;
+	}
+	if (kvsi_reqtab_store(f->tab, slot, pos, n, locs) < 0)
+		return -1;
+	f->pend[f->npend].slot = slot;
+	f->pend[f->npend].pos = pos;
+	f->pend[f->npend].n = n;
+	f->pend[f->npend].locs = NULL;
+	f->npend++;
+	return 0;
+}
+
+/**
+ * flow_push() - send the rows flow_store() stored to the device table.
+ * @f: flow (lock held).
+ *
+ * One kvsi_reqtab_push() for the whole call; the list is empty afterwards
+ * whatever happens.  Push before the slots stored into are freed.
+ *
+ * Return: 0, or -1 with the push's errno.
+ */
+int flow_push(struct kvs_flow *f)
+{
+	int rc;
+
+	if (!f->npend)
+		return 0;
+	rc = kvsi_reqtab_push(f->tab, f->pend, f->npend);
+	f->npend = 0;
+	return rc;
 }
 
 /* The usable cached prefix of @n tokens: a request always computes at
@@ -359,7 +418,7 @@ static int place(struct kvs_flow *f, kvs_req_t *req, uint32_t upto, const int32_
 		last = loc;
 		scratch[k++] = loc;
 	}
-	if (k && kvs_reqtab_write(f->tab, (uint32_t)req->slot, first, k, scratch) < 0)
+	if (k && flow_store(f, (uint32_t)req->slot, first, k, scratch) < 0)
 		return -1;
 	if (out)
 		memcpy(out, scratch, k * sizeof(int32_t));
@@ -505,6 +564,9 @@ KVS_EXPORT ssize_t kvs_flow_prepare_extend(kvs_flow_t *f, kvs_req_t *const *reqs
 			goto unplace;
 		given += r->kv_len - from;
 	}
+	/* Every row of the call, in one submission. */
+	if (flow_push(f) < 0)
+		goto unplace;
 	grown(f, reqs, n);
 	if (f->ops->admitted)
 		f->ops->admitted(f); /* placed: a failed load now drops them */
@@ -515,10 +577,14 @@ unplace:
 	err = errno;
 	if (total_pages)
 		f->ops->put(f, total_pages * f->ps, pages);
-	reqs[i]->kv_len = befores[i];
+	if (i < n)
+		reqs[i]->kv_len = befores[i];
 	while (i-- > 0)
 		reqs[i]->kv_len = befores[i];
 undo:
+	/* What was stored goes to the device all the same, while its slots
+	 * are still held, so that mirror and device agree. */
+	flow_push(f);
 	/* Give back what this call took for new requests (their slots go
 	 * back below, with the ones not yet given out). */
 	for (i = 0; i < n; i++)
@@ -590,21 +656,25 @@ KVS_EXPORT int kvs_flow_prepare_decode(kvs_flow_t *f, kvs_req_t *const *reqs, si
 	cursor = pages;
 	for (i = 0; i < n; i++) {
 		if (place(f, reqs[i], reqs[i]->kv_len + 1, &cursor, out_locs ? out_locs + i : NULL,
-			  scratch) < 0) {
-			int e = errno;
-
-			/* Undo the call: its pages back, its positions taken back. */
-			if (total)
-				f->ops->put(f, total * f->ps, pages);
-			while (i-- > 0) {
-				reqs[i]->kv_len--;
-				reqs[i]->ntokens = reqs[i]->kv_len;
-			}
-			pthread_mutex_unlock(&f->lock);
-			free(pages);
-			return kvs_fail(e);
-		}
+			  scratch) < 0)
+			break;
 		reqs[i]->ntokens = reqs[i]->kv_len;
+	}
+	/* The step's rows, one location each, in one submission. */
+	if (i < n || flow_push(f) < 0) {
+		int e = errno;
+
+		/* Undo the call: its pages back, its positions taken back. */
+		flow_push(f);
+		if (total)
+			f->ops->put(f, total * f->ps, pages);
+		while (i-- > 0) {
+			reqs[i]->kv_len--;
+			reqs[i]->ntokens = reqs[i]->kv_len;
+		}
+		pthread_mutex_unlock(&f->lock);
+		free(pages);
+		return kvs_fail(e);
 	}
 	grown(f, reqs, n);
 	pthread_mutex_unlock(&f->lock);

@@ -105,6 +105,10 @@ struct kvs_flow {
 	 * freeing calls record on it (NULL: no stream given). */
 	kvs_stream_t stream;
 	kvs_event_t *fence;
+	/* Rows of the call in progress stored into the table's mirror and
+	 * not yet sent to the device: flow_push() sends them at its end. */
+	kvs_reqtab_write_t *pend;
+	size_t npend, cappend;
 };
 
 /* A flow call is about to free locations: with a stream, order every copy
@@ -118,11 +122,18 @@ void flow_free(struct kvs_flow *f);
 /* Drop what @req holds and its slot; reset it.  Lock held. */
 void flow_release_locked(struct kvs_flow *f, kvs_req_t *req);
 
+/* Set entries @pos.. of @slot's row to @n @locs, sent to the device with
+ * the rest of the call by flow_push(): 0 or -1.  Lock held. */
+int flow_store(struct kvs_flow *f, uint32_t slot, uint32_t pos, uint32_t n,
+	       const int32_t *locs);
+/* Send what flow_store() stored, in one submission: 0 or -1.  Lock held. */
+int flow_push(struct kvs_flow *f);
+
 /* Write @req's first @n locations into its row: 0 or -1. */
 static inline int flow_write_prefix(struct kvs_flow *f, kvs_req_t *req, uint32_t n,
 				    const int32_t *locs)
 {
-	return n ? kvs_reqtab_write(f->tab, (uint32_t)req->slot, 0, n, locs) : 0;
+	return n ? flow_store(f, (uint32_t)req->slot, 0, n, locs) : 0;
 }
 
 #endif /* KVSLAB_FLOW_OPS_H */

@@ -9,24 +9,38 @@
  * creation: on a GPU the table is device memory, and attention kernels read
  * a request's page table straight from it (the address and row stride are
  * exported by kvs_reqtab_table()).  Beside it, a host mirror of the same
- * bytes, from kvs_drv_host_alloc() so that on cuda the copies out of it are
- * truly asynchronous.  The mirror is the table's truth on the host: reads
- * are served from it without a driver call, and a write stores into it and
- * then queues kvs_drv_copy_htod() of exactly the bytes written, from the
- * mirror to the same offset of the device table.  Copies on one driver run
- * in submission order, so the device table converges to the mirror; after
- * kvs_reqtab_sync() (kvs_drv_synchronize()) the two are equal.  Both start
- * zeroed, as SGLang's torch.zeros table does.
+ * bytes.  The mirror is the table's truth on the host: reads are served
+ * from it without a driver call, and a write stores into it and then queues
+ * a copy of exactly the bytes written to the same offset of the device
+ * table.  Copies on one driver run in submission order, so the device table
+ * converges to the mirror; after kvs_reqtab_sync() (kvs_drv_synchronize())
+ * the two are equal.  Both start zeroed, as SGLang's torch.zeros table does.
  *
- * The mirror is the source of copies that may still be running, and the
- * driver's rule is that a copy's source must not change until it is done.
- * Every slot therefore has an event, recorded by each copy of a write to its
- * row; before a write stores into a row whose last copy may still be queued
- * (slot->pending), it waits for that event.  In steady state (a decode step
- * appends one location per request, a step apart) the copy is long done and
- * the wait is one query.  The event belongs to the slot, not the request, so
- * a slot freed with a copy in flight and handed to another request is safe
- * too: the new owner's first write waits.
+ * Staging ring.  A copy's source must not change until the copy is done,
+ * so the copies do not read the mirror: each submission first copies the
+ * bytes it sends into a ring of pinned host memory (kvs_drv_host_alloc(),
+ * so that on cuda the copies are truly asynchronous), and the device copies
+ * read the ring.  The ring is RING_SEGS segments; a submission fills the
+ * current segment, and when the next one does not fit, the current one's
+ * event is recorded on the copy queue and the next segment is taken, after
+ * a query (and, only when the device is a whole ring behind, a wait) of
+ * that segment's event.  So a write never waits for a row's previous copy,
+ * and an event is recorded once a segment, not once a write.
+ *
+ * Batches.  kvs_reqtab_write_batch() validates every entry first (a bad
+ * one changes nothing), stores them into the mirror in order (later entries
+ * win, as sequential writes would), and sends the step in one submission:
+ * one copy per slot written, covering the span of the row the batch wrote
+ * (a slot written twice is one copy of the union, read from the mirror
+ * after both stores, so the batch's destinations never overlap, as
+ * kvs_drv_copy_batch() requires).  A slot is found twice with a per-slot
+ * stamp: the batch's generation, owner-only like the row.  A submission
+ * is kvs_drv_copy_batch(), or kvs_drv_copy_htod() for a single copy; it is
+ * split only where it crosses a segment of the ring.  If the driver fails,
+ * the old entries go back into the mirror and, after the queue drained, to
+ * the device.  The flows use the same machinery in two halves:
+ * kvsi_reqtab_store() writes the mirror, kvsi_reqtab_push() sends the
+ * ranges of a whole call at its end.
  *
  * The slot allocator is lock-free, for schedulers that admit and retire
  * requests from several threads:
@@ -47,37 +61,52 @@
  *    of two frees of one slot exactly one succeeds and the other gets
  *    EINVAL with nothing changed, and write/read/row reject a slot that is
  *    not allocated.
- * A slot's row, pending flag and event are touched only by its owner.
+ * A slot's row and stamp are touched only by its owner.
  * Ownership passes through the stack: a free's release CAS on head
  * happens-before the acquire of the pop that takes the slot, so the next
  * owner sees everything the last one did.
  *
- * Locking.  None of the table's own.  alloc, free and available are
- * lock-free and MT-Safe.  write, read and row on one slot are the slot
- * owner's business: two threads must not call them on the same slot at
- * once, nor free a slot while another uses it.  Different slots may be
- * written from different threads concurrently: their mirror bytes and their
- * copies' source and destination bytes are disjoint rows, the driver
- * serializes submission under its own lock, and the order between copies of
- * different rows does not matter because they do not overlap.
+ * Locking.  ring_lock (a mutex) protects the ring: staging into it and
+ * submitting what was staged are one step under it, so the segment's event
+ * is recorded after every copy out of the segment.  It is taken before the
+ * driver's lock, never after.  alloc, free and available are lock-free and
+ * MT-Safe.  write, read and row on one slot are the slot owner's business:
+ * two threads must not call them on the same slot at once, nor free a slot
+ * while another uses it.  Different slots may be written from different
+ * threads concurrently: their mirror bytes and their copies' destinations
+ * are disjoint rows, and the order between copies of different rows does
+ * not matter because they do not overlap.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
-#include "kvslab/reqtab.h"
+#include "mem/reqtab_int.h"
 
 enum { SLOT_FREE = 0, SLOT_USED = 1 };
 
-/* Copies of at most this many entries save the old values on the stack. */
+/* Segments of the staging ring, and the most bytes of one. */
+#define RING_SEGS 8
+#define SEG_MAX (64 * 1024)
+/* Batches of at most this many slots keep their spans on the stack. */
+#define GRP_STACK 64
+/* Old entries saved on the stack up to this many. */
 #define SAVE_STACK 256
+/* Copies gathered before a submission, at most. */
+#define COPY_MAX 128
 
 struct rt_slot {
 	_Atomic uint32_t state;		/* SLOT_FREE or SLOT_USED */
 	_Atomic uint32_t next;		/* free stack link: next slot + 1, 0 ends */
-	bool pending;			/* owner only: ev may not be complete */
-	kvs_event_t *ev;		/* recorded by every copy of this row */
+	uint64_t stamp;			/* owner only: generation of the last batch */
+	uint32_t grp;			/* owner only: its span in that batch */
+};
+
+struct rt_seg {
+	kvs_event_t *ev;		/* recorded after the segment's copies */
+	bool dirty;			/* copies queued since ev was recorded */
+	bool pending;			/* ev may not be complete */
 };
 
 struct kvs_reqtab {
@@ -92,6 +121,18 @@ struct kvs_reqtab {
 	struct rt_slot *slots;
 	_Atomic uint64_t head;		/* tag << 32 | (top slot + 1) */
 	_Atomic uint32_t nfree;
+	_Atomic uint64_t gen;		/* batches so far */
+	pthread_mutex_t ring_lock;
+	uint8_t *ring;			/* RING_SEGS x seg_bytes, pinned */
+	size_t seg_bytes;
+	unsigned int cur;		/* segment being filled */
+	size_t fill;			/* its bytes used */
+	struct rt_seg seg[RING_SEGS];
+};
+
+/* A span of one slot's row that a submission sends: [lo, hi). */
+struct rt_grp {
+	uint32_t slot, lo, hi;
 };
 
 #define HEAD_IDX(h) ((uint32_t)(h))
@@ -148,11 +189,10 @@ static int release_all(struct kvs_reqtab *t, bool reserved, bool mapped)
 
 	/* Copies read the mirror and write the table: wait for them before
 	 * either goes away (an unmap would wait too, a host_free would not). */
-	if (t->mirror && kvs_drv_synchronize(t->drv) < 0)
+	if ((t->mirror || t->ring) && kvs_drv_synchronize(t->drv) < 0)
 		e = errno;
-	if (t->slots)
-		for (i = 0; i < t->max_reqs; i++)
-			kvs_event_destroy(t->slots[i].ev);
+	for (i = 0; i < RING_SEGS; i++)
+		kvs_event_destroy(t->seg[i].ev);
 	if (mapped && kvs_drv_unmap(t->drv, t->base, t->map_size) < 0) {
 		e = e ? e : errno;
 	} else {
@@ -170,11 +210,16 @@ static int release_all(struct kvs_reqtab *t, bool reserved, bool mapped)
 		e = e ? e : errno;
 	else
 		t->mirror = NULL;
+	if (t->ring && kvs_drv_host_free(t->drv, t->ring) < 0) {
+		e = e ? e : errno;
+		kvsi_drv_park(t->drv, 0, 0, false, NULL, t->ring);
+	}
 	/* What the driver refused stays with it, parked: it tries again at its
 	 * next allocations, and gives it back at close at the latest. */
 	if (mapped || t->chunk || reserved || t->mirror)
 		kvsi_drv_park(t->drv, t->base, mapped ? t->map_size : 0, reserved, t->chunk,
 			      t->mirror);
+	pthread_mutex_destroy(&t->ring_lock);
 	free(t->slots);
 	free(t);
 	return e ? kvs_fail(e) : 0;
@@ -188,7 +233,9 @@ static int release_all(struct kvs_reqtab *t, bool reserved, bool mapped)
  *
  * Reserves the table's bytes rounded up to the driver's granularity, backs
  * them with one chunk, maps it with read-write access, allocates the host
- * mirror and one event per slot, and zeroes both copies of the table.
+ * mirror and the staging ring (RING_SEGS segments of up to 64 KiB, no more
+ * than the table's bytes each) with an event a segment, and zeroes both
+ * copies of the table.
  * Every slot is free; slot 0 is the first handed out.
  *
  * Context: MT-Safe.  Blocks until the zeroing copy is done.
@@ -232,6 +279,8 @@ KVS_EXPORT kvs_reqtab_t *kvs_reqtab_create(kvs_drv_t *drv, uint32_t max_reqs,
 	t->stride = (size_t)max_context * sizeof(int32_t);
 	t->bytes = bytes;
 	t->map_size = map_size;
+	t->seg_bytes = bytes < SEG_MAX ? bytes : SEG_MAX;
+	pthread_mutex_init(&t->ring_lock, NULL);
 	t->slots = calloc(max_reqs, sizeof(*t->slots));
 	if (!t->slots) {
 		e = ENOMEM;
@@ -250,9 +299,12 @@ KVS_EXPORT kvs_reqtab_t *kvs_reqtab_create(kvs_drv_t *drv, uint32_t max_reqs,
 	if (kvs_drv_host_alloc(drv, bytes, (void **)&t->mirror) < 0)
 		goto fail_errno;
 	memset(t->mirror, 0, bytes);
-	for (i = 0; i < max_reqs; i++) {
-		if (kvs_event_create(drv, &t->slots[i].ev) < 0)
+	if (kvs_drv_host_alloc(drv, RING_SEGS * t->seg_bytes, (void **)&t->ring) < 0)
+		goto fail_errno;
+	for (i = 0; i < RING_SEGS; i++)
+		if (kvs_event_create(drv, &t->seg[i].ev) < 0)
 			goto fail_errno;
+	for (i = 0; i < max_reqs; i++) {
 		atomic_init(&t->slots[i].state, SLOT_FREE);
 		/* Slot i links to i + 1, so pops hand out 0, 1, 2, ... */
 		atomic_init(&t->slots[i].next, i + 1 < max_reqs ? i + 2 : 0);
@@ -340,8 +392,8 @@ KVS_EXPORT int kvs_reqtab_alloc(kvs_reqtab_t *t, uint32_t n, uint32_t *slots)
  * @tab: table.
  * @slot: an allocated slot.
  *
- * The row keeps its contents; copies of it still queued finish, and the
- * slot's next owner waits for them before its first write.
+ * The row keeps its contents; copies of it still queued finish (they read
+ * the staging ring, not the row, so the next owner may write at once).
  *
  * Context: MT-Safe, lock-free.  No other thread may use @slot meanwhile.
  * Return: 0, or -1 with errno EINVAL (@slot out of range or free; nothing
@@ -389,22 +441,238 @@ static int range_check(const struct kvs_reqtab *t, uint32_t pos, uint32_t n)
 	return (uint64_t)pos + n > t->max_context ? kvs_fail(ERANGE) : 0;
 }
 
+/* ------------------------------------------------------- staging ring */
+
+/* Send what the current segment gathered: @nc copies out of it.  Ring lock
+ * held. */
+static int ring_flush(struct kvs_reqtab *t, kvs_copy_t *c, size_t *nc)
+{
+	int rc;
+
+	if (*nc == 0)
+		return 0;
+	if (*nc == 1)
+		rc = kvs_drv_copy_htod(t->drv, c[0].dst, (const void *)(uintptr_t)c[0].src,
+				       c[0].bytes, NULL);
+	else
+		rc = kvs_drv_copy_batch(t->drv, KVS_COPY_HTOD, c, *nc, NULL);
+	if (rc < 0)
+		return -1;
+	t->seg[t->cur].dirty = true;
+	*nc = 0;
+	return 0;
+}
+
+/* Close the current segment (record its event after its copies) and take
+ * the next one once the copies out of it are done.  Ring lock held. */
+static void ring_next(struct kvs_reqtab *t)
+{
+	struct rt_seg *s = &t->seg[t->cur];
+	unsigned int i;
+
+	if (s->dirty) {
+		if (kvs_drv_copy_batch(t->drv, KVS_COPY_HTOD, NULL, 0, s->ev) == 0) {
+			s->pending = true;
+		} else {
+			/* No event to wait for later: wait for everything now. */
+			kvs_drv_synchronize(t->drv);
+			for (i = 0; i < RING_SEGS; i++)
+				t->seg[i].pending = false;
+		}
+		s->dirty = false;
+	}
+	t->cur = (t->cur + 1) % RING_SEGS;
+	t->fill = 0;
+	s = &t->seg[t->cur];
+	/* A wait that fails (a copy failed) still means the copies are over;
+	 * kvs_reqtab_sync() reports the failure. */
+	if (s->pending && kvs_event_query(s->ev) == 0)
+		kvs_event_wait(s->ev);
+	s->pending = false;
+}
+
+/* Queue copies of the spans @g[0..ng) from the mirror to the device table:
+ * staged through the ring, one submission for all of them unless they
+ * cross a segment.  Returns 0 or -1 with errno; on failure some of the
+ * spans may have been queued (the caller repairs). */
+static int rt_submit(struct kvs_reqtab *t, const struct rt_grp *g, size_t ng)
+{
+	kvs_copy_t stackc[GRP_STACK], *c = stackc;
+	size_t cap = GRP_STACK, nc = 0, i;
+	int rc = 0;
+
+	if (ng > GRP_STACK) {
+		cap = ng < COPY_MAX ? ng : COPY_MAX;
+		c = malloc(cap * sizeof(*c));
+		if (!c)
+			return kvs_fail(ENOMEM);
+	}
+	pthread_mutex_lock(&t->ring_lock);
+	for (i = 0; i < ng && rc == 0; i++) {
+		size_t off = (size_t)g[i].slot * t->stride + (size_t)g[i].lo * sizeof(int32_t);
+		size_t left = (size_t)(g[i].hi - g[i].lo) * sizeof(int32_t);
+		const uint8_t *src = (const uint8_t *)t->mirror + off;
+
+		while (left && rc == 0) {
+			size_t take = t->seg_bytes - t->fill;
+			uint8_t *dst;
+
+			if (take == 0 || nc == cap) {
+				rc = ring_flush(t, c, &nc);
+				if (rc == 0 && take == 0)
+					ring_next(t);
+				continue;
+			}
+			if (take > left)
+				take = left;
+			dst = t->ring + (size_t)t->cur * t->seg_bytes + t->fill;
+			memcpy(dst, src, take);
+			c[nc].dst = t->base + off;
+			c[nc].src = (uintptr_t)dst;
+			c[nc].bytes = take;
+			nc++;
+			t->fill += take;
+			src += take;
+			off += take;
+			left -= take;
+		}
+	}
+	if (rc == 0)
+		rc = ring_flush(t, c, &nc);
+	pthread_mutex_unlock(&t->ring_lock);
+	if (c != stackc) {
+		int e = errno;
+
+		free(c);
+		errno = e;
+	}
+	return rc;
+}
+
 /* ------------------------------------------------------------- the rows */
 
-/* Wait until no copy out of @s's row may still read it. */
-static int slot_quiesce(struct rt_slot *s)
+/* Check the entries of a batch and gather them into spans, one a slot, in
+ * the order of each slot's first entry.  @g has room for @n; *@ng receives
+ * the count.  Changes nothing but the slots' stamps. */
+static int rt_gather(struct kvs_reqtab *t, const kvs_reqtab_write_t *w, size_t n,
+		     bool need_locs, struct rt_grp *g, size_t *ng)
 {
-	int r;
+	uint64_t gen = atomic_fetch_add_explicit(&t->gen, 1, memory_order_relaxed) + 1;
+	size_t i, k = 0;
 
-	if (!s->pending)
-		return 0;
-	r = kvs_event_query(s->ev);
-	if (r == 0)
-		r = kvs_event_wait(s->ev) < 0 ? -1 : 1;
-	if (r < 0)
-		return -1;
-	s->pending = false;
+	for (i = 0; i < n; i++) {
+		struct rt_slot *s;
+		uint32_t end;
+
+		if (slot_check(t, w[i].slot) < 0 || (need_locs && !w[i].locs && w[i].n))
+			return kvs_fail(EINVAL);
+		if (range_check(t, w[i].pos, w[i].n) < 0)
+			return -1;
+		if (w[i].n == 0)
+			continue;
+		s = &t->slots[w[i].slot];
+		end = w[i].pos + w[i].n;
+		if (s->stamp != gen) {
+			s->stamp = gen;
+			s->grp = (uint32_t)k;
+			g[k].slot = w[i].slot;
+			g[k].lo = w[i].pos;
+			g[k].hi = end;
+			k++;
+			continue;
+		}
+		if (w[i].pos < g[s->grp].lo)
+			g[s->grp].lo = w[i].pos;
+		if (end > g[s->grp].hi)
+			g[s->grp].hi = end;
+	}
+	*ng = k;
 	return 0;
+}
+
+static int32_t *mirror_at(const struct kvs_reqtab *t, uint32_t slot, uint32_t pos)
+{
+	return t->mirror + (size_t)slot * t->max_context + pos;
+}
+
+/**
+ * kvs_reqtab_write_batch() - set many ranges of rows with one submission.
+ * @tab: table.
+ * @w: @n writes, each {slot, pos, n, locs} as kvs_reqtab_write() takes
+ *     them; a slot may appear more than once (later entries win).
+ * @n: writes; 0 does nothing.
+ *
+ * Checks every entry, stores them into the mirror in order, then queues the
+ * step's copies to the device table: one copy per slot (the span of its row
+ * the batch wrote), staged through the ring, in one kvs_drv_copy_batch()
+ * (kvs_drv_copy_htod() for one slot); more only where the step crosses a
+ * segment of the ring.  Never waits for an earlier write's copy, unless the
+ * device is a whole ring of copies behind.
+ *
+ * Context: MT-Safe for different slots; the caller must own every slot of
+ * @w, and no other thread may read or write them meanwhile.
+ * Return: 0, or -1 with errno EINVAL (NULL arguments, a slot out of range or
+ * free), ERANGE (pos + n > max_context), ENOMEM, or the errno of the copy.
+ * On failure no row changes (a driver failure: the old entries are put
+ * back, and copied back after the queue drained).
+ */
+KVS_EXPORT int kvs_reqtab_write_batch(kvs_reqtab_t *t, const kvs_reqtab_write_t *w, size_t n)
+{
+	struct rt_grp stackg[GRP_STACK], *g = stackg;
+	int32_t stacksave[SAVE_STACK], *save = stacksave;
+	size_t ng, i, k, total = 0;
+	int e;
+
+	if (!t || (!w && n))
+		return kvs_fail(EINVAL);
+	if (n > GRP_STACK) {
+		g = malloc(n * sizeof(*g));
+		if (!g)
+			return kvs_fail(ENOMEM);
+	}
+	if (rt_gather(t, w, n, true, g, &ng) < 0)
+		goto fail;
+	for (k = 0; k < ng; k++)
+		total += g[k].hi - g[k].lo;
+	if (total > SAVE_STACK) {
+		save = malloc(total * sizeof(int32_t));
+		if (!save) {
+			errno = ENOMEM;
+			goto fail;
+		}
+	}
+	for (k = 0, i = 0; k < ng; i += g[k].hi - g[k].lo, k++)
+		memcpy(save + i, mirror_at(t, g[k].slot, g[k].lo),
+		       (size_t)(g[k].hi - g[k].lo) * sizeof(int32_t));
+	for (i = 0; i < n; i++)
+		if (w[i].n)
+			memmove(mirror_at(t, w[i].slot, w[i].pos), w[i].locs,
+				(size_t)w[i].n * sizeof(int32_t));
+	if (rt_submit(t, g, ng) < 0) {
+		/* Some spans may be queued: drain, put the old entries back,
+		 * and send them after, so mirror and device agree again. */
+		e = errno;
+		kvs_drv_synchronize(t->drv);
+		for (k = 0, i = 0; k < ng; i += g[k].hi - g[k].lo, k++)
+			memcpy(mirror_at(t, g[k].slot, g[k].lo), save + i,
+			       (size_t)(g[k].hi - g[k].lo) * sizeof(int32_t));
+		if (rt_submit(t, g, ng) == 0)
+			kvs_drv_synchronize(t->drv);
+		errno = e;
+		goto fail;
+	}
+	if (save != stacksave)
+		free(save);
+	if (g != stackg)
+		free(g);
+	return 0;
+fail:
+	e = errno;
+	if (save != stacksave)
+		free(save);
+	if (g != stackg)
+		free(g);
+	return kvs_fail(e);
 }
 
 /**
@@ -415,14 +683,14 @@ static int slot_quiesce(struct rt_slot *s)
  * @n: entries; 0 does nothing.
  * @locs: the n KV locations.
  *
- * Stores into the mirror, then queues a copy of the n entries to the device
- * table.  If the row's previous copy may still be queued, waits for it
- * first (the mirror is that copy's source).  The device holds the new
- * entries once the copy is done: after kvs_reqtab_sync(), or for a kernel
- * queued on the driver's copy stream after it.
+ * kvs_reqtab_write_batch() of one entry: stores into the mirror, then
+ * queues one copy of the n entries (staged through the ring) to the device
+ * table.  The device holds the new entries once the copy is done: after
+ * kvs_reqtab_sync(), or for a kernel queued on the driver's copy stream
+ * after it.
  *
  * Context: MT-Safe for different slots; the caller must own @slot and no
- * other thread may read or write it meanwhile.  May block (see above).
+ * other thread may read or write it meanwhile.
  * Return: 0, or -1 with errno EINVAL (NULL arguments, @slot out of range or
  * free), ERANGE (@pos + @n > max_context), ENOMEM, or the errno of the
  * copy.  On failure the row is unchanged.
@@ -430,48 +698,70 @@ static int slot_quiesce(struct rt_slot *s)
 KVS_EXPORT int kvs_reqtab_write(kvs_reqtab_t *t, uint32_t slot, uint32_t pos, uint32_t n,
 				const int32_t *locs)
 {
-	int32_t stackbuf[SAVE_STACK], *old = stackbuf, *row;
-	struct rt_slot *s;
-	size_t nbytes, off;
-	int e;
+	kvs_reqtab_write_t w = { slot, pos, n, locs };
 
+	return kvs_reqtab_write_batch(t, &w, 1);
+}
+
+/**
+ * kvsi_reqtab_store() - set entries of a row in the mirror only.
+ * @tab: table.
+ * @slot: an allocated slot.
+ * @pos: first position.
+ * @n: entries.
+ * @locs: the n KV locations.
+ *
+ * The device table does not follow until kvsi_reqtab_push() of the range.
+ *
+ * Context: as kvs_reqtab_write().
+ * Return: 0, or -1 with errno EINVAL or ERANGE (nothing changed).
+ */
+int kvsi_reqtab_store(struct kvs_reqtab *t, uint32_t slot, uint32_t pos, uint32_t n,
+		      const int32_t *locs)
+{
 	if (slot_check(t, slot) < 0 || (!locs && n))
 		return kvs_fail(EINVAL);
 	if (range_check(t, pos, n) < 0)
 		return -1;
-	if (n == 0)
-		return 0;
-	s = &t->slots[slot];
-	if (slot_quiesce(s) < 0)
-		return -1;
-	nbytes = (size_t)n * sizeof(int32_t);
-	off = (size_t)slot * t->stride + (size_t)pos * sizeof(int32_t);
-	row = t->mirror + off / sizeof(int32_t);
-	if (n > SAVE_STACK) {
-		old = malloc(nbytes);
-		if (!old)
+	if (n)
+		memmove(mirror_at(t, slot, pos), locs, (size_t)n * sizeof(int32_t));
+	return 0;
+}
+
+/**
+ * kvsi_reqtab_push() - send ranges of rows from the mirror to the device.
+ * @tab: table.
+ * @w: @n ranges (their locs are not read); a slot may appear more than once.
+ * @n: ranges.
+ *
+ * The submission kvs_reqtab_write_batch() makes, for what
+ * kvsi_reqtab_store() put into the mirror.
+ *
+ * Context: as kvs_reqtab_write_batch().
+ * Return: 0, or -1 with errno EINVAL, ERANGE, ENOMEM or the copy's.  On a
+ * driver failure the ranges' device entries are unspecified (the mirror
+ * keeps the stored ones).
+ */
+int kvsi_reqtab_push(struct kvs_reqtab *t, const kvs_reqtab_write_t *w, size_t n)
+{
+	struct rt_grp stackg[GRP_STACK], *g = stackg;
+	size_t ng;
+	int rc, e;
+
+	if (!t || (!w && n))
+		return kvs_fail(EINVAL);
+	if (n > GRP_STACK) {
+		g = malloc(n * sizeof(*g));
+		if (!g)
 			return kvs_fail(ENOMEM);
 	}
-	memcpy(old, row, nbytes);
-	memmove(row, locs, nbytes);
-	if (kvs_drv_copy_htod(t->drv, t->base + off, row, nbytes, s->ev) == 0) {
-		s->pending = true;
-		if (old != stackbuf)
-			free(old);
-		return 0;
-	}
-	/* Nothing should have been queued, but a copy queued whose event
-	 * failed to record cannot be told apart: drain, put the old entries
-	 * back, and push them after it, so mirror and device agree again. */
+	rc = rt_gather(t, w, n, false, g, &ng);
+	if (rc == 0)
+		rc = rt_submit(t, g, ng);
 	e = errno;
-	kvs_drv_synchronize(t->drv);
-	memcpy(row, old, nbytes);
-	if (kvs_drv_copy_htod(t->drv, t->base + off, row, nbytes, NULL) == 0)
-		kvs_drv_synchronize(t->drv);
-	s->pending = false;
-	if (old != stackbuf)
-		free(old);
-	return kvs_fail(e);
+	if (g != stackg)
+		free(g);
+	return rc < 0 ? kvs_fail(e) : 0;
 }
 
 /**

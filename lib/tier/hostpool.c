@@ -28,10 +28,23 @@
  * PAGE_FIRST host pieces of consecutive pages are page_bytes apart, so every
  * page is one copy per buffer (unless the pool has one buffer).  Pieces of
  * different buffers are never merged: they lie in different reservations,
- * and a driver copy stays in one.  The last copy of each layer records that
- * layer's event, so the completion of layer l is a point in the queue: a
- * caller can wait for layer 0 while later layers are still copying, and a
- * completed layer l implies every layer before it completed.
+ * and a driver copy stays in one.  The copies of a layer, all its buffers'
+ * and all its pages', are one submission: kvs_drv_copy_batch() (one driver
+ * call where the backend has KVS_DRV_CAP_BATCH, cuMemcpyBatchAsync).  Each
+ * layer's submission records that layer's event, so the completion of layer
+ * l is a point in the queue: a caller can wait for layer 0 while later
+ * layers are still copying, and a completed layer l implies every layer
+ * before it completed.  An engine stream can wait for it on the device
+ * instead (kvs_hpool_xfer_layer_stream_wait(): kvs_event_stream_wait()).
+ *
+ * Order after the engine.  The copy queue waits for nothing the engine
+ * runs, unless the pool was given the engine's streams: then every
+ * transfer first records an event on each (hp->fence[i]) and makes the
+ * copy queue wait for it (kvs_drv_stream_wait()), so its copies start only
+ * after the kernels queued on those streams before the call: a backup
+ * reads pages their prefill has finished writing, and a load does not
+ * overwrite pages a kernel still reads, without a host synchronization.
+ * fence_lock keeps each record and its wait together.
  *
  * Transfers hold their host pages busy (a per-page count) from submission
  * until the pool sees their completion (a query or wait that reports it, or
@@ -56,6 +69,8 @@
  * the counters.  It is never held across a driver call or a wait and no
  * other lock is taken under it (kvs_slab_refcount() is a relaxed load), so
  * a tiered cache may call the pool from inside its writer section.
+ * hp->fence_lock is held across the fence's driver calls (never a wait),
+ * with no other lock of the pool, and is taken before the driver's.
  */
 #include <math.h>
 #include <pthread.h>
@@ -120,6 +135,11 @@ struct kvs_hpool {
 	uint32_t ncache;
 	uint64_t live;		/* handles given out and not freed */
 	uint64_t st[KVS_HPOOL_STAT__COUNT];
+
+	kvs_stream_t *streams;	/* the engine's, for the fence; set at create */
+	uint32_t nstreams;
+	kvs_event_t **fence;	/* one per stream */
+	pthread_mutex_t fence_lock;
 };
 
 static inline unsigned char *host_piece(const struct kvs_hpool *hp, uint32_t page, uint32_t b)
@@ -226,7 +246,12 @@ static void hpool_release(struct kvs_hpool *hp)
 	}
 	if (hp->mem)
 		kvs_drv_host_free(hp->drv, hp->mem);
-	KVS_FREE_ALL(hp->buf, hp->stack, hp->state, hp->busy, hp->dmark);
+	if (hp->fence)
+		for (l = 0; l < hp->nstreams; l++)
+			kvs_event_destroy(hp->fence[l]);
+	KVS_FREE_ALL(hp->buf, hp->stack, hp->state, hp->busy, hp->dmark, hp->streams,
+		     hp->fence);
+	pthread_mutex_destroy(&hp->fence_lock);
 	pthread_mutex_destroy(&hp->lock);
 	free(hp);
 }
@@ -237,13 +262,16 @@ static void hpool_release(struct kvs_hpool *hp)
  * @attr: attributes, or NULL for the defaults of kvs_hpool_attr_init().
  *
  * Host memory comes from kvs_drv_host_alloc() on @dev's driver, in one
- * block of capacity x page_bytes bytes.
+ * block of capacity x page_bytes bytes.  With streams, the pool keeps a
+ * copy of the array and one driver event per stream, for the fence every
+ * transfer sets after them.
  *
  * Context: MT-Safe.
  * Return: the pool, or NULL with errno EINVAL (NULL @dev, a layout not
  * known, not exactly one of ratio and bytes, a negative or non-finite ratio,
- * a size of no page or of more than INT32_MAX pages), ENOMEM, EOVERFLOW, or
- * the driver's errno from kvs_drv_host_alloc().
+ * a size of no page or of more than INT32_MAX pages, NULL streams with
+ * nstreams not 0), ENOMEM, EOVERFLOW, or the driver's errno from
+ * kvs_drv_host_alloc() or kvs_event_create().
  */
 KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t *attr)
 {
@@ -258,7 +286,8 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 		attr = &def;
 	}
 	if (!dev || (attr->layout != KVS_HPOOL_LAYER_FIRST &&
-		     attr->layout != KVS_HPOOL_PAGE_FIRST)) {
+		     attr->layout != KVS_HPOOL_PAGE_FIRST) ||
+	    (!attr->streams && attr->nstreams)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -266,6 +295,7 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 	if (!hp)
 		return NULL; /* errno ENOMEM */
 	pthread_mutex_init(&hp->lock, NULL);
+	pthread_mutex_init(&hp->fence_lock, NULL);
 	m = kvsi_pool_model(dev);
 	hp->dev = dev;
 	hp->drv = kvsi_pool_drv(dev);
@@ -295,6 +325,19 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 	if (kvs_drv_host_alloc(hp->drv, hp->bytes, (void **)&hp->mem) < 0) {
 		hp->mem = NULL;
 		goto fail;
+	}
+	if (attr->nstreams) {
+		hp->streams = malloc(attr->nstreams * sizeof(*hp->streams));
+		hp->fence = calloc(attr->nstreams, sizeof(*hp->fence));
+		if (!hp->streams || !hp->fence) {
+			errno = ENOMEM;
+			goto fail;
+		}
+		memcpy(hp->streams, attr->streams, attr->nstreams * sizeof(*hp->streams));
+		hp->nstreams = attr->nstreams;
+		for (i = 0; i < hp->nstreams; i++)
+			if (kvs_event_create(hp->drv, &hp->fence[i]) < 0)
+				goto fail;
 	}
 	/* Pages 0, 1, 2, ... come off the top first: runs for merged copies. */
 	for (i = 0; i < hp->npages; i++)
@@ -735,19 +778,50 @@ static int xfer_check(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int3
 	return 0;
 }
 
+/* Order the copy queue after the engine's streams: record an event on each
+ * and make the queue wait for it.  0, or -1 with the driver's errno. */
+static int xfer_fence(struct kvs_hpool *hp)
+{
+	uint32_t i;
+	int rc = 0;
+
+	if (!hp->nstreams)
+		return 0;
+	pthread_mutex_lock(&hp->fence_lock);
+	for (i = 0; i < hp->nstreams && rc == 0; i++)
+		if (kvs_event_record(hp->fence[i], hp->streams[i]) < 0 ||
+		    kvs_drv_stream_wait(hp->drv, hp->fence[i]) < 0)
+			rc = -1;
+	pthread_mutex_unlock(&hp->fence_lock);
+	return rc;
+}
+
 /*
- * Submit the copies of a validated transfer, layer by layer, the last copy
- * of layer l recording x->ev[l].  Counts what was submitted in *copies and
- * *bytes.  Return: 0, or -1 with the driver's errno at the first copy that
- * could not be submitted.
+ * Submit the copies of a validated transfer after the fence, one
+ * submission per layer (every buffer's merged copies of the layer), each
+ * recording x->ev[l].  Counts what was submitted in *copies and *bytes.
+ * Return: 0, or -1 with errno ENOMEM (nothing submitted) or the driver's
+ * at the first submission that failed.
  */
 static int xfer_submit(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int32_t *dev,
 		       const int32_t *host, size_t n, bool to_host, uint64_t *copies,
 		       uint64_t *bytes)
 {
+	kvs_copy_t *c;
+	size_t cap;
 	uint32_t l, i;
+	int rc = 0;
 
-	for (l = 0; l < hp->layers; l++) {
+	if (!kvs_size_mul(n, hp->bpl, &cap) || !(c = malloc(cap * sizeof(*c))))
+		return kvs_fail(ENOMEM);
+	if (xfer_fence(hp) < 0) {
+		rc = -1;
+		goto out;
+	}
+	for (l = 0; l < hp->layers && rc == 0; l++) {
+		size_t nc = 0;
+		uint64_t lbytes = 0;
+
 		for (i = 0; i < hp->bpl; i++) {
 			uint32_t b = l * hp->bpl + i;
 			const struct hbuf *hb = &hp->buf[b];
@@ -757,25 +831,35 @@ static int xfer_submit(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int
 				kvs_devptr_t d = hb->dbase + (uint64_t)dev[k] * hb->piece;
 				unsigned char *h = host_piece(hp, (uint32_t)host[k], b);
 				size_t len = hb->piece, j = k + 1;
-				kvs_event_t *ev;
-				int rc;
 
 				while (j < n && hb->dbase + (uint64_t)dev[j] * hb->piece == d + len &&
 				       host_piece(hp, (uint32_t)host[j], b) == h + len) {
 					len += hb->piece;
 					j++;
 				}
-				ev = (i + 1 == hp->bpl && j == n) ? x->ev[l] : NULL;
-				rc = to_host ? kvs_drv_copy_dtoh(hp->drv, h, d, len, ev)
-					     : kvs_drv_copy_htod(hp->drv, d, h, len, ev);
-				if (rc < 0)
-					return -1;
-				(*copies)++;
-				*bytes += len;
+				c[nc].dst = to_host ? (uintptr_t)h : d;
+				c[nc].src = to_host ? d : (uintptr_t)h;
+				c[nc].bytes = len;
+				nc++;
+				lbytes += len;
 				k = j;
 			}
 		}
+		rc = kvs_drv_copy_batch(hp->drv, to_host ? KVS_COPY_DTOH : KVS_COPY_HTOD, c, nc,
+					x->ev[l]);
+		if (rc == 0) {
+			*copies += nc;
+			*bytes += lbytes;
+		}
 	}
+out:
+	if (rc < 0) {
+		int e = errno;
+
+		free(c);
+		return kvs_fail(e);
+	}
+	free(c);
 	return 0;
 }
 
@@ -974,6 +1058,43 @@ KVS_EXPORT int kvs_hpool_xfer_layer_wait(kvs_hpool_xfer_t *x, uint32_t layer)
 	if (!x || layer >= x->hp->layers)
 		return kvs_fail(EINVAL);
 	return xfer_wait_layer(x, layer, true);
+}
+
+/**
+ * kvs_hpool_xfer_layer_stream_wait() - make an engine stream wait for one
+ * layer of a transfer, on the device.
+ * @xfer: transfer.
+ * @layer: layer.
+ * @stream: the engine's stream (as kvs_event_stream_wait() takes it).
+ *
+ * Work queued on @stream after the call starts once layer @layer (and so
+ * every layer before it) has arrived; the caller does not wait
+ * (kvs_event_stream_wait() of the layer's event).  A driver without
+ * KVS_DRV_CAP_STREAM_WAIT has no engine streams to hold back: the call
+ * waits for the layer on the calling thread, as kvs_hpool_xfer_layer_wait()
+ * does.  The pool learns of the completion only from a query or a wait.
+ *
+ * Context: MT-Safe; blocks only without KVS_DRV_CAP_STREAM_WAIT.
+ * Return: 0, or -1 with errno EINVAL or the driver's errno (the transfer
+ * failed, as far as the pool knows).
+ */
+KVS_EXPORT int kvs_hpool_xfer_layer_stream_wait(kvs_hpool_xfer_t *x, uint32_t layer,
+						kvs_stream_t stream)
+{
+	struct kvs_hpool *hp;
+	int e;
+
+	if (!x || layer >= x->hp->layers)
+		return kvs_fail(EINVAL);
+	hp = x->hp;
+	if (!(kvs_drv_caps(hp->drv) & KVS_DRV_CAP_STREAM_WAIT))
+		return xfer_wait_layer(x, layer, true);
+	pthread_mutex_lock(&hp->lock);
+	e = x->state == XF_FAILED ? x->err : 0;
+	pthread_mutex_unlock(&hp->lock);
+	if (e)
+		return kvs_fail(e);
+	return kvs_event_stream_wait(x->ev[layer], stream);
 }
 
 /**

@@ -10,9 +10,14 @@
  * copy per buffer; "scattered": host pages in descending order, so that no
  * two pages merge (layer-first only; page-first pages never merge).
  *
+ * "copies" counts the pieces a transfer moves, "batches" the driver's
+ * kvs_drv_copy_batch() submissions (one per layer where a layer has more
+ * than one piece).
+ *
  * On the host driver a "device" is host memory too, so the fraction says
  * what the pool's bookkeeping and its split into copies cost against the
- * memory bandwidth, not what PCIe would give.
+ * memory bandwidth, not what PCIe would give.  KVSLAB_DRIVER names another
+ * driver (cuda on a GPU; the memcpy column stays a host memcpy).
  *
  * Usage: bench_hostpool [ROUNDS [TOKENS]]   (medians; defaults 5 and 512)
  */
@@ -28,6 +33,7 @@
 
 static int rounds = 5;
 static uint32_t tokens = 512;
+static kvs_drv_t *the_drv;	/* for its counters */
 
 static void model(kvs_model_t *m)
 {
@@ -70,7 +76,7 @@ static double memcpy_gbps(size_t bytes)
 
 struct result {
 	double gbps;
-	uint64_t copies;
+	uint64_t copies, batches;
 };
 
 /* One direction, median over the rounds (after one warm-up). */
@@ -78,7 +84,7 @@ static int measure(kvs_hpool_t *hp, const int32_t *dev, const int32_t *host, siz
 		   int load, size_t bytes, struct result *res)
 {
 	uint64_t *t = calloc((size_t)rounds + 1, sizeof(*t));
-	uint64_t c0;
+	uint64_t c0, b0;
 	int r;
 
 	if (!t)
@@ -89,6 +95,7 @@ static int measure(kvs_hpool_t *hp, const int32_t *dev, const int32_t *host, siz
 		uint32_t l;
 
 		c0 = kvs_hpool_stat(hp, KVS_HPOOL_STAT_copies);
+		b0 = kvs_drv_stat(the_drv, KVS_DRV_STAT_batch_calls);
 		if ((load ? kvs_hpool_load : kvs_hpool_backup)(hp, dev, host, n, &x) < 0)
 			goto fail;
 		for (l = 0; load && l < LAYERS; l++)
@@ -99,6 +106,8 @@ static int measure(kvs_hpool_t *hp, const int32_t *dev, const int32_t *host, siz
 		kvs_hpool_xfer_free(x);
 		t[r] = bench_ns() - t0;
 		res->copies = kvs_hpool_stat(hp, KVS_HPOOL_STAT_copies) - c0;
+		res->batches = kvs_drv_stat(the_drv,
+					    KVS_DRV_STAT_batch_calls) - b0;
 	}
 	res->gbps = (double)bytes / (double)bench_quantile(t + 1, (size_t)rounds, 0.5);
 	free(t);
@@ -142,16 +151,17 @@ static int run(kvs_drv_t *d, int layout, uint32_t ps, double base)
 	}
 	for (pat = 0; pat < (layout == KVS_HPOOL_LAYER_FIRST ? 2 : 1); pat++) {
 		for (dir = 0; dir < 2; dir++) {
-			struct result res = {0, 0};
+			struct result res = {0, 0, 0};
 
 			if (measure(hp, dev, pat ? rev : host, n, dir, bytes, &res) < 0) {
 				perror("bench_hostpool: transfer");
 				goto out;
 			}
-			printf("%-11s %4u  %-9s  %-6s %8llu  %6.1f  %7.2f  %6.3f\n",
+			printf("%-11s %4u  %-9s  %-6s %8llu %8llu  %6.1f  %7.2f  %6.3f\n",
 			       layout == KVS_HPOOL_LAYER_FIRST ? "layer_first" : "page_first", ps,
 			       layout == KVS_HPOOL_PAGE_FIRST ? "-" : pat ? "scattered" : "runs",
 			       dir ? "load" : "backup", (unsigned long long)res.copies,
+			       (unsigned long long)res.batches,
 			       (double)bytes / (1 << 20), res.gbps, res.gbps / base);
 		}
 	}
@@ -183,17 +193,17 @@ int main(int argc, char **argv)
 		tokens = atoi(argv[2]) >= 64 ? (uint32_t)atoi(argv[2]) / 64 * 64 : tokens;
 	model(&m);
 	kvs_drv_attr_init(&da);
-	d = kvs_drv_open("host", &da);
+	the_drv = d = kvs_drv_open(getenv("KVSLAB_DRIVER") ? getenv("KVSLAB_DRIVER") : "host", &da);
 	if (!d) {
 		perror("bench_hostpool: kvs_drv_open");
 		return 1;
 	}
 	base = memcpy_gbps((size_t)tokens * kvs_model_cell_size(&m));
-	printf("bench_hostpool: %u tokens of %zu KiB (%d layers), host driver, %d rounds\n",
-	       tokens, kvs_model_cell_size(&m) >> 10, LAYERS, rounds);
+	printf("bench_hostpool: %u tokens of %zu KiB (%d layers), %s driver, %d rounds\n",
+	       tokens, kvs_model_cell_size(&m) >> 10, LAYERS, kvs_drv_name(d), rounds);
 	printf("one memcpy of the same bytes: %.2f GB/s\n", base);
-	printf("%-11s %4s  %-9s  %-6s %8s  %6s  %7s  %6s\n", "layout", "page", "pages", "dir",
-	       "copies", "MiB", "GB/s", "/memcpy");
+	printf("%-11s %4s  %-9s  %-6s %8s %8s  %6s  %7s  %6s\n", "layout", "page", "pages", "dir",
+	       "copies", "batches", "MiB", "GB/s", "/memcpy");
 	for (lay = 0; lay < 2; lay++)
 		for (p = 0; p < 3; p++)
 			if (run(d, lay ? KVS_HPOOL_PAGE_FIRST : KVS_HPOOL_LAYER_FIRST, ps[p], base) < 0)

@@ -11,6 +11,7 @@
  * cache, no chunk pool, no empty slab kept: every byte the tests count is
  * a mapped slab.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -606,6 +607,23 @@ static void page_check(kvs_pool_t *p, int32_t pg, unsigned int seed)
  * and C are full, B empty and given back: 2 slabs, the floor.  Every byte
  * moves, rows read 0 11 9 and 2 8 3, key 201 matches location 3.
  */
+/* Calls of libcuda function @fn the double counted; 0 without it. */
+static unsigned long dbl_calls(const char *fn)
+{
+	const char *path = getenv("KVSLAB_CUDA_DOUBLE");
+	unsigned long (*calls)(const char *);
+	unsigned long n = 0;
+	void *h;
+
+	if (!path || !*path || !(h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
+		return 0;
+	calls = (unsigned long (*)(const char *))dlsym(h, "kvsdbl_calls");
+	if (calls)
+		n = calls(fn);
+	dlclose(h);
+	return n;
+}
+
 START_TEST(test_compact)
 {
 	struct env e;
@@ -614,6 +632,7 @@ START_TEST(test_compact)
 	int32_t locs[16], row1[3] = {0, 4, 9}, row2[3] = {2, 8, 6}, got[3];
 	int32_t unused[8] = {3, 5, 7, 11, 12, 13, 14, 15}, key, l, extra = 4;
 	static const int32_t live[8] = {0, 1, 2, 4, 6, 8, 9, 10};
+	uint64_t b0, k0, r0;
 	int i;
 
 	env_open(&e, _i, 32, 0);
@@ -642,7 +661,19 @@ START_TEST(test_compact)
 	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 0);
 	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &extra), 0);
 
+	b0 = kvs_drv_stat(e.d, KVS_DRV_STAT_bytes_copied);
+	k0 = kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls);
+	r0 = dbl_calls("cuEventRecord");
 	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 2);
+	/* The double: the fence on the allocator's stream (stream 0), and
+	 * the event after the copies. */
+	if (strcmp(tu_backends[_i], "cuda") == 0)
+		ck_assert_uint_eq(dbl_calls("cuEventRecord") - r0, 2);
+	/* Device to device, in one batch: 2 pages of 2 x 1024 bytes copied
+	 * once (through a host staging buffer they would be copied twice),
+	 * and the two rewritten row entries. */
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_bytes_copied) - b0, 2 * 2048 + 2 * 4);
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls) - k0, 1);
 	ck_assert_int_eq(kvs_slab_shrink(e.s), 0);
 	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_bytes_mapped), 2 * SLAB_BYTES);
 	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_slabs_full), 2);

@@ -288,6 +288,69 @@ END_TEST
 
 /* A row that cannot be written (a failed copy to the device table) fails
  * the batch and leaks nothing. */
+/* A prepare sends its rows to the device in one submission: one batch of
+ * one copy per request (a cached prefix and the new locations of a request
+ * are one copy), not one write per request; the device rows equal the
+ * mirror's. */
+START_TEST(test_one_submission_per_call)
+{
+	struct env e;
+	int32_t t[8][64], out[8 * 64], dev[64];
+	kvs_req_t q[8], *batch[8];
+	uint64_t b0, c0;
+	kvs_devptr_t base;
+	size_t stride;
+	int i, k, step;
+
+	for (i = 0; i < 8; i++)
+		for (k = 0; k < 64; k++)
+			t[i][k] = k < 20 ? 7 + k : 1000 * i + k; /* 20 shared tokens */
+	env_open(&e, 4, 1 << 16);
+	/* Cache the shared prefix first. */
+	kvs_req_init(&q[0], t[0], 30, 0, 0);
+	batch[0] = &q[0];
+	ck_assert_int_eq(kvs_flow_prepare_extend(e.f, batch, 1, out), 30);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q[0]), 0);
+	for (i = 0; i < 8; i++) {
+		kvs_req_init(&q[i], t[i], 40, 0, 0);
+		batch[i] = &q[i];
+	}
+	b0 = kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls);
+	c0 = kvs_drv_stat(e.d, KVS_DRV_STAT_copy_calls);
+	ck_assert_int_gt(kvs_flow_prepare_extend(e.f, batch, 8, out), 0);
+	for (i = 0; i < 8; i++)
+		ck_assert_uint_ge(q[i].prefix_len, 20); /* q[0]: its own 28 */
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls) - b0, 1);
+	ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_copy_calls) - c0, 8);
+	for (step = 0; step < 10; step++) {
+		b0 = kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls);
+		c0 = kvs_drv_stat(e.d, KVS_DRV_STAT_copy_calls);
+		ck_assert_int_eq(kvs_flow_prepare_decode(e.f, batch, 8, out), 0);
+		ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls) - b0, 1);
+		ck_assert_uint_eq(kvs_drv_stat(e.d, KVS_DRV_STAT_copy_calls) - c0, 8);
+		for (i = 0; i < 8; i++) {
+			int32_t loc;
+
+			row(&e, &q[i], q[i].kv_len - 1, 1, &loc);
+			ck_assert_int_eq(loc, out[i]);
+		}
+	}
+	ck_assert_int_eq(kvs_reqtab_sync(e.tab), 0);
+	ck_assert_int_eq(kvs_reqtab_table(e.tab, &base, &stride), 0);
+	for (i = 0; i < 8; i++) {
+		ck_assert_uint_eq(q[i].kv_len, 50);
+		ck_assert_int_eq(kvs_drv_copy_dtoh(e.d, dev, base + (uint64_t)q[i].slot * stride,
+						   sizeof(dev), NULL), 0);
+		ck_assert_int_eq(kvs_drv_synchronize(e.d), 0);
+		ck_assert_int_eq(memcmp(dev, kvs_reqtab_row(e.tab, (uint32_t)q[i].slot),
+					50 * sizeof(int32_t)), 0);
+	}
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(kvs_flow_release(e.f, &q[i]), 0);
+	env_close(&e);
+}
+END_TEST
+
 START_TEST(test_row_write_failure)
 {
 	struct env e;
@@ -493,6 +556,7 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_release_and_errors);
 	tcase_add_test(tc, test_set_stream);
 	tcase_add_test(tc, test_row_write_failure);
+	tcase_add_test(tc, test_one_submission_per_call);
 	tcase_add_test(tc, test_disabled_cache);
 	tcase_add_test(tc, test_worker_keeps_cache);
 	tcase_add_test(tc, test_batch_names_twice);

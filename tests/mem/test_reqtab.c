@@ -8,10 +8,23 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
+/* The granularity asked of the host backend and of the double; the
+ * expectations take the driver's own (kvs_drv_granularity()), which on a
+ * real GPU is 2 MiB. */
 #define GRAN (64 * 1024)
+
+/* @bytes rounded up to the driver's granularity. */
+static size_t rounded(kvs_drv_t *d, size_t bytes)
+{
+	size_t g = kvs_drv_granularity(d);
+
+	ck_assert_uint_gt(g, 0);
+	return (bytes + g - 1) / g * g;
+}
 
 static kvs_reqtab_t *mk(kvs_drv_t *d, uint32_t reqs, uint32_t ctx)
 {
@@ -271,15 +284,15 @@ END_TEST
 START_TEST(test_device_table)
 {
 	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
-	/* 33 rows of 500 entries: 66000 bytes, two granules. */
+	/* 33 rows of 500 entries: 66000 bytes (two granules of 64 KiB). */
 	kvs_reqtab_t *t = mk(d, 33, 500);
 	int32_t in[500], out[500];
 	uint32_t s[33], k, j;
 	kvs_devptr_t base;
 	size_t stride;
 
-	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 2 * GRAN);
-	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), 2 * GRAN);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), rounded(d, 66000));
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_reserved), rounded(d, 66000));
 	ck_assert_int_eq(kvs_reqtab_table(t, &base, &stride), 0);
 	ck_assert_uint_eq(stride, 500 * sizeof(int32_t));
 	ck_assert_int_eq(kvs_reqtab_table(t, &base, NULL), 0);
@@ -299,7 +312,7 @@ START_TEST(test_device_table)
 		for (k = 250; k < 500; k += 50)
 			ck_assert_int_eq(kvs_reqtab_write(t, s[j], k, 50, in + k), 0);
 	}
-	/* The last row crosses into the second granule. */
+	/* The last row crosses into the second granule (of 64 KiB). */
 	ck_assert_int_eq(kvs_reqtab_write(t, s[32], 499, 1, (int32_t[]){-7}), 0);
 	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
 	for (j = 0; j < 33; j++) {
@@ -359,8 +372,8 @@ START_TEST(test_destroy_clean)
 	int32_t v[4] = {1, 2, 3, 4};
 	uint32_t s[10];
 
-	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), 7 * GRAN);
-	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), 7 * GRAN);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_mapped), rounded(d, 400000));
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_bytes_created), rounded(d, 400000));
 	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_chunks), 1);
 	ck_assert_uint_ge(kvs_drv_stat(d, KVS_DRV_STAT_bytes_host), 400000);
 	/* Slots still held and copies still queued at destroy. */
@@ -406,8 +419,9 @@ START_TEST(test_faults)
 		assert_clean(f);
 		assert_clean(inner);
 	}
-	/* reserve, create, map, access, host_alloc, the zeroing copy. */
-	ck_assert_uint_eq(k, 7);
+	/* reserve, create, map, access, host_alloc (mirror, then ring), the
+	 * zeroing copy. */
+	ck_assert_uint_eq(k, 8);
 	ck_assert_int_eq(kvs_reqtab_alloc(t, 1, &s), 0);
 	ck_assert_int_eq(kvs_reqtab_write(t, s, 10, 4, v), 0);
 	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_COPY, 1, EIO), 0);
@@ -422,6 +436,328 @@ START_TEST(test_faults)
 	ck_assert_int_eq(kvs_drv_synchronize(f), 0);
 	ck_assert_mem_eq(out, v, sizeof(v));
 	ck_assert_int_eq(kvs_reqtab_write(t, s, 10, 4, w), 0);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	assert_clean(f);
+	ck_assert_int_eq(kvs_drv_close(f), 0);
+}
+END_TEST
+
+/* The device table's row of @slot equals the mirror's (after a sync). */
+static void assert_device_row(kvs_drv_t *d, kvs_reqtab_t *t, uint32_t slot)
+{
+	uint32_t ctx = kvs_reqtab_max_context(t);
+	int32_t *out = malloc((size_t)ctx * sizeof(int32_t));
+	kvs_devptr_t base;
+	size_t stride;
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(kvs_reqtab_table(t, &base, &stride), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, base + (uint64_t)slot * stride,
+					   (size_t)ctx * sizeof(int32_t), NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_mem_eq(out, kvs_reqtab_row(t, slot), (size_t)ctx * sizeof(int32_t));
+	free(out);
+}
+
+#define STEP_REQS 128
+#define STEPS 100
+
+/* A decode step of 128 requests is one batch: one submission of 128
+ * copies, not 128 copies and 128 events; the device gets every entry. */
+START_TEST(test_batch_decode_step)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_reqtab_t *t = mk(d, STEP_REQS, 256);
+	kvs_reqtab_write_t w[STEP_REQS];
+	int32_t loc[STEP_REQS];
+	uint32_t s[STEP_REQS], k, step;
+	uint64_t batches, copies, submits;
+
+	ck_assert_int_eq(kvs_reqtab_alloc(t, STEP_REQS, s), 0);
+	batches = kvs_drv_stat(d, KVS_DRV_STAT_batch_calls);
+	copies = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls);
+	for (step = 0; step < STEPS; step++) {
+		for (k = 0; k < STEP_REQS; k++) {
+			loc[k] = (int32_t)(k * 100000 + step);
+			w[k].slot = s[k];
+			w[k].pos = step;
+			w[k].n = 1;
+			w[k].locs = &loc[k];
+		}
+		ck_assert_int_eq(kvs_reqtab_write_batch(t, w, STEP_REQS), 0);
+	}
+	/* 100 steps of 512 bytes cross a 64 KiB segment of the ring never:
+	 * one batch a step (and no event a step: a segment's event is
+	 * recorded when the ring moves on). */
+	batches = kvs_drv_stat(d, KVS_DRV_STAT_batch_calls) - batches;
+	copies = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls) - copies;
+	ck_assert_uint_eq(batches, STEPS);
+	ck_assert_uint_eq(copies, STEPS * STEP_REQS);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	for (k = 0; k < STEP_REQS; k++) {
+		const int32_t *row = kvs_reqtab_row(t, s[k]);
+
+		for (step = 0; step < STEPS; step++)
+			ck_assert_int_eq(row[step], (int32_t)(k * 100000 + step));
+		assert_device_row(d, t, s[k]);
+	}
+	/* Single writes: one copy each, no batch, no event. */
+	batches = kvs_drv_stat(d, KVS_DRV_STAT_batch_calls);
+	submits = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls);
+	for (k = 0; k < STEP_REQS; k++)
+		ck_assert_int_eq(kvs_reqtab_write(t, s[k], STEPS, 1, &loc[k]), 0);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_batch_calls), batches);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_copy_calls), submits + STEP_REQS);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	for (k = 0; k < STEP_REQS; k++)
+		assert_device_row(d, t, s[k]);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	assert_clean(d);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* A slot written twice in a batch: later entries win, as sequential
+ * writes; one copy of the slot's span, bytes between the two writes kept. */
+START_TEST(test_batch_duplicates)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_reqtab_t *t = mk(d, 4, 64);
+	int32_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[4] = {-1, -2, -3, -4}, c[2] = {90, 91};
+	int32_t base_row[64], out[64];
+	kvs_reqtab_write_t w[4];
+	uint32_t s[2], k;
+	uint64_t copies;
+
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 2, s), 0);
+	for (k = 0; k < 64; k++)
+		base_row[k] = (int32_t)(1000 + k);
+	ck_assert_int_eq(kvs_reqtab_write(t, s[0], 0, 64, base_row), 0);
+	/* s0: [10, 18) = a, then [14, 18) = b over it, then [30, 32) = c;
+	 * s1: [0, 2) = c. */
+	w[0] = (kvs_reqtab_write_t){ s[0], 10, 8, a };
+	w[1] = (kvs_reqtab_write_t){ s[1], 0, 2, c };
+	w[2] = (kvs_reqtab_write_t){ s[0], 14, 4, b };
+	w[3] = (kvs_reqtab_write_t){ s[0], 30, 2, c };
+	copies = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls);
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 4), 0);
+	/* One copy a slot. */
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_copy_calls), copies + 2);
+	memcpy(out, base_row, sizeof(out));
+	memcpy(out + 10, a, sizeof(a));
+	memcpy(out + 14, b, sizeof(b));
+	memcpy(out + 30, c, sizeof(c));
+	ck_assert_mem_eq(kvs_reqtab_row(t, s[0]), out, sizeof(out));
+	ck_assert_int_eq(kvs_reqtab_row(t, s[1])[0], 90);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[1])[1], 91);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	assert_device_row(d, t, s[0]);
+	assert_device_row(d, t, s[1]);
+	/* The same range twice: the second wins. */
+	w[0] = (kvs_reqtab_write_t){ s[1], 0, 2, b };
+	w[1] = (kvs_reqtab_write_t){ s[1], 0, 2, a };
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 2), 0);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[1])[0], 1);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[1])[1], 2);
+	assert_device_row(d, t, s[1]);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* A batch with one bad entry changes no row and submits nothing. */
+START_TEST(test_batch_all_or_nothing)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	kvs_reqtab_t *t = mk(d, 4, 16);
+	int32_t v[4] = {5, 6, 7, 8}, zero[16] = {0};
+	kvs_reqtab_write_t w[3];
+	uint32_t s[2];
+	uint64_t copies, batches;
+
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 2, s), 0);
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, NULL, 0), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, NULL, 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_reqtab_write_batch(NULL, w, 0), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	copies = kvs_drv_stat(d, KVS_DRV_STAT_copy_calls);
+	batches = kvs_drv_stat(d, KVS_DRV_STAT_batch_calls);
+	w[0] = (kvs_reqtab_write_t){ s[0], 0, 4, v };
+	w[1] = (kvs_reqtab_write_t){ s[1], 0, 4, v };
+	/* A slot not allocated, last. */
+	w[2] = (kvs_reqtab_write_t){ 3, 0, 1, v };
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	/* Out of the row. */
+	w[2] = (kvs_reqtab_write_t){ s[1], 14, 4, v };
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), -1);
+	ck_assert_int_eq(errno, ERANGE);
+	/* NULL locations. */
+	w[2] = (kvs_reqtab_write_t){ s[1], 4, 4, NULL };
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_mem_eq(kvs_reqtab_row(t, s[0]), zero, sizeof(zero));
+	ck_assert_mem_eq(kvs_reqtab_row(t, s[1]), zero, sizeof(zero));
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_copy_calls), copies);
+	ck_assert_uint_eq(kvs_drv_stat(d, KVS_DRV_STAT_batch_calls), batches);
+	/* Entries of 0 entries are checked and skipped. */
+	w[2] = (kvs_reqtab_write_t){ s[1], 16, 0, NULL };
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), 0);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	assert_device_row(d, t, s[0]);
+	assert_device_row(d, t, s[1]);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[1])[3], 8);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* Writes far larger than a segment of the staging ring, and many small
+ * ones, wrapping the ring many times without a sync: the device ends
+ * equal to the mirror (a segment reused before its copies ran would
+ * leave later bytes where earlier ones belong). */
+START_TEST(test_ring_wrap)
+{
+	kvs_drv_t *d = tu_open_gran(_i, GRAN, 0, 0);
+	/* 8 rows of 20000 entries: 640000 bytes, 64 KiB segments. */
+	kvs_reqtab_t *t = mk(d, 8, 20000);
+	int32_t *in = malloc(20000 * sizeof(int32_t));
+	kvs_reqtab_write_t w[8];
+	uint32_t s[8], k, j, round;
+
+	ck_assert_ptr_nonnull(in);
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 8, s), 0);
+	for (round = 0; round < 6; round++) {
+		for (j = 0; j < 8; j++) {
+			for (k = 0; k < 20000; k++)
+				in[k] = (int32_t)(round * 1000000 + j * 30000 + k);
+			/* Whole rows, one at a time: 80000 bytes each. */
+			ck_assert_int_eq(kvs_reqtab_write(t, s[j], 0, 20000, in), 0);
+		}
+		/* Then a batch of pieces of every row. */
+		for (j = 0; j < 8; j++) {
+			w[j].slot = s[j];
+			w[j].pos = 1000 * j + round;
+			w[j].n = 5000;
+			w[j].locs = in + j;
+		}
+		ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 8), 0);
+		for (k = 0; k < 3000; k++)
+			ck_assert_int_eq(kvs_reqtab_write(t, s[k % 8], k, 1, in + k), 0);
+	}
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	for (j = 0; j < 8; j++)
+		assert_device_row(d, t, s[j]);
+	free(in);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	assert_clean(d);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+struct wrap_arg {
+	kvs_reqtab_t *t;
+	uint32_t *s;
+	int32_t *in;
+	_Atomic int done, errors;
+};
+
+static void *wrap_writer(void *p)
+{
+	struct wrap_arg *a = p;
+	uint32_t j;
+
+	/* 9 whole rows of 80000 bytes: more than the 8 x 64 KiB ring. */
+	for (j = 0; j < 9; j++)
+		if (kvs_reqtab_write(a->t, a->s[j % 8], 0, 20000, a->in + j) < 0)
+			atomic_fetch_add(&a->errors, 1);
+	atomic_store(&a->done, 1);
+	return NULL;
+}
+
+/* The ring is reused only after the copies out of it are done: with the
+ * double's copies held, a writer that wraps the ring waits until they are
+ * released (a writer that did not wait would be done, and would have
+ * overwritten the sources of copies still queued). */
+START_TEST(test_ring_waits)
+{
+	kvs_drv_t *d;
+	kvs_reqtab_t *t;
+	struct wrap_arg a;
+	pthread_t th;
+	uint32_t s[8], j, k;
+	int done;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return; /* the copy hold is the double's */
+	d = tu_open_gran(_i, GRAN, 0, 0);
+	t = mk(d, 8, 20000);
+	memset(&a, 0, sizeof(a));
+	a.in = malloc(20010 * sizeof(int32_t));
+	ck_assert_ptr_nonnull(a.in);
+	for (k = 0; k < 20010; k++)
+		a.in[k] = (int32_t)(k * 3 + 1);
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 8, s), 0);
+	a.t = t;
+	a.s = s;
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, wrap_writer, &a), 0);
+	/* However long this sleeps, the writer cannot get past the wrap. */
+	usleep(200000);
+	done = atomic_load(&a.done);
+	ck_assert_int_eq(done, 0);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_int_eq(atomic_load(&a.errors), 0);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	for (j = 0; j < 8; j++)
+		assert_device_row(d, t, s[j]);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[0])[0], a.in[8]);
+	free(a.in);
+	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+}
+END_TEST
+
+/* A batch whose copy fails leaves every row as it was, mirror and device. */
+START_TEST(test_batch_fault)
+{
+	kvs_drv_t *inner = tu_open_gran(_i, GRAN, 0, 0), *f;
+	kvs_reqtab_t *t;
+	int32_t v[4] = {1, 2, 3, 4}, w4[4] = {9, 9, 9, 9}, old[2][64];
+	kvs_reqtab_write_t w[3];
+	uint32_t s[2];
+
+	f = kvs_fault_open(inner);
+	ck_assert_ptr_nonnull(f);
+	t = mk(f, 4, 64);
+	ck_assert_int_eq(kvs_reqtab_alloc(t, 2, s), 0);
+	ck_assert_int_eq(kvs_reqtab_write(t, s[0], 10, 4, v), 0);
+	ck_assert_int_eq(kvs_reqtab_write(t, s[1], 0, 4, v), 0);
+	memcpy(old[0], kvs_reqtab_row(t, s[0]), sizeof(old[0]));
+	memcpy(old[1], kvs_reqtab_row(t, s[1]), sizeof(old[1]));
+	w[0] = (kvs_reqtab_write_t){ s[0], 10, 4, w4 };
+	w[1] = (kvs_reqtab_write_t){ s[1], 2, 4, w4 };
+	w[2] = (kvs_reqtab_write_t){ s[0], 40, 4, w4 };
+	ck_assert_int_eq(kvs_fault_fail_nth(f, KVS_OP_COPY, 1, EIO), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), -1);
+	ck_assert_int_eq(errno, EIO);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	ck_assert_mem_eq(kvs_reqtab_row(t, s[0]), old[0], sizeof(old[0]));
+	ck_assert_mem_eq(kvs_reqtab_row(t, s[1]), old[1], sizeof(old[1]));
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	assert_device_row(f, t, s[0]);
+	assert_device_row(f, t, s[1]);
+	/* And it goes through once the driver does. */
+	ck_assert_int_eq(kvs_reqtab_write_batch(t, w, 3), 0);
+	ck_assert_int_eq(kvs_reqtab_sync(t), 0);
+	ck_assert_int_eq(kvs_reqtab_row(t, s[0])[41], 9);
+	assert_device_row(f, t, s[0]);
+	assert_device_row(f, t, s[1]);
 	ck_assert_int_eq(kvs_reqtab_destroy(t), 0);
 	assert_clean(f);
 	ck_assert_int_eq(kvs_drv_close(f), 0);
@@ -541,7 +877,7 @@ START_TEST(test_failed_undo_parked)
 	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_chunks), 1); /* refused: parked */
 	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_bytes_reserved), 0);
 	/* The next allocation gives it back. */
-	ck_assert_int_eq(kvs_drv_reserve(f, GRAN, &p), 0);
+	ck_assert_int_eq(kvs_drv_reserve(f, kvs_drv_granularity(f), &p), 0);
 	ck_assert_uint_eq(kvs_drv_stat(f, KVS_DRV_STAT_chunks), 0);
 	ck_assert_int_eq(kvs_drv_unreserve(f, p), 0);
 	assert_clean(f);
@@ -579,6 +915,12 @@ static Suite *reqtab_suite(void)
 	tcase_add_loop_test(tc, test_faults, 0, nb);
 	tcase_add_loop_test(tc, test_failed_undo_parked, 0, nb);
 	tcase_add_loop_test(tc, test_threads, 0, nb);
+	tcase_add_loop_test(tc, test_batch_decode_step, 0, nb);
+	tcase_add_loop_test(tc, test_batch_duplicates, 0, nb);
+	tcase_add_loop_test(tc, test_batch_all_or_nothing, 0, nb);
+	tcase_add_loop_test(tc, test_ring_wrap, 0, nb);
+	tcase_add_loop_test(tc, test_ring_waits, 0, nb);
+	tcase_add_loop_test(tc, test_batch_fault, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -7,6 +7,7 @@
  * 0 returns while later layers are in flight), completion errors, bad input,
  * and a failed copy injected at every copy of a scenario.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -487,16 +488,22 @@ static uint64_t copies_of(struct env *e, const int32_t *dev, const int32_t *host
 	uint64_t c0 = hstat(e, KVS_HPOOL_STAT_copies);
 	uint64_t d0 = kvs_drv_stat(e->d, KVS_DRV_STAT_copy_calls);
 	uint64_t b0 = hstat(e, KVS_HPOOL_STAT_bytes_copied);
-	uint64_t c;
+	uint64_t k0 = kvs_drv_stat(e->d, KVS_DRV_STAT_batch_calls);
+	uint64_t c, batches;
 
 	ck_assert_int_eq(kvs_hpool_backup(e->hp, dev, host, n, NULL), 0);
 	c = hstat(e, KVS_HPOOL_STAT_copies) - c0;
 	ck_assert_uint_eq(kvs_drv_stat(e->d, KVS_DRV_STAT_copy_calls) - d0, c);
 	ck_assert_uint_eq(hstat(e, KVS_HPOOL_STAT_bytes_copied) - b0, n * page_bytes(e));
+	/* One submission per layer, however many copies. */
+	batches = e->layers;
+	ck_assert_uint_eq(kvs_drv_stat(e->d, KVS_DRV_STAT_batch_calls) - k0, batches);
 	/* A load of the same pairs merges the same way. */
 	c0 = hstat(e, KVS_HPOOL_STAT_copies);
+	k0 = kvs_drv_stat(e->d, KVS_DRV_STAT_batch_calls);
 	ck_assert_int_eq(kvs_hpool_load(e->hp, dev, host, n, NULL), 0);
 	ck_assert_uint_eq(hstat(e, KVS_HPOOL_STAT_copies) - c0, c);
+	ck_assert_uint_eq(kvs_drv_stat(e->d, KVS_DRV_STAT_batch_calls) - k0, batches);
 	return c;
 }
 
@@ -806,11 +813,12 @@ START_TEST(test_fault_every_copy)
 		k = h[1], h[1] = h[3], h[3] = k;
 		for (k = 0; k < FI_PAGES; k++)
 			dev_fill(&e, a[k], (unsigned)k + 11);
-		/* Count the scenario's copies. */
+		/* Count the scenario's submissions: one batch per layer of
+		 * each of its two transfers, however many copies. */
 		ncopies = kvs_fault_calls(f, KVS_OP_COPY);
 		ck_assert_int_eq(scenario(&e, a, b, h), 0);
 		ncopies = kvs_fault_calls(f, KVS_OP_COPY) - ncopies;
-		ck_assert_uint_gt(ncopies, 2 * LAYERS);
+		ck_assert_uint_eq(ncopies, 2 * LAYERS);
 		avail = kvs_hpool_available(e.hp);
 		dev_avail = kvs_pool_available(e.pool);
 		inj0 = kvs_fault_injected(f);
@@ -842,6 +850,145 @@ START_TEST(test_fault_every_copy)
 		dev_free(&e, FI_PAGES, b);
 		env_close(&e);
 	}
+}
+END_TEST
+
+/* ------------------------------------------------------------ streams */
+
+/* Calls of libcuda function @fn the double counted; 0 without it. */
+static unsigned long dbl_calls(const char *fn)
+{
+	const char *path = getenv("KVSLAB_CUDA_DOUBLE");
+	unsigned long (*calls)(const char *);
+	unsigned long n = 0;
+	void *h;
+
+	if (!path || !*path || !(h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
+		return 0;
+	calls = (unsigned long (*)(const char *))dlsym(h, "kvsdbl_calls");
+	if (calls)
+		n = calls(fn);
+	dlclose(h);
+	return n;
+}
+
+/* A pool given the engine's streams: every transfer is fenced after them
+ * (no host synchronization), layers can be waited for by a stream, and
+ * the bytes are right on every backend. */
+START_TEST(test_streams)
+{
+	int32_t a[4], b[4], h[4];
+	kvs_stream_t streams[2] = {0, 0};
+	kvs_hpool_attr_t ha;
+	kvs_hpool_xfer_t *x;
+	kvs_hpool_t *hp2;
+	unsigned long rec0;
+	struct env e;
+	uint32_t l;
+	int k;
+
+	env_open(&e, _i, 16, KVS_HPOOL_PAGE_FIRST, 0, LAYERS, 8);
+	if (strcmp(tu_backends[_i], "cuda") == 0)
+		streams[1] = tu_dbl_stream_create();
+	kvs_hpool_attr_init(&ha);
+	ha.layout = KVS_HPOOL_PAGE_FIRST;
+	ha.nstreams = 2;
+	errno = 0;
+	ck_assert_ptr_null(kvs_hpool_create(e.pool, &ha)); /* NULL streams */
+	ck_assert_int_eq(errno, EINVAL);
+	ha.streams = streams;
+	hp2 = kvs_hpool_create(e.pool, &ha);
+	ck_assert_ptr_nonnull(hp2);
+	/* The pool keeps its own copy of the array. */
+	ha.streams = NULL;
+	ck_assert_int_eq(kvs_hpool_destroy(e.hp), 0);
+	e.hp = hp2;
+	dev_alloc(&e, 4, a);
+	dev_alloc(&e, 4, b);
+	for (k = 0; k < 4; k++) {
+		dev_fill(&e, a[k], (unsigned)k + 21);
+		dev_fill(&e, b[k], 77);
+	}
+	ck_assert_int_eq(kvs_hpool_alloc(e.hp, 4, h), 0);
+	rec0 = dbl_calls("cuEventRecord");
+	ck_assert_int_eq(kvs_hpool_backup(e.hp, a, h, 4, &x), 0);
+	if (strcmp(tu_backends[_i], "cuda") == 0)
+		/* The fence: an event on each stream, then one a layer. */
+		ck_assert_uint_eq(dbl_calls("cuEventRecord") - rec0, 2 + LAYERS);
+	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
+	for (k = 0; k < 4; k++)
+		ck_assert(host_check(&e, h[k], (unsigned)k + 21));
+	/* A forward pass: layer l waited for by the stream. */
+	ck_assert_int_eq(kvs_hpool_load(e.hp, b, h, 4, &x), 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_hpool_xfer_layer_stream_wait(NULL, 0, streams[1]), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hpool_xfer_layer_stream_wait(x, LAYERS, streams[1]), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	for (l = 0; l < LAYERS; l++)
+		ck_assert_int_eq(kvs_hpool_xfer_layer_stream_wait(x, l, streams[1]), 0);
+	if (!(kvs_drv_caps(e.d) & KVS_DRV_CAP_STREAM_WAIT))
+		/* Waited for on this thread: the pool saw it arrive. */
+		ck_assert_int_eq(kvs_hpool_xfer_query(x), 1);
+	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
+	for (k = 0; k < 4; k++)
+		ck_assert(dev_check(&e, b[k], (unsigned)k + 21));
+	ck_assert_int_eq(kvs_hpool_free(e.hp, 4, h), 0);
+	dev_free(&e, 4, a);
+	dev_free(&e, 4, b);
+	env_close(&e);
+	if (streams[1])
+		tu_dbl_stream_destroy(streams[1]);
+}
+END_TEST
+
+/* A backup fenced after a kernel on the engine's stream does not complete
+ * before the kernel does: the copy queue waits on the device.  Needs a
+ * driver that orders on the device (KVS_DRV_CAP_STREAM_WAIT) and kernels
+ * (the double's): elsewhere there is nothing to see. */
+START_TEST(test_backup_after_kernel)
+{
+	int32_t a[4], h[4];
+	kvs_stream_t s;
+	kvs_hpool_attr_t ha;
+	kvs_hpool_xfer_t *x;
+	kvs_devptr_t buf;
+	struct env e;
+	size_t stride;
+	double t0;
+
+	if (strcmp(tu_backends[_i], "cuda") != 0)
+		return;
+	env_open(&e, _i, 16, KVS_HPOOL_LAYER_FIRST, 0, LAYERS, 8);
+	if (!(kvs_drv_caps(e.d) & KVS_DRV_CAP_STREAM_WAIT)) {
+		env_close(&e);
+		return;
+	}
+	s = tu_dbl_stream_create();
+	ck_assert_uint_ne(s, 0);
+	kvs_hpool_attr_init(&ha);
+	ha.streams = &s;
+	ha.nstreams = 1;
+	ck_assert_int_eq(kvs_hpool_destroy(e.hp), 0);
+	e.hp = kvs_hpool_create(e.pool, &ha);
+	ck_assert_ptr_nonnull(e.hp);
+	dev_alloc(&e, 4, a);
+	ck_assert_int_eq(kvs_hpool_alloc(e.hp, 4, h), 0);
+	ck_assert_int_eq(kvs_pool_buffer(e.pool, 0, KVS_KV_K, &buf, &stride), 0);
+	t0 = tu_seconds();
+	/* The engine's prefill: 0.3 s on its stream. */
+	ck_assert_int_eq(tu_dbl_kernel(s, buf + (uint64_t)a[0] * e.ps * stride,
+				       (size_t)e.ps * stride, 300000000ull), 0);
+	ck_assert_int_eq(kvs_hpool_backup(e.hp, a, h, 4, &x), 0);
+	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
+	ck_assert_double_ge(tu_seconds() - t0, 0.3);
+	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
+	ck_assert_int_eq(kvs_hpool_free(e.hp, 4, h), 0);
+	dev_free(&e, 4, a);
+	env_close(&e);
+	tu_dbl_stream_destroy(s);
 }
 END_TEST
 
@@ -1096,6 +1243,8 @@ static Suite *hostpool_suite(void)
 	tcase_add_loop_test(tc, test_bad_input, 0, nb);
 	tcase_add_loop_test(tc, test_threads, 0, nb);
 	tcase_add_loop_test(tc, test_stats, 0, nb);
+	tcase_add_loop_test(tc, test_streams, 0, nb);
+	tcase_add_loop_test(tc, test_backup_after_kernel, 0, nb);
 	suite_add_tcase(s, tc);
 	return s;
 }
