@@ -361,9 +361,16 @@ static int tiered_wait_layer(struct kvs_flow *f, uint32_t layer)
 
 	loads_check(f); /* the engine may have polled: drop what was taken in */
 	for (i = 0; i < t->nld; i++) {
+		int rc;
+
 		if (t->ld[i].failed)
 			continue;
-		if (kvs_hpool_xfer_layer_wait(t->ld[i].x, layer) < 0) {
+		/* With the engine's stream named (kvs_flow_set_stream()), the
+		 * stream waits for the layer on the device; a copy that fails
+		 * is then found by the flow's later calls. */
+		rc = f->fence ? kvs_hpool_xfer_layer_stream_wait(t->ld[i].x, layer, f->stream)
+			      : kvs_hpool_xfer_layer_wait(t->ld[i].x, layer);
+		if (rc < 0) {
 			if (!err)
 				err = errno ? errno : EIO;
 			t->ld[i].failed = true;

@@ -268,6 +268,33 @@ START_TEST(test_load_back)
 }
 END_TEST
 
+/* With the engine's stream named, the layer waits are the stream's, on the
+ * device (the host backend waits on the host), and releasing needs no host
+ * synchronization: the loaded bytes are right all the same. */
+START_TEST(test_load_back_stream)
+{
+	int32_t key[64];
+	kvs_req_t q;
+	struct env e = {0};
+	kvs_stream_t s0 = 0;
+
+	env_open(&e, _i, KVS_WRITE_THROUGH, 0);
+	ck_assert_int_eq(kvs_flow_set_stream(e.f, &s0), 0);
+	keyseq(key, 64, 300);
+	ck_assert_uint_eq(serve(&e, key, 33), 0);
+	evict_all(&e);
+	ck_assert_int_eq(kvs_req_init(&q, key, 41, 0, 0), 0);
+	admit(&e, &q);
+	ck_assert_uint_eq(q.loaded_len, 32);
+	ck_assert_int_eq(kvs_flow_cache_finished(e.f, &q), 0);
+	ck_assert_int_eq(kvs_req_init(&q, key, 41, 0, 0), 0);
+	admit(&e, &q);
+	ck_assert_int_eq(kvs_flow_release(e.f, &q), 0);
+	valid(&e);
+	env_close(&e);
+}
+END_TEST
+
 /* A host hit below the cache's threshold is computed, and the insert at
  * the finish makes the tombstones device-resident again with its pages. */
 START_TEST(test_threshold)
@@ -663,6 +690,7 @@ static Suite *flow_tiered_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_load_back, 0, nb);
+	tcase_add_loop_test(tc, test_load_back_stream, 0, nb);
 	tcase_add_loop_test(tc, test_threshold, 0, nb);
 	tcase_add_loop_test(tc, test_lifecycle, 0, nb);
 	tcase_add_loop_test(tc, test_shortfall, 0, nb);
