@@ -59,6 +59,7 @@
 #include "elastic/elastic_int.h"
 #include "kvslab/elastic.h"
 #include "mem/cacheops.h"
+#include "mem/fence.h"
 #include "mem/slab_defs.h"
 
 /* The caches an elastic call works with: @cache alone, or every cache
@@ -414,47 +415,11 @@ static size_t slab_run(const uint32_t *v, size_t n, uint32_t pps)
 	return r < room ? r : room;
 }
 
-/*
- * Order the driver's copy queue after the engine's device work, as the
- * allocator's own fence sees it (the pool's streams, or the engine's
- * fence): an event recorded on each stream and waited for by the copy
- * queue on the device (kvs_drv_stream_wait(): no host synchronization);
- * an engine fence of its own cannot be waited for on the device, so its
- * point is waited for here.  The events go to @ev (nstreams of them),
- * destroyed by the caller once the copies are done.
- */
-static int compact_fence(kvs_pool_t *p, kvs_event_t **ev)
-{
-	struct kvs_slab *s = kvs_pool_slab(p);
-	kvs_drv_t *d = kvsi_pool_drv(p);
-	uint64_t token;
-	uint32_t j;
-	int q;
-
-	if (s->fence.record) {
-		long ns = 20000;
-
-		if (s->fence.record(s->fence.arg, &token) < 0)
-			return -1;
-		while ((q = s->fence.query(s->fence.arg, token)) == 0) {
-			struct timespec ts = {0, ns};
-
-			nanosleep(&ts, NULL);
-			if (ns < 1000000)
-				ns *= 2;
-		}
-		return q < 0 ? kvs_fail(errno ? errno : EIO) : 0;
-	}
-	for (j = 0; j < s->nstreams; j++)
-		if (kvs_event_create(d, &ev[j]) < 0 || kvs_event_record(ev[j], s->streams[j]) < 0 ||
-		    kvs_drv_stream_wait(d, ev[j]) < 0)
-			return -1;
-	return 0;
-}
-
 /* Copy the bytes of pages @from to pages @to in every buffer of @p, device
- * to device on the driver's copy queue, fenced after the engine's work
- * (compact_fence()): one copy a run of pages consecutive on both sides
+ * to device on the driver's copy queue, ordered after the engine's work as
+ * the allocator's own fence sees it (the pool's streams, or the engine's
+ * fence: the fence module, lib/mem/fence.h; on the device for streams, a
+ * host wait for an engine fence): one copy a run of pages consecutive on both sides
  * within a slab, gathered into kvs_drv_copy_batch() submissions of up to
  * COPY_BATCH copies, then a wait for the last one's event (the caller
  * frees the source pages next). */
@@ -466,8 +431,9 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 	struct kvs_slab *s = kvs_pool_slab(p);
 	kvs_drv_t *d = kvsi_pool_drv(p);
 	int which[2] = {KVS_KV_K, KVS_KV_V}, nb = m->attn == KVS_ATTN_MLA ? 1 : 2;
-	uint32_t ps = kvs_pool_page_size(p), layer, pps, j;
-	kvs_event_t **fev = NULL, *done = NULL;
+	uint32_t ps = kvs_pool_page_size(p), layer, pps;
+	struct kvsi_fence fence;
+	kvs_event_t *done = NULL;
 	kvs_copy_t *c = NULL;
 	size_t cap, nc = 0, k, r, slab_total;
 	uint64_t nslabs;
@@ -476,13 +442,14 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
 	cap = n * (size_t)nb * m->layers;
 	cap = cap < COPY_BATCH ? cap : COPY_BATCH;
+	if (kvsi_fence_init(&fence, d, s->streams, s->nstreams, &s->fence) < 0)
+		return -1;
 	c = malloc((cap ? cap : 1) * sizeof(*c));
-	fev = calloc(s->nstreams + 1, sizeof(*fev));
-	if (!c || !fev) {
+	if (!c) {
 		err = ENOMEM;
 		goto out;
 	}
-	if (kvs_event_create(d, &done) < 0 || compact_fence(p, fev) < 0) {
+	if (kvs_event_create(d, &done) < 0 || kvsi_fence_order_copies(&fence) < 0) {
 		err = errno;
 		goto out;
 	}
@@ -522,11 +489,8 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 	else if (kvs_event_wait(done) < 0)
 		err = errno;
 out:
-	if (fev)
-		for (j = 0; j < s->nstreams; j++)
-			kvs_event_destroy(fev[j]);
+	kvsi_fence_fini(&fence);
 	kvs_event_destroy(done);
-	free(fev);
 	free(c);
 	if (err)
 		return kvs_fail(err);

@@ -106,7 +106,9 @@ void flow_free(struct kvs_flow *f)
 {
 	if (!f)
 		return;
-	kvs_event_destroy(f->fence);
+	if (f->fence)
+		kvsi_fence_fini(f->fence);
+	free(f->fence);
 	pthread_mutex_destroy(&f->lock);
 	free(f->pend);
 	free(f->buf);
@@ -312,23 +314,22 @@ KVS_EXPORT int kvs_flow_wait_layer(kvs_flow_t *f, uint32_t layer)
  * compaction), and the unmap of an emptied slab, which the allocator fences
  * with the pool's streams.  So before the first location goes back, the
  * call records an event on the engine's stream and makes the copy queue
- * wait for it (kvs_drv_stream_wait(): on the device, the caller does not
- * wait).  A failure to do so is not a reason to keep the locations: the
- * call waits for the event on the host instead, and if even that fails,
- * for the whole device.
+ * wait for it (the fence module, lib/mem/fence.h: on the device, the
+ * caller does not wait).  A failure to do so is not a reason to keep the
+ * locations: the call waits for the event on the host instead, and if
+ * even that fails, for every copy of the driver.
  */
 int flow_fence(struct kvs_flow *f)
 {
-	kvs_drv_t *d;
+	uint64_t token;
 
 	if (!f->fence)
 		return 0;
-	d = kvsi_pool_drv(f->pool);
-	if (kvs_event_record(f->fence, f->stream) < 0)
-		return kvs_drv_synchronize(d);
-	if (kvs_drv_stream_wait(d, f->fence) == 0)
+	if (kvsi_fence_order_copies(f->fence) == 0)
 		return 0;
-	return kvs_event_wait(f->fence);
+	if (kvsi_fence_record(f->fence, &token) == 0 && kvsi_fence_query(f->fence, token, true) > 0)
+		return 0;
+	return kvs_drv_synchronize(kvsi_pool_drv(f->pool));
 }
 
 /**
@@ -353,17 +354,27 @@ int flow_fence(struct kvs_flow *f)
  */
 KVS_EXPORT int kvs_flow_set_stream(kvs_flow_t *f, const kvs_stream_t *stream)
 {
-	kvs_event_t *ev = NULL;
+	struct kvsi_fence *fence = NULL, *old;
 
 	if (!f)
 		return kvs_fail(EINVAL);
-	if (stream && kvs_event_create(kvsi_pool_drv(f->pool), &ev) < 0)
-		return -1;
+	if (stream) {
+		fence = malloc(sizeof(*fence));
+		if (!fence)
+			return kvs_fail(ENOMEM);
+		if (kvsi_fence_init(fence, kvsi_pool_drv(f->pool), stream, 1, NULL) < 0) {
+			free(fence);
+			return -1;
+		}
+	}
 	pthread_mutex_lock(&f->lock);
-	kvs_event_destroy(f->fence);
-	f->fence = ev;
+	old = f->fence;
+	f->fence = fence;
 	f->stream = stream ? *stream : 0;
 	pthread_mutex_unlock(&f->lock);
+	if (old)
+		kvsi_fence_fini(old);
+	free(old);
 	return 0;
 }
 

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 
 #include "internal.h"
+#include "mem/fence.h"
 #include "kvslab/flow.h"
 #include "kvslab/hashcache.h"
 
@@ -101,10 +102,10 @@ struct kvs_flow {
 	uint32_t ps;
 	pthread_mutex_t lock;
 	int32_t *buf;			/* 2 rows of the table, for the free paths */
-	/* kvs_flow_set_stream(): the engine's stream, and the event the
-	 * freeing calls record on it (NULL: no stream given). */
+	/* kvs_flow_set_stream(): the engine's stream, and the fence the
+	 * freeing calls order the copy queue with (NULL: no stream given). */
 	kvs_stream_t stream;
-	kvs_event_t *fence;
+	struct kvsi_fence *fence;
 	/* Rows of the call in progress stored into the table's mirror and
 	 * not yet sent to the device: flow_push() sends them at its end. */
 	kvs_reqtab_write_t *pend;

@@ -39,12 +39,13 @@
  *
  * Order after the engine.  The copy queue waits for nothing the engine
  * runs, unless the pool was given the engine's streams: then every
- * transfer first records an event on each (hp->fence[i]) and makes the
- * copy queue wait for it (kvs_drv_stream_wait()), so its copies start only
+ * transfer first orders the copy queue after them (hp->fence, the fence
+ * module: an event recorded on each stream and kvs_drv_stream_wait()), so
+ * its copies start only
  * after the kernels queued on those streams before the call: a backup
  * reads pages their prefill has finished writing, and a load does not
  * overwrite pages a kernel still reads, without a host synchronization.
- * fence_lock keeps each record and its wait together.
+ * The fence's own lock keeps each record and its wait together.
  *
  * Transfers hold their host pages busy (a per-page count) from submission
  * until the pool sees their completion (a query or wait that reports it, or
@@ -69,8 +70,9 @@
  * the counters.  It is never held across a driver call or a wait and no
  * other lock is taken under it (kvs_slab_refcount() is a relaxed load), so
  * a tiered cache may call the pool from inside its writer section.
- * hp->fence_lock is held across the fence's driver calls (never a wait),
- * with no other lock of the pool, and is taken before the driver's.
+ * The fence's lock (lib/mem/fence.h) is held across its driver calls
+ * (never a wait), with no other lock of the pool, and is taken before the
+ * driver's.
  */
 #include <math.h>
 #include <pthread.h>
@@ -82,6 +84,7 @@
 #include "internal.h"
 #include "kvslab/hostpool.h"
 #include "kvslab/pool.h"
+#include "mem/fence.h"
 #include "mem/kvbuf.h"
 
 /* Page states. */
@@ -136,10 +139,7 @@ struct kvs_hpool {
 	uint64_t live;		/* handles given out and not freed */
 	uint64_t st[KVS_HPOOL_STAT__COUNT];
 
-	kvs_stream_t *streams;	/* the engine's, for the fence; set at create */
-	uint32_t nstreams;
-	kvs_event_t **fence;	/* one per stream */
-	pthread_mutex_t fence_lock;
+	struct kvsi_fence fence;	/* the engine's streams; set at create */
 };
 
 static inline unsigned char *host_piece(const struct kvs_hpool *hp, uint32_t page, uint32_t b)
@@ -246,12 +246,8 @@ static void hpool_release(struct kvs_hpool *hp)
 	}
 	if (hp->mem)
 		kvs_drv_host_free(hp->drv, hp->mem);
-	if (hp->fence)
-		for (l = 0; l < hp->nstreams; l++)
-			kvs_event_destroy(hp->fence[l]);
-	KVS_FREE_ALL(hp->buf, hp->stack, hp->state, hp->busy, hp->dmark, hp->streams,
-		     hp->fence);
-	pthread_mutex_destroy(&hp->fence_lock);
+	kvsi_fence_fini(&hp->fence);
+	KVS_FREE_ALL(hp->buf, hp->stack, hp->state, hp->busy, hp->dmark);
 	pthread_mutex_destroy(&hp->lock);
 	free(hp);
 }
@@ -295,7 +291,12 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 	if (!hp)
 		return NULL; /* errno ENOMEM */
 	pthread_mutex_init(&hp->lock, NULL);
-	pthread_mutex_init(&hp->fence_lock, NULL);
+	if (kvsi_fence_init(&hp->fence, kvsi_pool_drv(dev), attr->streams, attr->nstreams,
+			    NULL) < 0) {
+		pthread_mutex_destroy(&hp->lock);
+		free(hp);
+		return NULL;
+	}
 	m = kvsi_pool_model(dev);
 	hp->dev = dev;
 	hp->drv = kvsi_pool_drv(dev);
@@ -325,19 +326,6 @@ KVS_EXPORT kvs_hpool_t *kvs_hpool_create(kvs_pool_t *dev, const kvs_hpool_attr_t
 	if (kvs_drv_host_alloc(hp->drv, hp->bytes, (void **)&hp->mem) < 0) {
 		hp->mem = NULL;
 		goto fail;
-	}
-	if (attr->nstreams) {
-		hp->streams = malloc(attr->nstreams * sizeof(*hp->streams));
-		hp->fence = calloc(attr->nstreams, sizeof(*hp->fence));
-		if (!hp->streams || !hp->fence) {
-			errno = ENOMEM;
-			goto fail;
-		}
-		memcpy(hp->streams, attr->streams, attr->nstreams * sizeof(*hp->streams));
-		hp->nstreams = attr->nstreams;
-		for (i = 0; i < hp->nstreams; i++)
-			if (kvs_event_create(hp->drv, &hp->fence[i]) < 0)
-				goto fail;
 	}
 	/* Pages 0, 1, 2, ... come off the top first: runs for merged copies. */
 	for (i = 0; i < hp->npages; i++)
@@ -778,24 +766,6 @@ static int xfer_check(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int3
 	return 0;
 }
 
-/* Order the copy queue after the engine's streams: record an event on each
- * and make the queue wait for it.  0, or -1 with the driver's errno. */
-static int xfer_fence(struct kvs_hpool *hp)
-{
-	uint32_t i;
-	int rc = 0;
-
-	if (!hp->nstreams)
-		return 0;
-	pthread_mutex_lock(&hp->fence_lock);
-	for (i = 0; i < hp->nstreams && rc == 0; i++)
-		if (kvs_event_record(hp->fence[i], hp->streams[i]) < 0 ||
-		    kvs_drv_stream_wait(hp->drv, hp->fence[i]) < 0)
-			rc = -1;
-	pthread_mutex_unlock(&hp->fence_lock);
-	return rc;
-}
-
 /*
  * Submit the copies of a validated transfer after the fence, one
  * submission per layer (every buffer's merged copies of the layer), each
@@ -814,7 +784,7 @@ static int xfer_submit(struct kvs_hpool *hp, struct kvs_hpool_xfer *x, const int
 
 	if (!kvs_size_mul(n, hp->bpl, &cap) || !(c = malloc(cap * sizeof(*c))))
 		return kvs_fail(ENOMEM);
-	if (xfer_fence(hp) < 0) {
+	if (kvsi_fence_order_copies(&hp->fence) < 0) {
 		rc = -1;
 		goto out;
 	}
