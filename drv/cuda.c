@@ -137,24 +137,42 @@
 	X(EventDestroy, "cuEventDestroy_v2", (CUevent))			\
 	X(MemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned int))	\
 	X(MemFreeHost, "cuMemFreeHost", (void *))				\
-	X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))
+	X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))		\
+	X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned int))
+
+/*
+ * Functions a driver may lack: a pointer left NULL turns the feature off
+ * (and its KVS_DRV_CAP_* flag), nothing else.  cuMemcpyBatchAsync_v2 is
+ * the CUDA 13 ABI (12.8's cuMemcpyBatchAsync takes a failIdx argument
+ * more; we do not call that one).
+ */
+#define CUDA_OPT_FNS(X)								\
+	X(MemcpyBatchAsync, "cuMemcpyBatchAsync_v2",				\
+	  (CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,	\
+	   size_t *, size_t, CUstream))
 
 #define CUDA_FN_TYPEDEF(fn, sym, args) typedef CUresult (CUDAAPI *cuda_##fn##_fn) args;
 CUDA_FNS(CUDA_FN_TYPEDEF)
+CUDA_OPT_FNS(CUDA_FN_TYPEDEF)
 #undef CUDA_FN_TYPEDEF
 
 struct cuda_fns {
 #define CUDA_FN_MEMBER(fn, sym, args) cuda_##fn##_fn fn;
 	CUDA_FNS(CUDA_FN_MEMBER)
+	CUDA_OPT_FNS(CUDA_FN_MEMBER)
 #undef CUDA_FN_MEMBER
 };
 
 static const struct cuda_sym {
 	const char *name;
 	size_t off;		/* of the pointer in struct cuda_fns */
+	int optional;		/* from CUDA_OPT_FNS(): may be missing */
 } cuda_syms[] = {
-#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn) },
+#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn), 0 },
 	CUDA_FNS(CUDA_FN_SYM)
+#undef CUDA_FN_SYM
+#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn), 1 },
+	CUDA_OPT_FNS(CUDA_FN_SYM)
 #undef CUDA_FN_SYM
 };
 
@@ -165,7 +183,19 @@ _Static_assert(sizeof(CUdeviceptr) == sizeof(kvs_devptr_t), "CUdeviceptr is not 
 _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(uint64_t),
 	       "CUmemGenericAllocationHandle is not 64 bits");
 
-/* One open driver.  Written by cuda_open() only; read-only afterwards. */
+/*
+ * The arrays cuMemcpyBatchAsync takes, grown to the largest batch yet.
+ * Used only by cuda_copy_batch(), which the generic layer calls with
+ * drv->lock held: that lock is theirs.
+ */
+struct cuda_batch {
+	CUdeviceptr *dst, *src;
+	size_t *size;
+	size_t cap;
+};
+
+/* One open driver.  Written by cuda_open() only; read-only afterwards,
+ * except the batch arrays (drv->lock). */
 struct cuda_priv {
 	struct cuda_fns cu;
 	void *lib;			/* dlopen() handle */
@@ -175,6 +205,7 @@ struct cuda_priv {
 	CUstream stream;		/* the copy queue, non-blocking */
 	CUmemAllocationProp prop;	/* for cuMemCreate and the granularity */
 	size_t gran;			/* MINIMUM granularity of prop */
+	struct cuda_batch batch;	/* drv->lock */
 };
 
 /* What cuda_bind() last made current on this thread; see the essay above. */
@@ -386,7 +417,8 @@ static int cuda_bind_strict(struct kvs_drv *drv, struct cuda_priv *p)
 
 /**
  * cuda_load() - dlopen libcuda and resolve every function of CUDA_FNS().
- * @cu: filled with the function pointers.
+ * @cu: filled with the function pointers; optional ones the library lacks
+ *      are left as they were (NULL: callers zero @cu).
  * @path: set to the library tried.
  * @missing: set to the first symbol not found, or NULL.
  * @why: set to dlerror()'s text (or a fallback) when dlopen() failed.
@@ -417,6 +449,8 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
 		void *sym = dlsym(lib, cuda_syms[i].name);
 
 		/* No driver function lives at address 0: NULL is "not found". */
+		if (!sym && cuda_syms[i].optional)
+			continue;
 		if (!sym) {
 			*missing = cuda_syms[i].name;
 			dlclose(lib);
@@ -542,8 +576,18 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	p->prop.location.id = p->ordinal;
-	if (rdma)
+	/* Opt-in: an RDMA-capable chunk costs more to create and map (the
+	 * H200 map overhead of GPU-MEASURED.md), and only a NIC reading KV
+	 * memory directly needs it. */
+	if (drv->flags & KVS_DRV_F_RDMA) {
+		if (!rdma) {
+			kvsi_drv_set_detail(drv, "cuDeviceGetAttribute: device %d has no "
+					   "GPUDirect RDMA with VMM", p->ordinal);
+			err = ENOTSUP;
+			goto out_stream;
+		}
 		p->prop.allocFlags.gpuDirectRDMACapable = 1;
+	}
 	r = p->cu.MemGetAllocationGranularity(&p->gran, &p->prop,
 					      CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS) {
@@ -560,7 +604,9 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 
 	drv->priv = p;
 	drv->granularity = p->gran;
-	drv->caps = KVS_DRV_CAP_DTOD;
+	drv->caps = KVS_DRV_CAP_DTOD | KVS_DRV_CAP_STREAM_WAIT;
+	if (p->cu.MemcpyBatchAsync)
+		drv->caps |= KVS_DRV_CAP_BATCH;
 	return 0;
 
 out_stream:
@@ -604,6 +650,9 @@ static void cuda_close(struct kvs_drv *drv)
 	atomic_fetch_add_explicit(&cuda_epoch, 1, memory_order_relaxed);
 	cuda_bound.ctx = NULL;
 	dlclose(p->lib);
+	free(p->batch.dst);
+	free(p->batch.src);
+	free(p->batch.size);
 	free(p);
 	drv->priv = NULL;
 }
@@ -801,6 +850,102 @@ static int cuda_copy_dtod(struct kvs_drv *drv, kvs_devptr_t dst, kvs_devptr_t sr
 	return CU_CALL(drv, p, p->cu.MemcpyAsync(dst, src, n, p->stream), "cuMemcpyAsync");
 }
 
+/* One checked copy of direction @kind on the copy stream (no binding). */
+static CUresult cuda_copy_one(struct cuda_priv *p, int kind, const kvs_copy_t *c)
+{
+	switch (kind) {
+	case KVS_COPY_HTOD:
+		return p->cu.MemcpyHtoDAsync(c->dst, (const void *)(uintptr_t)c->src, c->bytes,
+					     p->stream);
+	case KVS_COPY_DTOH:
+		return p->cu.MemcpyDtoHAsync((void *)(uintptr_t)c->dst, c->src, c->bytes,
+					     p->stream);
+	default:
+		return p->cu.MemcpyAsync(c->dst, c->src, c->bytes, p->stream);
+	}
+}
+
+/* Room for @n entries in the batch arrays.  drv->lock held. */
+static int cuda_batch_room(struct cuda_batch *b, size_t n)
+{
+	size_t cap = b->cap ? b->cap : 64;
+	void *d, *s, *z;
+
+	if (n <= b->cap)
+		return 0;
+	while (cap < n)
+		cap = cap > SIZE_MAX / 2 / sizeof(CUdeviceptr) ? n : 2 * cap;
+	d = realloc(b->dst, cap * sizeof(*b->dst));
+	if (d)
+		b->dst = d;
+	s = d ? realloc(b->src, cap * sizeof(*b->src)) : NULL;
+	if (s)
+		b->src = s;
+	z = s ? realloc(b->size, cap * sizeof(*b->size)) : NULL;
+	if (!z)
+		return -1;	/* what did grow is kept; cap is the old one */
+	b->size = z;
+	b->cap = cap;
+	return 0;
+}
+
+/**
+ * cuda_copy_batch() - @n copies of one direction in one submission.
+ * @drv: the driver.
+ * @kind: KVS_COPY_HTOD, KVS_COPY_DTOH or KVS_COPY_DTOD.
+ * @c: the entries, checked by the generic layer.
+ * @n: entries, at least 1.
+ *
+ * With cuMemcpyBatchAsync (KVS_DRV_CAP_BATCH): one call on the copy stream,
+ * one attribute set for all (sources in stream order, so a batch after a
+ * kvs_drv_stream_wait() reads what the engine wrote).  Host pointers go
+ * as they are: under unified addressing the driver tells them from device
+ * ones.  Without it: the copies one by one; if one fails after others were
+ * queued, the stream is synchronized before returning, so that nothing of
+ * the batch still runs when the caller hears of the failure.
+ *
+ * Context: drv->lock held (it guards the batch arrays).
+ * Return: 0, or -1 with errno (ENOMEM: no room for the arrays).
+ */
+static int cuda_copy_batch(struct kvs_drv *drv, int kind, const kvs_copy_t *c, size_t n)
+{
+	struct cuda_priv *p = drv->priv;
+	struct cuda_batch *b = &p->batch;
+	CUmemcpyAttributes attr;
+	size_t idx = 0, i;
+	CUresult r = CUDA_SUCCESS;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
+	if (!p->cu.MemcpyBatchAsync) {
+		for (i = 0; i < n && r == CUDA_SUCCESS; i++)
+			r = CU_RETRY(p, cuda_copy_one(p, kind, &c[i]));
+		if (r != CUDA_SUCCESS && i > 1) {
+			int err = cuda_note(drv, p, r, "cuMemcpyAsync");
+
+			(void)p->cu.StreamSynchronize(p->stream);
+			errno = err;
+			return -1;
+		}
+		return cuda_result(drv, p, r, "cuMemcpyAsync");
+	}
+	if (cuda_batch_room(b, n) < 0) {
+		kvsi_drv_set_detail(drv, "cuMemcpyBatchAsync: no memory for %zu entries", n);
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		b->dst[i] = c[i].dst;
+		b->src[i] = c[i].src;
+		b->size[i] = c[i].bytes;
+	}
+	memset(&attr, 0, sizeof(attr));
+	attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	r = CU_RETRY(p, p->cu.MemcpyBatchAsync(b->dst, b->src, b->size, n, &attr, &idx, 1,
+					       p->stream));
+	return cuda_result(drv, p, r, "cuMemcpyBatchAsync");
+}
+
 /*
  * Events are CUevents stored directly in the void * (CUevent is a pointer).
  * Timing is disabled: we only ask "done yet?", and untimed events are cheaper.
@@ -867,6 +1012,26 @@ static int cuda_event_query(struct kvs_drv *drv, void *bev)
 	if (r == CUDA_ERROR_NOT_READY)
 		return 0;
 	return cuda_fail(drv, p, r, "cuEventQuery");
+}
+
+/* Copies submitted after this wait on the device for @bev (an engine's). */
+static int cuda_stream_wait(struct kvs_drv *drv, void *bev)
+{
+	struct cuda_priv *p = drv->priv;
+
+	return CU_CALL(drv, p, p->cu.StreamWaitEvent(p->stream, (CUevent)bev, 0),
+		       "cuStreamWaitEvent");
+}
+
+/* The engine's @stream waits on the device for @bev.  An unknown stream is
+ * undefined behaviour, as in CUDA (the driver crashes). */
+static int cuda_event_stream_wait(struct kvs_drv *drv, void *bev, uint64_t stream)
+{
+	struct cuda_priv *p = drv->priv;
+
+	return CU_CALL(drv, p,
+		       p->cu.StreamWaitEvent((CUstream)(uintptr_t)stream, (CUevent)bev, 0),
+		       "cuStreamWaitEvent");
 }
 
 static int cuda_event_wait(struct kvs_drv *drv, void *bev)
@@ -961,5 +1126,8 @@ const struct kvs_drv_backend kvsi_backend_cuda = {
 	.name = "cuda",
 	.probe = cuda_probe,
 	.quiesce = cuda_quiesce,
+	.copy_batch = cuda_copy_batch,
+	.stream_wait = cuda_stream_wait,
+	.event_stream_wait = cuda_event_stream_wait,
 	KVSI_DRV_BACKEND_OPS(cuda)
 };

@@ -103,10 +103,13 @@ KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
  * driver's copy queue reaches the point of the record, at once when no copy
  * is queued.  kvs_event_query() and kvs_event_wait() then work as for a copy.
  *
+ * cuda: a @stream that is not a live CUstream of the context is undefined
+ * behaviour, as in CUDA (the driver crashes).
+ *
  * Context: MT-Safe; takes no lock of the driver and never waits for the
  * device.
- * Return: 0, or -1 with errno EINVAL (@ev NULL; cuda: a stream the driver
- * does not know), ENOTSUP (the backend cannot record on streams).
+ * Return: 0, or -1 with errno EINVAL (@ev NULL), ENOTSUP (the backend
+ * cannot record on streams).
  */
 KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
 {

@@ -150,7 +150,8 @@ static size_t (*p_kvsdbl_created_bytes)(void);
 static unsigned long (*p_kvsdbl_calls)(const char *);
 static int (*p_kvsdbl_last_error)(void);
 static CUresult (*p_kvsdbl_kernel)(CUstream, CUdeviceptr, size_t, unsigned long long);
-static CUresult (*p_kvsdbl_kernel_write)(CUstream, CUdeviceptr, size_t, unsigned long long);
+static CUresult (*p_kvsdbl_kernel_write)(CUstream, CUdeviceptr, size_t, unsigned int,
+					    unsigned long long);
 static int (*p_kvsdbl_sticky_error)(void);
 static unsigned long (*p_kvsdbl_faults)(void);
 static void (*p_kvsdbl_clear_sticky)(void);
@@ -612,7 +613,7 @@ static void child_async(void)
 	OK(kvsdbl_kernel(s, base + 2 * G, G, MS));
 	OK(cuCtxSynchronize());
 	CHECK(kvsdbl_faults() == 0);
-	OK(kvsdbl_kernel_write(s, base + 2 * G, G, MS));
+	OK(kvsdbl_kernel_write(s, base + 2 * G, G, 1, MS));
 	expect_fault_and_clear();
 
 	/* Taking access away under a kernel faults it; what it keeps does not. */
@@ -621,7 +622,7 @@ static void child_async(void)
 	CHECK(kvsdbl_faults() == 0);
 	OK(cuMemSetAccess(base, G, &none, 1));
 	expect_fault_and_clear();
-	OK(kvsdbl_kernel_write(s, base + G, G, 10000 * MS));
+	OK(kvsdbl_kernel_write(s, base + G, G, 2, 10000 * MS));
 	OK(cuMemSetAccess(base + G, G, &ro, 1));
 	expect_fault_and_clear();
 	OK(cuMemSetAccess(base, 2 * G, &rw, 1));
@@ -751,7 +752,7 @@ int main(int argc, char **argv)
 	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev));
 	CHECK(v == 0);
 	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, dev));
-	CHECK(v == 0);
+	CHECK(v == 1);
 	EXPECT(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 3), CUDA_ERROR_INVALID_DEVICE);
 	OK(cuDeviceGetName(name, sizeof(name), dev));
 	CHECK(strlen(name) > 0);
