@@ -67,6 +67,26 @@
  * kernel completes no earlier than the kernel.  That makes a copy host-
  * synchronous with its stream, which the driver is allowed to be.
  *
+ * Writing kernels and stream waits.  kvsdbl_kernel_write() launches a
+ * kernel that writes a known pattern (kvsdbl_pattern()) over its range;
+ * the bytes land when it completes: the first call that sees the clock
+ * past its end applies them (every entry point looks, and so does a
+ * waiting call when it wakes), earliest end first, before anything that
+ * could unmap, protect or free the range goes ahead.  A copy ordered after
+ * the kernel waits for its end and so reads the new bytes; one that is not
+ * and runs earlier reads the old ones, which is what a backup that runs
+ * ahead of the kernel writing its pages looks like on a GPU.
+ * cuStreamWaitEvent makes a stream's later work start no earlier than the
+ * event's time (its completion time joins the stream's, as a kernel's end
+ * does).  cuMemcpyBatchAsync_v2 checks its arguments as the header states
+ * the driver does, then runs as one copy of the stream.
+ *
+ * Crashes.  Where the real driver dereferences a handle it does not know
+ * and crashes (a CUstream that is no stream, passed to cuEventRecord or
+ * cuStreamWaitEvent; overlapping copies of one batch, which the header
+ * calls undefined), the double prints the rule to stderr and aborts,
+ * rather than return an error a program could come to rely on.
+ *
  * Sticky errors.  A kernel launched on memory it cannot read, and a
  * cuMemUnmap (or a cuMemSetAccess taking away access) of a range an
  * incomplete kernel reads, fault the device: the call itself succeeds, as
