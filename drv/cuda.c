@@ -55,9 +55,10 @@
  * a stream and none is stream-ordered; cuMemUnmap is not documented to wait
  * for work still reading the range, and editing mappings under running
  * kernels has faulted in practice (kvcached#465).  The rule is: wait for a
- * range's last use before unmapping or remapping it.  This backend always
+ * range's last use before unmapping or remapping it.  This backend
  * synchronizes its own copy stream before cuMemUnmap, since a copy queued on
- * it may still read or write the range; the application's kernels are the
+ * it may still read or write the range (the generic layer skips that when
+ * no copy was submitted since the last synchronization finished); the application's kernels are the
  * caller's to wait for (an event), or KVS_DRV_F_SYNC_UNMAP makes every unmap
  * synchronize the whole context first, as PyTorch's expandable segments do.
  * Creating or releasing handles needs no wait: cuMemRelease of a mapped
@@ -464,7 +465,8 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
 /**
  * cuda_open() - load the driver and set up one device.
  * @drv: the new driver; its generic part is initialised.
- * @attr: open attributes; only @attr->device is used.
+ * @attr: open attributes; @attr->device is used (and drv->flags, for
+ *        KVS_DRV_F_RDMA).
  *
  * Retains the device's primary context, makes it current on the calling
  * thread, creates the copy stream and queries the MINIMUM granularity of the
@@ -473,9 +475,10 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
  * current context is restored.
  *
  * Context: Any thread.
- * Return: 0 with drv->priv and drv->granularity set; -1 with errno ENODEV
+ * Return: 0 with drv->priv, drv->granularity and drv->caps set; -1 with errno ENODEV
  * (no library, a library without a needed symbol, no device, device out of
- * range, a stub or uninitialisable driver), ENOTSUP (the device has no VMM),
+ * range, a stub or uninitialisable driver), ENOTSUP (the device has no VMM, or no RDMA
+ * with VMM and KVS_DRV_F_RDMA was asked for),
  * ENOMEM, or the errno of the failing call (see cuda_errno()).
  */
 static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)

@@ -94,6 +94,16 @@ static inline int fail_unlock(struct kvs_drv *d, int err)
 	return fail(d, err);
 }
 
+/* @seen (copies_submitted read before a quiesce or synchronize began) is
+ * done: raise copies_quiesced to it. */
+static inline void drv_quiesced(struct kvs_drv *d, uint64_t seen)
+{
+	uint64_t q = atomic_load(&d->copies_quiesced);
+
+	while (q < seen && !atomic_compare_exchange_weak(&d->copies_quiesced, &q, seen))
+		;
+}
+
 /* drv/drv.c */
 struct kvs_range *drv_range_find(struct kvs_drv *d, kvs_devptr_t addr, size_t size);
 bool drv_aligned(struct kvs_drv *d, uint64_t v);

@@ -434,10 +434,14 @@ KVS_EXPORT unsigned int kvs_drv_caps(const kvs_drv_t *d)
  */
 KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
 {
+	uint64_t seen;
+
 	if (!d)
 		return fail(d, EINVAL);
+	seen = atomic_load(&d->copies_submitted);
 	if (BE_CALL(d, d->be->synchronize(d)) < 0)
 		return fail(d, errno);
+	drv_quiesced(d, seen);
 	return 0;
 }
 

@@ -854,6 +854,86 @@ START_TEST(test_engine_waits_for_copy)
 }
 END_TEST
 
+/*
+ * cuda over the double: an unmap synchronizes the copy stream only when a
+ * copy was submitted since the last synchronization finished (an unmap's
+ * own, or kvs_drv_synchronize()); with KVS_DRV_F_SYNC_UNMAP the device is
+ * synchronized every time regardless.
+ */
+START_TEST(test_unmap_syncs_only_after_copies)
+{
+	kvs_drv_t *d = tu_open(1, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	unsigned char *buf = calloc(1, g);
+	unsigned long s0;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	int i;
+
+	ck_assert_int_eq(kvs_drv_reserve(d, g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	s0 = tu_dbl_calls("cuStreamSynchronize");
+	for (i = 0; i < 3; i++) {
+		map_rw(d, a, c);
+		ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	}
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 0);
+	/* A copy: the next unmap drains, the one after does not. */
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 1);
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 1);
+	/* Synchronized by the caller: nothing left to drain. */
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 2);
+	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
+	ck_assert_int_eq(kvs_drv_unreserve(d, a), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+
+	/* SYNC_UNMAP: the device, every unmap. */
+	d = tu_open(1, 0, KVS_DRV_F_SYNC_UNMAP);
+	ck_assert_int_eq(kvs_drv_reserve(d, g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	s0 = tu_dbl_calls("cuCtxSynchronize");
+	for (i = 0; i < 2; i++) {
+		map_rw(d, a, c);
+		ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	}
+	ck_assert_uint_eq(tu_dbl_calls("cuCtxSynchronize") - s0, 2);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(1);
+	free(buf);
+}
+END_TEST
+
+/* cuda over the double: chunks are GPUDirect RDMA capable only when asked
+ * (KVS_DRV_F_RDMA); the flag costs map time on an H200. */
+START_TEST(test_rdma_opt_in)
+{
+	size_t r0 = tu_double_query("kvsdbl_rdma_creates");
+	kvs_drv_t *d = tu_open(1, 0, 0);
+	size_t g = kvs_drv_granularity(d);
+	kvs_chunk_t *c;
+
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	ck_assert_uint_eq(tu_double_query("kvsdbl_rdma_creates"), r0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	d = tu_open(1, 0, KVS_DRV_F_RDMA);
+	ck_assert_ptr_nonnull(d);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	ck_assert_uint_eq(tu_double_query("kvsdbl_rdma_creates"), r0 + 2);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	assert_nothing_left(1);
+}
+END_TEST
+
 static int record_bad_stream(kvs_event_t *ev)
 {
 	return kvs_event_record(ev, (kvs_stream_t)0xdead0);
@@ -1424,6 +1504,8 @@ static Suite *drv_suite(void)
 		tcase_add_test(tc, test_stream_wait_orders_backup);
 		tcase_add_test(tc, test_engine_waits_for_copy);
 		tcase_add_test(tc, test_bad_stream_aborts);
+		tcase_add_test(tc, test_unmap_syncs_only_after_copies);
+		tcase_add_test(tc, test_rdma_opt_in);
 		suite_add_tcase(s, tc);
 	}
 
