@@ -19,8 +19,18 @@
  * cuda.h renames the plain spelling by macro).  <cuda.h> is included for
  * types and constants only; the function-pointer types are ours, generated
  * with the symbol table from the one CUDA_FNS() list, and the pointers live
- * in struct cuda_priv (drv->priv).  Any missing symbol makes the library
- * unusable: open fails with ENODEV.
+ * in struct cuda_priv (drv->priv).  A missing symbol of CUDA_FNS() makes
+ * the library unusable: open fails with ENODEV.  Those of CUDA_OPT_FNS()
+ * (drv/cuda_int.h) are features a driver may lack, each behind a capability
+ * flag: cuMemcpyBatchAsync_v2 (KVS_DRV_CAP_BATCH; else a batch is one copy
+ * call per entry) and the module and launch calls of the gather/scatter
+ * kernel (KVS_DRV_CAP_KERNELS: drv/cuda_kern.c).
+ *
+ * Ordering with the engine.  cuStreamWaitEvent makes the copy stream wait
+ * for an event the engine recorded (kvs_drv_stream_wait()) and an engine
+ * stream wait for a copy's event (kvs_event_stream_wait()): both on the
+ * device, the caller never waits (KVS_DRV_CAP_STREAM_WAIT).  A CUstream the
+ * driver does not know crashes it; we pass what the caller gave.
  *
  * State and locking.  struct cuda_priv is written once by cuda_open() and
  * only read afterwards, so there is no lock here: the driver API is
@@ -80,89 +90,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
-
-#include "backend.h"
+#include "cuda_int.h"
 
 /* The library kvslab loads unless $KVSLAB_LIBCUDA names another. */
 #define CUDA_LIBNAME "libcuda.so.1"
-
-/*
- * Every driver function we call: X(member, ABI symbol, parameter list).
- * All return CUresult.  The member names drop the "cu" prefix so that
- * cuda.h's renaming macros (cuMemGetInfo -> cuMemGetInfo_v2 ...) cannot
- * touch them.
- */
-#define CUDA_FNS(X)								\
-	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))		\
-	X(Init, "cuInit", (unsigned int))					\
-	X(DeviceGetCount, "cuDeviceGetCount", (int *))				\
-	X(DeviceGet, "cuDeviceGet", (CUdevice *, int))				\
-	X(DeviceGetAttribute, "cuDeviceGetAttribute",				\
-	  (int *, CUdevice_attribute, CUdevice))				\
-	X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",			\
-	  (CUcontext *, CUdevice))						\
-	X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))	\
-	X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))			\
-	X(CtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))			\
-	X(CtxSynchronize, "cuCtxSynchronize", (void))				\
-	X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned int))		\
-	X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))			\
-	X(StreamSynchronize, "cuStreamSynchronize", (CUstream))		\
-	X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",	\
-	  (size_t *, const CUmemAllocationProp *,				\
-	   CUmemAllocationGranularity_flags))					\
-	X(MemAddressReserve, "cuMemAddressReserve",				\
-	  (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))	\
-	X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))		\
-	X(MemCreate, "cuMemCreate",						\
-	  (CUmemGenericAllocationHandle *, size_t,				\
-	   const CUmemAllocationProp *, unsigned long long))			\
-	X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))		\
-	X(MemMap, "cuMemMap",							\
-	  (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,		\
-	   unsigned long long))							\
-	X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))			\
-	X(MemSetAccess, "cuMemSetAccess",					\
-	  (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))		\
-	X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",				\
-	  (CUdeviceptr, const void *, size_t, CUstream))			\
-	X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",				\
-	  (void *, CUdeviceptr, size_t, CUstream))				\
-	X(MemcpyAsync, "cuMemcpyAsync",						\
-	  (CUdeviceptr, CUdeviceptr, size_t, CUstream))				\
-	X(EventCreate, "cuEventCreate", (CUevent *, unsigned int))		\
-	X(EventRecord, "cuEventRecord", (CUevent, CUstream))			\
-	X(EventQuery, "cuEventQuery", (CUevent))				\
-	X(EventSynchronize, "cuEventSynchronize", (CUevent))			\
-	X(EventDestroy, "cuEventDestroy_v2", (CUevent))			\
-	X(MemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned int))	\
-	X(MemFreeHost, "cuMemFreeHost", (void *))				\
-	X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))		\
-	X(StreamWaitEvent, "cuStreamWaitEvent", (CUstream, CUevent, unsigned int))
-
-/*
- * Functions a driver may lack: a pointer left NULL turns the feature off
- * (and its KVS_DRV_CAP_* flag), nothing else.  cuMemcpyBatchAsync_v2 is
- * the CUDA 13 ABI (12.8's cuMemcpyBatchAsync takes a failIdx argument
- * more; we do not call that one).
- */
-#define CUDA_OPT_FNS(X)								\
-	X(MemcpyBatchAsync, "cuMemcpyBatchAsync_v2",				\
-	  (CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,	\
-	   size_t *, size_t, CUstream))
-
-#define CUDA_FN_TYPEDEF(fn, sym, args) typedef CUresult (CUDAAPI *cuda_##fn##_fn) args;
-CUDA_FNS(CUDA_FN_TYPEDEF)
-CUDA_OPT_FNS(CUDA_FN_TYPEDEF)
-#undef CUDA_FN_TYPEDEF
-
-struct cuda_fns {
-#define CUDA_FN_MEMBER(fn, sym, args) cuda_##fn##_fn fn;
-	CUDA_FNS(CUDA_FN_MEMBER)
-	CUDA_OPT_FNS(CUDA_FN_MEMBER)
-#undef CUDA_FN_MEMBER
-};
 
 static const struct cuda_sym {
 	const char *name;
@@ -183,31 +114,6 @@ _Static_assert(sizeof(void *) == sizeof(cuda_Init_fn), "function pointers are no
 _Static_assert(sizeof(CUdeviceptr) == sizeof(kvs_devptr_t), "CUdeviceptr is not 64 bits");
 _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(uint64_t),
 	       "CUmemGenericAllocationHandle is not 64 bits");
-
-/*
- * The arrays cuMemcpyBatchAsync takes, grown to the largest batch yet.
- * Used only by cuda_copy_batch(), which the generic layer calls with
- * drv->lock held: that lock is theirs.
- */
-struct cuda_batch {
-	CUdeviceptr *dst, *src;
-	size_t *size;
-	size_t cap;
-};
-
-/* One open driver.  Written by cuda_open() only; read-only afterwards,
- * except the batch arrays (drv->lock). */
-struct cuda_priv {
-	struct cuda_fns cu;
-	void *lib;			/* dlopen() handle */
-	int ordinal;			/* attr->device */
-	CUdevice dev;
-	CUcontext ctx;			/* retained primary context */
-	CUstream stream;		/* the copy queue, non-blocking */
-	CUmemAllocationProp prop;	/* for cuMemCreate and the granularity */
-	size_t gran;			/* MINIMUM granularity of prop */
-	struct cuda_batch batch;	/* drv->lock */
-};
 
 /* What cuda_bind() last made current on this thread; see the essay above. */
 struct cuda_binding {
@@ -309,6 +215,12 @@ static int cuda_fail(struct kvs_drv *drv, const struct cuda_priv *p, CUresult r,
 
 	errno = err;
 	return -1;
+}
+
+/* cuda_fail() for drv/cuda_kern.c. */
+int kvsi_cuda_fail(struct kvs_drv *drv, const struct cuda_priv *p, CUresult r, const char *call)
+{
+	return cuda_fail(drv, p, r, call);
 }
 
 /* 0 on CUDA_SUCCESS, else cuda_fail(). */
@@ -496,6 +408,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 		return -1;
 	}
 	p->ordinal = attr->device;
+	pthread_mutex_init(&p->pins.lock, NULL);
 
 	p->lib = cuda_load(&p->cu, &path, &missing, &why);
 	if (!p->lib) {
@@ -610,6 +523,10 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	drv->caps = KVS_DRV_CAP_DTOD | KVS_DRV_CAP_STREAM_WAIT;
 	if (p->cu.MemcpyBatchAsync)
 		drv->caps |= KVS_DRV_CAP_BATCH;
+	if (!(drv->flags & KVS_DRV_F_NO_KERNELS))
+		kvsi_cuda_kern_open(drv, p);
+	if (p->kern.fn)
+		drv->caps |= KVS_DRV_CAP_KERNELS;
 	return 0;
 
 out_stream:
@@ -623,6 +540,7 @@ out_release:
 out_dlclose:
 	dlclose(p->lib);
 out_free:
+	pthread_mutex_destroy(&p->pins.lock);
 	free(p);
 	errno = err;
 	return -1;
@@ -648,6 +566,7 @@ static void cuda_close(struct kvs_drv *drv)
 	/* Errors here have nobody to go to; release what we can regardless. */
 	if (cuda_bind(drv, p) == 0)
 		p->cu.StreamSynchronize(p->stream);
+	kvsi_cuda_kern_close(p);
 	p->cu.StreamDestroy(p->stream);
 	p->cu.DevicePrimaryCtxRelease(p->dev);
 	atomic_fetch_add_explicit(&cuda_epoch, 1, memory_order_relaxed);
@@ -656,6 +575,7 @@ static void cuda_close(struct kvs_drv *drv)
 	free(p->batch.dst);
 	free(p->batch.src);
 	free(p->batch.size);
+	pthread_mutex_destroy(&p->pins.lock);
 	free(p);
 	drv->priv = NULL;
 }
@@ -917,9 +837,13 @@ static int cuda_copy_batch(struct kvs_drv *drv, int kind, const kvs_copy_t *c, s
 	CUmemcpyAttributes attr;
 	size_t idx = 0, i;
 	CUresult r = CUDA_SUCCESS;
+	int kr;
 
 	if (cuda_bind(drv, p) < 0)
 		return -1;
+	kr = kvsi_cuda_kern_batch(drv, p, kind, c, n);
+	if (kr)
+		return kr > 0 ? 0 : -1;
 	if (!p->cu.MemcpyBatchAsync) {
 		for (i = 0; i < n && r == CUDA_SUCCESS; i++)
 			r = CU_RETRY(p, cuda_copy_one(p, kind, &c[i]));
@@ -1051,7 +975,11 @@ static int cuda_synchronize(struct kvs_drv *drv)
 	return CU_CALL(drv, p, p->cu.StreamSynchronize(p->stream), "cuStreamSynchronize");
 }
 
-/* Pinned and PORTABLE: usable for async copies from any context. */
+/*
+ * Pinned and PORTABLE: usable for async copies from any context; and
+ * DEVICEMAP, so that the gather/scatter kernel can reach it (the block is
+ * remembered with its device address for that: drv/cuda_kern.c).
+ */
 static int cuda_host_alloc(struct kvs_drv *drv, size_t size, void **ptr)
 {
 	struct cuda_priv *p = drv->priv;
@@ -1060,9 +988,11 @@ static int cuda_host_alloc(struct kvs_drv *drv, size_t size, void **ptr)
 
 	if (cuda_bind(drv, p) < 0)
 		return -1;
-	r = CU_RETRY(p, p->cu.MemHostAlloc(&mem, size, CU_MEMHOSTALLOC_PORTABLE));
+	r = CU_RETRY(p, p->cu.MemHostAlloc(&mem, size,
+					   CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
 	if (r != CUDA_SUCCESS)
 		return cuda_fail(drv, p, r, "cuMemHostAlloc");
+	kvsi_cuda_pin_add(p, mem, size);
 	*ptr = mem;
 	return 0;
 }
@@ -1071,6 +1001,7 @@ static int cuda_host_free(struct kvs_drv *drv, void *ptr)
 {
 	struct cuda_priv *p = drv->priv;
 
+	kvsi_cuda_pin_remove(p, ptr);
 	return CU_CALL(drv, p, p->cu.MemFreeHost(ptr), "cuMemFreeHost");
 }
 

@@ -227,6 +227,11 @@ EXPORT unsigned long kvsdbl_copy_release(unsigned long n);
 	X(cuStreamSynchronize, cuStreamSynchronize)		\
 	X(cuStreamWaitEvent, cuStreamWaitEvent)			\
 	X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync)		\
+	X(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer) \
+	X(cuModuleLoadData, cuModuleLoadData)			\
+	X(cuModuleGetFunction, cuModuleGetFunction)		\
+	X(cuModuleUnload, cuModuleUnload)			\
+	X(cuLaunchKernel, cuLaunchKernel)			\
 	X(cuEventCreate, cuEventCreate)				\
 	X(cuEventRecord, cuEventRecord)				\
 	X(cuEventQuery, cuEventQuery)				\
@@ -391,6 +396,16 @@ struct CUctx_st {
 	unsigned long refs;	/* primary context retains; 0: inactive */
 };
 
+/* A function of a module the double can run: kvslab's kernels only. */
+struct CUfunc_st {
+	struct CUmod_st *mod;
+};
+
+struct CUmod_st {
+	uint64_t key;		/* its own address */
+	struct CUfunc_st copy;	/* kvslab_copy_batch_v1 */
+};
+
 static struct {
 	pthread_mutex_t lock;
 	bool init;		/* a cuInit succeeded */
@@ -398,7 +413,7 @@ static struct {
 	size_t page, gran, capacity;
 	struct CUctx_st ctx;	/* the one device's primary context */
 	uint64_t next_handle;
-	struct vec resvs, allocs, maps, hosts, streams, events;
+	struct vec resvs, allocs, maps, hosts, streams, events, mods;
 	size_t created, mapped;
 	size_t rdma_creates;	/* cuMemCreate calls with gpuDirectRDMACapable */
 	unsigned long calls[FN__COUNT];
@@ -765,6 +780,7 @@ static void alloc_maybe_free(struct alloc *a)
  * belongs to no context and stays. */
 static void ctx_reset(void)
 {
+	vec_clear(&g.mods);
 	/* Kernels outlive the context (see the essay), but not their writes
 	 * into pinned memory, which goes now. */
 	for (size_t i = 0; i < g.nkern; i++)
@@ -1680,6 +1696,34 @@ EXPORT CUresult cuMemFreeHost(void *p)
 	return leave(free_host(p));
 }
 
+/*
+ * The device's address of pinned host memory: the same address, under
+ * unified addressing.  The double asks for what the driver documents:
+ * memory allocated CU_MEMHOSTALLOC_DEVICEMAP (a choice: with unified
+ * addressing a real driver may map every pinned block), flags 0.
+ */
+static CUresult host_dev_ptr(CUdeviceptr *pdptr, void *p, unsigned int flags)
+{
+	CUresult r = need_ctx();
+	size_t i;
+
+	if (r)
+		return r;
+	if (!pdptr || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	i = host_at((uintptr_t)p);
+	if (i == NONE || !(((struct hostblk *)g.hosts.v[i])->flags & CU_MEMHOSTALLOC_DEVICEMAP))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	enter(FN_cuMemHostGetDevicePointer_v2);
+	return leave(host_dev_ptr(pdptr, p, Flags));
+}
+
 /* ---- streams, copies, events ---------------------------------------------- */
 
 /*
@@ -2204,6 +2248,207 @@ EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 	return leave(event_destroy(hEvent));
 }
 
+/* ---- modules and kernels -------------------------------------------------- */
+
+/*
+ * The double runs no device code.  It knows kvslab's gather/scatter module
+ * by its versioned entry (".entry kvslab_copy_batch_v1" in the PTX text)
+ * and runs that kernel's host reference implementation when it is launched;
+ * any other image is refused as the driver refuses one it cannot load.
+ */
+#define KVSLAB_COPY_ENTRY "kvslab_copy_batch_v1"
+
+static CUresult module_load(CUmodule *pmod, const void *image)
+{
+	CUresult r = need_ctx();
+	struct CUmod_st *m;
+
+	if (r)
+		return r;
+	if (!pmod || !image)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!strstr(image, ".entry " KVSLAB_COPY_ENTRY "("))
+		return CUDA_ERROR_INVALID_IMAGE;
+	m = malloc(sizeof(*m));
+	if (!m || !vec_reserve(&g.mods, 1)) {
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->key = (uintptr_t)m;
+	m->copy.mod = m;
+	vec_insert(&g.mods, m);
+	*pmod = m;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+	enter(FN_cuModuleLoadData);
+	return leave(module_load(module, image));
+}
+
+static bool module_ok(CUmodule m)
+{
+	return m && vec_exact(&g.mods, (uintptr_t)m) != NONE;
+}
+
+static CUresult module_function(CUfunction *pf, CUmodule m, const char *name)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!pf || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!module_ok(m))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (strcmp(name, KVSLAB_COPY_ENTRY))
+		return CUDA_ERROR_NOT_FOUND;
+	*pf = &m->copy;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	enter(FN_cuModuleGetFunction);
+	return leave(module_function(hfunc, hmod, name));
+}
+
+static CUresult module_unload(CUmodule m)
+{
+	CUresult r = need_ctx();
+	size_t i;
+
+	if (r)
+		return r;
+	if (!module_ok(m))
+		return CUDA_ERROR_INVALID_HANDLE;
+	i = vec_exact(&g.mods, (uintptr_t)m);
+	free(g.mods.v[i]);
+	vec_remove(&g.mods, i, 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+	enter(FN_cuModuleUnload);
+	return leave(module_unload(hmod));
+}
+
+/* kvs_copy_t, the kernel's descriptor. */
+struct copy_desc {
+	uint64_t dst, src, bytes;
+};
+
+/*
+ * kvslab_copy_batch_v1(desc, n), on the host: what each thread block does
+ * on a GPU, with the checks a GPU's memory system makes.  The descriptors
+ * and every side must be device-accessible (mapped with the access the
+ * copy needs, or pinned host memory): otherwise the kernel faults, which
+ * poisons the context (the launch itself succeeds).  Copies of one launch
+ * that overlap would race: the double aborts.
+ */
+static CUresult run_copy_kernel(CUdeviceptr d, unsigned long long n)
+{
+	const struct copy_desc *desc = (const struct copy_desc *)(uintptr_t)d;
+	CUdeviceptr *dsts, *srcs;
+	size_t *sizes, m = 0;
+	int ov;
+
+	if (!n)
+		return CUDA_SUCCESS;
+	if (n > SIZE_MAX / sizeof(*desc) ||
+	    !dev_ok(d, (size_t)n * sizeof(*desc), CU_MEM_ACCESS_FLAGS_PROT_READ)) {
+		fault();
+		return CUDA_SUCCESS;
+	}
+	for (unsigned long long i = 0; i < n; i++) {
+		if (!desc[i].bytes)
+			continue;
+		if (desc[i].bytes > SIZE_MAX ||
+		    !dev_ok(desc[i].dst, (size_t)desc[i].bytes,
+			    CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+		    !dev_ok(desc[i].src, (size_t)desc[i].bytes, CU_MEM_ACCESS_FLAGS_PROT_READ)) {
+			fault();
+			return CUDA_SUCCESS;
+		}
+	}
+	dsts = malloc((size_t)n * sizeof(*dsts));
+	srcs = malloc((size_t)n * sizeof(*srcs));
+	sizes = malloc((size_t)n * sizeof(*sizes));
+	if (!dsts || !srcs || !sizes) {
+		free(dsts);
+		free(srcs);
+		free(sizes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (unsigned long long i = 0; i < n; i++) {
+		if (!desc[i].bytes)
+			continue;
+		dsts[m] = desc[i].dst;
+		srcs[m] = desc[i].src;
+		sizes[m++] = (size_t)desc[i].bytes;
+	}
+	ov = m ? batch_overlap(dsts, srcs, sizes, m) : 0;
+	if (ov > 0)
+		die("cuLaunchKernel", "copies of one " KVSLAB_COPY_ENTRY " launch overlap");
+	if (!ov)
+		for (size_t i = 0; i < m; i++)
+			memcpy((void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i],
+			       sizes[i]);
+	free(dsts);
+	free(srcs);
+	free(sizes);
+	return ov < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/*
+ * cuLaunchKernel of a function the double knows, with the driver's checks
+ * of the launch configuration (a block of at most 1024 threads, z at most
+ * 64; grid y and z at most 65535; no more than 48 KiB of dynamic shared
+ * memory without opting in; kernelParams or extra, not both).  It runs in
+ * stream order, as a copy does: after the stream's earlier work, done when
+ * the call returns (held, like a copy, under kvsdbl_copy_hold()).
+ */
+static CUresult launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			      unsigned int bx, unsigned int by, unsigned int bz,
+			      unsigned int shmem, CUstream s, void **params, void **extra)
+{
+	struct CUstream_st *st;
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!f || !module_ok(f->mod) || f != &f->mod->copy)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz || gx > INT_MAX || gy > 65535 ||
+	    gz > 65535 || bz > 64 || (unsigned long long)bx * by * bz > 1024 ||
+	    shmem > 48 * 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!params || extra)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!params[0] || !params[1])
+		return CUDA_ERROR_INVALID_VALUE;
+	r = copy_turn(s, &st);
+	if (r)
+		return r;
+	r = run_copy_kernel(*(CUdeviceptr *)params[0], *(unsigned long long *)params[1]);
+	if (!r && g.hold)
+		stream_push(st, HELD_BASE + ++g.held);
+	return r;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+			       unsigned int gridDimZ, unsigned int blockDimX,
+			       unsigned int blockDimY, unsigned int blockDimZ,
+			       unsigned int sharedMemBytes, CUstream hStream,
+			       void **kernelParams, void **extra)
+{
+	enter(FN_cuLaunchKernel);
+	return leave(launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+				   blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
+}
+
 /* ---- errors --------------------------------------------------------------- */
 
 #define E(code, text) { code, #code, text }
@@ -2391,6 +2636,11 @@ static const struct {
 	P(cuStreamSynchronize, 2000, INT_MAX, cuStreamSynchronize),
 	P(cuStreamWaitEvent, 3020, INT_MAX, cuStreamWaitEvent),
 	P(cuMemcpyBatchAsync, 13000, INT_MAX, cuMemcpyBatchAsync_v2),
+	P(cuMemHostGetDevicePointer, 3020, INT_MAX, cuMemHostGetDevicePointer_v2),
+	P(cuModuleLoadData, 2000, INT_MAX, cuModuleLoadData),
+	P(cuModuleGetFunction, 2000, INT_MAX, cuModuleGetFunction),
+	P(cuModuleUnload, 2000, INT_MAX, cuModuleUnload),
+	P(cuLaunchKernel, 4000, INT_MAX, cuLaunchKernel),
 	P(cuEventCreate, 2000, INT_MAX, cuEventCreate),
 	P(cuEventRecord, 2000, INT_MAX, cuEventRecord),
 	P(cuEventQuery, 2000, INT_MAX, cuEventQuery),

@@ -574,6 +574,7 @@ START_TEST(test_copy_dtod_batch)
 	kvs_chunk_t *c;
 	uint64_t calls, batches;
 	unsigned long native = tu_dbl_calls("cuMemcpyBatchAsync_v2");
+	unsigned long launches = tu_dbl_calls("cuLaunchKernel");
 
 	ck_assert_uint_ne(kvs_drv_caps(d) & KVS_DRV_CAP_DTOD, 0);
 	/* The double has cuMemcpyBatchAsync: one driver call per batch. */
@@ -637,8 +638,12 @@ START_TEST(test_copy_dtod_batch)
 	for (i = 0; i < 8; i++)
 		ck_assert_int_eq(memcmp(out + ((i + 2) % 4) * g + 3 * i * piece + 2 * piece,
 					back + i * piece, piece), 0);
-	if (is_cuda(_i))
-		ck_assert_uint_eq(tu_dbl_calls("cuMemcpyBatchAsync_v2") - native, 3);
+	/* Pageable host memory: the copy engines' batch; device to device,
+	 * 8 small entries: the gather/scatter kernel. */
+	if (is_cuda(_i)) {
+		ck_assert_uint_eq(tu_dbl_calls("cuMemcpyBatchAsync_v2") - native, 2);
+		ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - launches, 1);
+	}
 
 	/* One bad entry: nothing at all is copied. */
 	memset(back, 0, n);
@@ -751,7 +756,9 @@ START_TEST(test_stream_wait_orders_backup)
 	size_t g = kvs_drv_granularity(d), n = 2 * g, piece = g / 8, i;
 	unsigned char *old = malloc(n), *early = malloc(n), *late = malloc(n);
 	uint64_t s = tu_dbl_stream_create();
+	unsigned long launches;
 	kvs_event_t *kdone, *ev;
+	void *pinned;
 	kvs_copy_t cp[8];
 	kvs_devptr_t a;
 	kvs_chunk_t *c;
@@ -791,6 +798,21 @@ START_TEST(test_stream_wait_orders_backup)
 	ck_assert_int_eq(kvs_event_wait(ev), 0);
 	ck_assert(tu_dbl_pattern_ok(late, n, 77));
 	ck_assert_int_eq(kvs_event_query(kdone), 1);
+	/* The same through the gather/scatter kernel (pinned memory): a
+	 * second writer, ordered after on the device again. */
+	ck_assert_int_eq(kvs_drv_host_alloc(d, g, &pinned), 0);
+	memset(pinned, 0, g);
+	ck_assert_int_eq(tu_dbl_kernel_write(s, a + g, g, 78, 2000000000ULL), 0);
+	ck_assert_int_eq(kvs_event_record(kdone, s), 0);
+	ck_assert_int_eq(kvs_drv_stream_wait(d, kdone), 0);
+	launches = tu_dbl_calls("cuLaunchKernel");
+	for (i = 0; i < 8; i++)
+		cp[i].dst = (uintptr_t)pinned + i * piece;
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - launches, 1);
+	ck_assert(tu_dbl_pattern_ok(pinned, g, 78));
+	ck_assert_int_eq(kvs_drv_host_free(d, pinned), 0);
 	ck_assert_uint_ge(tu_dbl_calls("cuStreamWaitEvent"), 1);
 
 	ck_assert_int_eq(kvs_event_destroy(kdone), 0);
@@ -931,6 +953,129 @@ START_TEST(test_rdma_opt_in)
 	ck_assert_uint_eq(tu_double_query("kvsdbl_rdma_creates"), r0 + 2);
 	ck_assert_int_eq(kvs_drv_close(d), 0);
 	assert_nothing_left(1);
+}
+END_TEST
+
+/* n copies of 2 KiB, piece i from/to offset 5 KiB * i of the device
+ * range a (inside 4 granules) and 2 KiB * i of host memory h. */
+static void scatter(kvs_copy_t *cp, size_t n, int kind, kvs_devptr_t a, unsigned char *h)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		uint64_t dev = a + i * 5120, host = (uintptr_t)h + i * 2048;
+
+		cp[i].dst = kind == KVS_COPY_DTOH ? host : dev;
+		cp[i].src = kind == KVS_COPY_DTOH ? dev : host;
+		cp[i].bytes = 2048;
+	}
+}
+
+/*
+ * cuda over the double: batches as the gather/scatter kernel.  Pinned host
+ * memory of the driver and at least 8 small entries: one cuLaunchKernel,
+ * bytes where they belong, both ways.  Pageable memory, a small batch, or
+ * a driver opened with KVS_DRV_F_NO_KERNELS: cuMemcpyBatchAsync.  The
+ * descriptor ring's slots are reused only once their launch is done: with
+ * the double's copies held, four launches fill the ring and the fifth
+ * batch goes to the copy engines; released, kernels again.  A batch of more
+ * than one slot's entries takes two launches.
+ */
+START_TEST(test_kernel_batches)
+{
+	kvs_drv_t *d = tu_open(1, 0, 0), *nk;
+	size_t g = kvs_drv_granularity(d), i, big = 3000;
+	size_t half = (64 * 5120 + g - 1) / g * g, n = 2 * half;
+	unsigned char *in = malloc(n), *out = malloc(n), *pageable = malloc(64 * 2048);
+	unsigned char *pin;
+	kvs_copy_t *cp = calloc(big, sizeof(*cp));
+	unsigned long l0, b0;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	void *hp;
+
+	ck_assert_uint_ne(kvs_drv_caps(d) & KVS_DRV_CAP_KERNELS, 0);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 64 * 2048, &hp), 0);
+	pin = hp;
+	ck_assert_int_eq(kvs_drv_reserve(d, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, n, &c), 0);
+	map_rw(d, a, c);
+	tu_fill(in, n, 31);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, n, NULL), 0);
+
+	/* Out through the kernel, then back in at a shifted place. */
+	l0 = tu_dbl_calls("cuLaunchKernel");
+	b0 = tu_dbl_calls("cuMemcpyBatchAsync_v2");
+	memset(pin, 0, 64 * 2048);
+	scatter(cp, 64, KVS_COPY_DTOH, a, pin);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 64, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	for (i = 0; i < 64; i++)
+		ck_assert_int_eq(memcmp(pin + i * 2048, in + i * 5120, 2048), 0);
+	scatter(cp, 64, KVS_COPY_HTOD, a + half, pin);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_HTOD, cp, 64, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, out, a, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	for (i = 0; i < 64; i++)
+		ck_assert_int_eq(memcmp(out + half + i * 5120, in + i * 5120, 2048), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 2);
+	ck_assert_uint_eq(tu_dbl_calls("cuMemcpyBatchAsync_v2") - b0, 0);
+
+	/* Not for the kernel: pageable memory; 4 entries. */
+	scatter(cp, 64, KVS_COPY_DTOH, a, pageable);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 64, NULL), 0);
+	scatter(cp, 4, KVS_COPY_DTOH, a, pin);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 4, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_int_eq(memcmp(pageable + 63 * 2048, in + 63 * 5120, 2048), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 2);
+	ck_assert_uint_eq(tu_dbl_calls("cuMemcpyBatchAsync_v2") - b0, 2);
+
+	/* The ring: held launches keep their slots. */
+	ck_assert_int_eq(tu_dbl_copy_hold(1), 0);
+	scatter(cp, 16, KVS_COPY_DTOH, a, pin);
+	for (i = 0; i < 5; i++)
+		ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 16, NULL), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 6);
+	ck_assert_uint_eq(tu_dbl_calls("cuMemcpyBatchAsync_v2") - b0, 3);
+	ck_assert_int_eq(tu_dbl_copy_hold(0), 0);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 16, NULL), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 7);
+
+	/* More entries than a slot holds: two launches. */
+	for (i = 0; i < big; i++) {
+		cp[i].dst = (uintptr_t)pin + i * 16;
+		cp[i].src = a + i * 32;
+		cp[i].bytes = 16;
+	}
+	memset(pin, 0, big * 16);
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, big, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 9);
+	for (i = 0; i < big; i++)
+		ck_assert_int_eq(memcmp(pin + i * 16, in + i * 32, 16), 0);
+
+	ck_assert_int_eq(kvs_drv_host_free(d, hp), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+
+	/* KVS_DRV_F_NO_KERNELS: the copy engines, whatever the batch. */
+	nk = tu_open(1, 0, KVS_DRV_F_NO_KERNELS);
+	ck_assert_ptr_nonnull(nk);
+	ck_assert_uint_eq(kvs_drv_caps(nk) & KVS_DRV_CAP_KERNELS, 0);
+	ck_assert_int_eq(kvs_drv_host_alloc(nk, 64 * 2048, &hp), 0);
+	ck_assert_int_eq(kvs_drv_reserve(nk, n, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(nk, n, &c), 0);
+	map_rw(nk, a, c);
+	scatter(cp, 64, KVS_COPY_DTOH, a, hp);
+	l0 = tu_dbl_calls("cuLaunchKernel");
+	ck_assert_int_eq(kvs_drv_copy_batch(nk, KVS_COPY_DTOH, cp, 64, NULL), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuLaunchKernel") - l0, 0);
+	ck_assert_int_eq(kvs_drv_close(nk), 0);
+	assert_nothing_left(1);
+	free(in);
+	free(out);
+	free(pageable);
+	free(cp);
 }
 END_TEST
 
@@ -1506,6 +1651,7 @@ static Suite *drv_suite(void)
 		tcase_add_test(tc, test_bad_stream_aborts);
 		tcase_add_test(tc, test_unmap_syncs_only_after_copies);
 		tcase_add_test(tc, test_rdma_opt_in);
+		tcase_add_test(tc, test_kernel_batches);
 		suite_add_tcase(s, tc);
 	}
 
