@@ -158,6 +158,17 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+/*
+ * Built with -DKVSDBL_MINIMAL (libcudadouble_min.so), the double does not
+ * export the calls kvslab loads optionally: cuMemcpyBatchAsync_v2 (CUDA
+ * 13), the module and launch calls and cuMemHostGetDevicePointer_v2.  That
+ * is a driver without them, to test that their features stay off.
+ */
+#ifdef KVSDBL_MINIMAL
+#define EXPORT_OPT __attribute__((visibility("hidden")))
+#else
+#define EXPORT_OPT EXPORT
+#endif
 
 /* The ABI names for which cuda.h has no declaration of its own. */
 EXPORT size_t kvsdbl_live_handles(void);
@@ -1718,7 +1729,7 @@ static CUresult host_dev_ptr(CUdeviceptr *pdptr, void *p, unsigned int flags)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+EXPORT_OPT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
 	enter(FN_cuMemHostGetDevicePointer_v2);
 	return leave(host_dev_ptr(pdptr, p, Flags));
@@ -2083,7 +2094,7 @@ static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, 
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+EXPORT_OPT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
 				      size_t count, CUmemcpyAttributes *attrs,
 				      size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
 {
@@ -2281,7 +2292,7 @@ static CUresult module_load(CUmodule *pmod, const void *image)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+EXPORT_OPT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
 	enter(FN_cuModuleLoadData);
 	return leave(module_load(module, image));
@@ -2308,7 +2319,7 @@ static CUresult module_function(CUfunction *pf, CUmodule m, const char *name)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+EXPORT_OPT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
 	enter(FN_cuModuleGetFunction);
 	return leave(module_function(hfunc, hmod, name));
@@ -2329,7 +2340,7 @@ static CUresult module_unload(CUmodule m)
 	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleUnload(CUmodule hmod)
+EXPORT_OPT CUresult cuModuleUnload(CUmodule hmod)
 {
 	enter(FN_cuModuleUnload);
 	return leave(module_unload(hmod));
@@ -2438,7 +2449,7 @@ static CUresult launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, un
 	return r;
 }
 
-EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+EXPORT_OPT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
 			       unsigned int gridDimZ, unsigned int blockDimX,
 			       unsigned int blockDimY, unsigned int blockDimZ,
 			       unsigned int sharedMemBytes, CUstream hStream,

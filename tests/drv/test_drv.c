@@ -1079,6 +1079,71 @@ START_TEST(test_kernel_batches)
 }
 END_TEST
 
+/* Calls of @fn counted by the double at @path (loaded already), or 0. */
+static unsigned long calls_in(const char *path, const char *fn)
+{
+	void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	unsigned long (*f)(const char *);
+	unsigned long n = 0;
+
+	if (!h)
+		return 0;
+	*(void **)&f = dlsym(h, "kvsdbl_calls");
+	if (f)
+		n = f(fn);
+	dlclose(h);
+	return n;
+}
+
+/*
+ * A libcuda without the calls kvslab loads optionally (the double built
+ * -DKVSDBL_MINIMAL: no cuMemcpyBatchAsync_v2, no module or launch calls):
+ * the driver opens, has neither KVS_DRV_CAP_BATCH nor KVS_DRV_CAP_KERNELS,
+ * and a batch is one cuMemcpyDtoHAsync per entry, bytes intact.
+ */
+START_TEST(test_minimal_driver)
+{
+	const char *min = getenv("KVSLAB_CUDA_DOUBLE_MIN");
+	kvs_drv_t *d;
+	size_t g, i;
+	kvs_copy_t cp[8];
+	unsigned char *in;
+	unsigned long c0;
+	kvs_devptr_t a;
+	kvs_chunk_t *c;
+	void *hp;
+
+	if (!min || !*min)
+		return;
+	setenv("KVSLAB_LIBCUDA", min, 1);
+	d = kvs_drv_open("cuda", NULL);
+	ck_assert_msg(d != NULL, "%s", kvs_drv_open_error());
+	ck_assert_uint_eq(kvs_drv_caps(d), KVS_DRV_CAP_DTOD | KVS_DRV_CAP_STREAM_WAIT);
+	g = kvs_drv_granularity(d);
+	in = malloc(g);
+	tu_fill(in, g, 4);
+	ck_assert_int_eq(kvs_drv_reserve(d, g, &a), 0);
+	ck_assert_int_eq(kvs_drv_chunk_create(d, g, &c), 0);
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, in, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_host_alloc(d, 8 * 1024, &hp), 0);
+	for (i = 0; i < 8; i++) {
+		cp[i].dst = (uintptr_t)hp + i * 1024;
+		cp[i].src = a + i * 4096;
+		cp[i].bytes = 1024;
+	}
+	c0 = calls_in(min, "cuMemcpyDtoHAsync_v2");
+	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert_uint_eq(calls_in(min, "cuMemcpyDtoHAsync_v2") - c0, 8);
+	for (i = 0; i < 8; i++)
+		ck_assert_int_eq(memcmp((char *)hp + i * 1024, in + i * 4096, 1024), 0);
+	ck_assert_int_eq(kvs_drv_host_free(d, hp), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	free(in);
+}
+END_TEST
+
 static int record_bad_stream(kvs_event_t *ev)
 {
 	return kvs_event_record(ev, (kvs_stream_t)0xdead0);
@@ -1652,6 +1717,7 @@ static Suite *drv_suite(void)
 		tcase_add_test(tc, test_unmap_syncs_only_after_copies);
 		tcase_add_test(tc, test_rdma_opt_in);
 		tcase_add_test(tc, test_kernel_batches);
+		tcase_add_test(tc, test_minimal_driver);
 		suite_add_tcase(s, tc);
 	}
 
