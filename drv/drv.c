@@ -38,13 +38,13 @@
  * (drain the copy queue; with KVS_DRV_F_SYNC_UNMAP, the whole device), then
  * takes the lock: if the count moved, a copy was submitted meanwhile and may
  * touch the range, so it drops the lock and drains again; otherwise it
- * validates, unmaps and updates the books in one step.  A finished drain or
- * kvs_drv_synchronize() records the count it covered (copies_quiesced); an
- * unmap that finds no copy submitted since skips the drain, so unmapping
- * after the copies are known done costs no device synchronization.  So a queued copy
- * never touches memory unmapped after it was submitted.  Event waits and
- * kvs_drv_synchronize() take no lock at all.  kvs_drv_close() is MT-Unsafe
- * and takes none either.  Backends' own locks (the host's alock and qlock)
+ * validates, unmaps and updates the books in one step.  So a queued copy
+ * never touches memory unmapped after it was submitted.  A finished drain
+ * or kvs_drv_synchronize() records the count it covered (copies_quiesced);
+ * an unmap that finds no copy submitted since skips the drain, so
+ * unmapping after the copies are known done costs no device
+ * synchronization.  Event waits and kvs_drv_synchronize() take no lock at
+ * all.  kvs_drv_close() is MT-Unsafe and takes none either.  Backends' own locks (the host's alock and qlock)
  * come after drv->lock, never before.
  */
 #include <errno.h>

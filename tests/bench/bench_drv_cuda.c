@@ -61,7 +61,14 @@ static struct {
 
 static int load(void *lib)
 {
-#define L(f, sym) if (!(*(void **)&cu.f = dlsym(lib, sym))) { fprintf(stderr, "no %s\n", sym); return -1; }
+#define L(f, sym)                                                  \
+	do {                                                       \
+		*(void **)&cu.f = dlsym(lib, sym);                 \
+		if (!cu.f) {                                       \
+			fprintf(stderr, "no %s\n", sym);           \
+			return -1;                                 \
+		}                                                  \
+	} while (0)
 	L(MemCreate, "cuMemCreate");
 	L(MemRelease, "cuMemRelease");
 	L(MemAddressReserve, "cuMemAddressReserve");
@@ -281,8 +288,8 @@ static void copies(kvs_drv_t *d, kvs_drv_t *nok, CUstream s, size_t page, size_t
 				us[kind][m] = 0;
 		}
 	}
-	printf("\n%zu scattered pages of %zu KiB (%zu KiB), median us (GB/s)       raw driver     kvslab  overhead\n",
-	       pages, page >> 10, bytes >> 10);
+	printf("\n%zu scattered pages of %zu KiB (%zu KiB), median us (GB/s)"
+	       "       raw driver     kvslab  overhead\n", pages, page >> 10, bytes >> 10);
 	for (kind = 0; kind < 2; kind++) {
 		const char *dir = kind == 0 ? "device->host" : "host->device";
 		char what[96];
