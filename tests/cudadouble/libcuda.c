@@ -2346,6 +2346,16 @@ EXPORT_OPT CUresult cuModuleUnload(CUmodule hmod)
 	return leave(module_unload(hmod));
 }
 
+/* Is @f a function of a loaded module?  Looked up, not dereferenced: a
+ * function of an unloaded module is a dangling pointer. */
+static bool function_ok(CUfunction f)
+{
+	for (size_t i = 0; i < g.mods.n; i++)
+		if (&((struct CUmod_st *)g.mods.v[i])->copy == f)
+			return true;
+	return false;
+}
+
 /* kvs_copy_t, the kernel's descriptor. */
 struct copy_desc {
 	uint64_t dst, src, bytes;
@@ -2430,7 +2440,7 @@ static CUresult launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, un
 
 	if (r)
 		return r;
-	if (!f || !module_ok(f->mod) || f != &f->mod->copy)
+	if (!function_ok(f))
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz || gx > INT_MAX || gy > 65535 ||
 	    gz > 65535 || bz > 64 || (unsigned long long)bx * by * bz > 1024 ||

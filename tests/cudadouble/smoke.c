@@ -160,6 +160,13 @@ static CUresult (*p_cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
 static CUresult (*p_cuMemcpyBatchAsync_v2)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
 					   CUmemcpyAttributes *, size_t *, size_t, CUstream);
 static unsigned char (*p_kvsdbl_pattern)(unsigned int, size_t);
+static CUresult (*p_cuModuleLoadData)(CUmodule *, const void *);
+static CUresult (*p_cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+static CUresult (*p_cuModuleUnload)(CUmodule);
+static CUresult (*p_cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
+				    unsigned int, unsigned int, unsigned int, unsigned int,
+				    CUstream, void **, void **);
+static CUresult (*p_cuMemHostGetDevicePointer_v2)(CUdeviceptr *, void *, unsigned int);
 
 #define kvsdbl_live_handles p_kvsdbl_live_handles
 #define kvsdbl_live_reservations p_kvsdbl_live_reservations
@@ -176,6 +183,11 @@ static unsigned char (*p_kvsdbl_pattern)(unsigned int, size_t);
 #define cuStreamWaitEvent p_cuStreamWaitEvent
 #define cuMemcpyBatchAsync_v2 p_cuMemcpyBatchAsync_v2
 #define kvsdbl_pattern p_kvsdbl_pattern
+#define cuModuleLoadData p_cuModuleLoadData
+#define cuModuleGetFunction p_cuModuleGetFunction
+#define cuModuleUnload p_cuModuleUnload
+#define cuLaunchKernel p_cuLaunchKernel
+#define cuMemHostGetDevicePointer_v2 p_cuMemHostGetDevicePointer_v2
 
 #define LOAD(name)							\
 	do {								\
@@ -247,6 +259,11 @@ static void load(const char *path)
 	LOAD(cuStreamWaitEvent);
 	LOAD(cuMemcpyBatchAsync_v2);
 	LOAD(kvsdbl_pattern);
+	LOAD(cuModuleLoadData);
+	LOAD(cuModuleGetFunction);
+	LOAD(cuModuleUnload);
+	LOAD(cuLaunchKernel);
+	LOAD(cuMemHostGetDevicePointer_v2);
 }
 
 static CUmemAllocationProp dev_prop(int id)
@@ -814,6 +831,97 @@ static void child_batch(void)
 	OK(cuDevicePrimaryCtxRelease_v2(dev));
 }
 
+/*
+ * kvslab's module: recognised by its entry, other images refused; the
+ * launch configuration checked; the copy kernel's reference run in stream
+ * order, and a fault (sticky 700) when a descriptor names memory the
+ * device cannot reach (pageable host memory).
+ */
+static void child_module(void)
+{
+	static const char ptx[] = ".version 9.0\n.visible .entry kvslab_copy_batch_v1(\n)";
+	CUmemAllocationProp prop = dev_prop(0);
+	CUmemAccessDesc rw = access_desc(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr base, ddesc;
+	unsigned long long n = 2;
+	unsigned char *pin, pageable[64];
+	struct { unsigned long long dst, src, bytes; } *desc;
+	void *args[2] = { &ddesc, &n }, *mem;
+	CUmodule mod;
+	CUfunction fn;
+	CUstream s;
+	CUcontext ctx;
+	CUdevice dev;
+	size_t G = 0;
+
+	OK(cuInit(0));
+	OK(cuDeviceGet(&dev, 0));
+	OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	OK(cuCtxSetCurrent(ctx));
+	OK(cuMemGetAllocationGranularity(&G, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	OK(cuMemAddressReserve(&base, G, 0, 0, 0));
+	OK(cuMemCreate(&h, G, &prop, 0));
+	OK(cuMemMap(base, G, 0, h, 0));
+	OK(cuMemSetAccess(base, G, &rw, 1));
+	OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+	EXPECT(cuModuleLoadData(&mod, ".version 9.0\n.visible .entry other(\n)"),
+	       CUDA_ERROR_INVALID_IMAGE);
+	OK(cuModuleLoadData(&mod, ptx));
+	EXPECT(cuModuleGetFunction(&fn, mod, "other"), CUDA_ERROR_NOT_FOUND);
+	OK(cuModuleGetFunction(&fn, mod, "kvslab_copy_batch_v1"));
+
+	/* Descriptors in pinned, device-mapped memory. */
+	OK(cuMemHostAlloc(&mem, 4096, CU_MEMHOSTALLOC_PORTABLE));
+	EXPECT(cuMemHostGetDevicePointer_v2(&ddesc, mem, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(cuMemFreeHost(mem));
+	OK(cuMemHostAlloc(&mem, 4096, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
+	EXPECT(cuMemHostGetDevicePointer_v2(&ddesc, mem, 1), CUDA_ERROR_INVALID_VALUE);
+	OK(cuMemHostGetDevicePointer_v2(&ddesc, mem, 0));
+	CHECK(ddesc == (uintptr_t)mem);
+	desc = mem;
+	pin = (unsigned char *)mem + 1024;
+	for (int i = 0; i < 256; i++)
+		pin[i] = (unsigned char)i;
+	desc[0].dst = base + 100;
+	desc[0].src = (uintptr_t)pin;
+	desc[0].bytes = 100;
+	desc[1].dst = (uintptr_t)pin + 512;
+	desc[1].src = (uintptr_t)pin + 100;
+	desc[1].bytes = 50;
+
+	EXPECT(cuLaunchKernel(fn, 0, 1, 1, 256, 1, 1, 0, s, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuLaunchKernel(fn, 2, 1, 1, 2048, 1, 1, 0, s, args, NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuLaunchKernel(fn, 2, 1, 1, 256, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuLaunchKernel(fn, 2, 1, 1, 256, 1, 1, 0, s, args, args), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuLaunchKernel((CUfunction)&n, 2, 1, 1, 256, 1, 1, 0, s, args, NULL),
+	       CUDA_ERROR_INVALID_HANDLE);
+	OK(cuLaunchKernel(fn, 2, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	OK(cuStreamSynchronize(s));
+	for (int i = 0; i < 100; i++)
+		CHECK(((unsigned char *)(uintptr_t)base)[100 + i] == i);
+	for (int i = 0; i < 50; i++)
+		CHECK(pin[512 + i] == 100 + i);
+
+	/* Pageable memory: the device cannot reach it; the kernel faults. */
+	desc[1].dst = (uintptr_t)pageable;
+	OK(cuLaunchKernel(fn, 2, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	CHECK(kvsdbl_sticky_error() == CUDA_ERROR_ILLEGAL_ADDRESS);
+	EXPECT(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+	kvsdbl_clear_sticky();
+
+	OK(cuModuleUnload(mod));
+	EXPECT(cuLaunchKernel(fn, 2, 1, 1, 256, 1, 1, 0, s, args, NULL), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuMemFreeHost(mem));
+	OK(cuStreamDestroy_v2(s));
+	OK(cuMemUnmap(base, G));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(base, G));
+	OK(cuDevicePrimaryCtxRelease_v2(dev));
+}
+
 int main(int argc, char **argv)
 {
 	const char *path = argc > 1 ? argv[1] : "/tmp/libcuda-double.so";
@@ -840,6 +948,7 @@ int main(int argc, char **argv)
 	in_child(path, child_granularity);
 	in_child(path, child_async);
 	in_child(path, child_batch);
+	in_child(path, child_module);
 
 	/* The default 2 MiB granularity, and a device of 8 granules so the
 	 * capacity check is reachable. */
