@@ -40,7 +40,9 @@
  * touch the range, so it drops the lock and drains again; otherwise it
  * validates, unmaps and updates the books in one step.  So a queued copy
  * never touches memory unmapped after it was submitted.  A finished drain
- * or kvs_drv_synchronize() records the count it covered (copies_quiesced);
+ * or kvs_drv_synchronize() records the count it covered (copies_quiesced),
+ * and so does a copy's event found complete (kvs_event_wait() and
+ * kvs_event_query(); each event keeps the count its record came after);
  * an unmap that finds no copy submitted since skips the drain, so
  * unmapping after the copies are known done costs no device
  * synchronization.  Event waits and kvs_drv_synchronize() take no lock at

@@ -41,6 +41,10 @@ struct kvs_event {
 	struct kvs_drv *drv;
 	void *bev;
 	struct kvs_event *prev, *next;
+	/* The copies_submitted its last record on the copy queue came after
+	 * (all those copies are done when it completes); 0 when it was last
+	 * recorded on an engine's stream, or never. */
+	_Atomic uint64_t covers;
 };
 
 struct kvs_host_block {

@@ -888,6 +888,7 @@ START_TEST(test_unmap_syncs_only_after_copies)
 	size_t g = kvs_drv_granularity(d);
 	unsigned char *buf = calloc(1, g);
 	unsigned long s0;
+	kvs_event_t *ev;
 	kvs_devptr_t a;
 	kvs_chunk_t *c;
 	int i;
@@ -914,6 +915,27 @@ START_TEST(test_unmap_syncs_only_after_copies)
 	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
 	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
 	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 2);
+	/* A copy's event found complete covers it and what came before... */
+	ck_assert_int_eq(kvs_event_create(d, &ev), 0);
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, g, NULL), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, buf, a, g, ev), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, g, ev), 0);
+	while (kvs_event_query(ev) == 0)
+		;
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 2);
+	/* ... one recorded on an engine's stream does not. */
+	map_rw(d, a, c);
+	ck_assert_int_eq(kvs_drv_copy_htod(d, a, buf, g, NULL), 0);
+	ck_assert_int_eq(kvs_event_record(ev, 0), 0);
+	ck_assert_int_eq(kvs_event_wait(ev), 0);
+	ck_assert_int_eq(kvs_drv_unmap(d, a, g), 0);
+	ck_assert_uint_eq(tu_dbl_calls("cuStreamSynchronize") - s0, 3);
+	ck_assert_int_eq(kvs_event_destroy(ev), 0);
 	ck_assert_int_eq(kvs_drv_chunk_release(d, c), 0);
 	ck_assert_int_eq(kvs_drv_unreserve(d, a), 0);
 	ck_assert_int_eq(kvs_drv_close(d), 0);
