@@ -143,6 +143,9 @@ struct kvs_drv {
 	_Atomic bool has_parked;	/* parked != NULL, read without the lock */
 
 	_Atomic uint64_t copies_submitted;	/* bumped under lock per copy */
+	/* The copies_submitted a finished quiesce()/synchronize() covered:
+	 * while the two are equal no copy can be running. */
+	_Atomic uint64_t copies_quiesced;
 	_Atomic uint64_t stats[KVS_DRV_STAT__COUNT];
 	char errdetail[160];		/* last backend detail; best effort */
 };

@@ -19,8 +19,18 @@
  * cuda.h renames the plain spelling by macro).  <cuda.h> is included for
  * types and constants only; the function-pointer types are ours, generated
  * with the symbol table from the one CUDA_FNS() list, and the pointers live
- * in struct cuda_priv (drv->priv).  Any missing symbol makes the library
- * unusable: open fails with ENODEV.
+ * in struct cuda_priv (drv->priv).  A missing symbol of CUDA_FNS() makes
+ * the library unusable: open fails with ENODEV.  Those of CUDA_OPT_FNS()
+ * (drv/cuda_int.h) are features a driver may lack, each behind a capability
+ * flag: cuMemcpyBatchAsync_v2 (KVS_DRV_CAP_BATCH; else a batch is one copy
+ * call per entry) and the module and launch calls of the gather/scatter
+ * kernel (KVS_DRV_CAP_KERNELS: drv/cuda_kern.c).
+ *
+ * Ordering with the engine.  cuStreamWaitEvent makes the copy stream wait
+ * for an event the engine recorded (kvs_drv_stream_wait()) and an engine
+ * stream wait for a copy's event (kvs_event_stream_wait()): both on the
+ * device, the caller never waits (KVS_DRV_CAP_STREAM_WAIT).  A CUstream the
+ * driver does not know crashes it; we pass what the caller gave.
  *
  * State and locking.  struct cuda_priv is written once by cuda_open() and
  * only read afterwards, so there is no lock here: the driver API is
@@ -55,9 +65,10 @@
  * a stream and none is stream-ordered; cuMemUnmap is not documented to wait
  * for work still reading the range, and editing mappings under running
  * kernels has faulted in practice (kvcached#465).  The rule is: wait for a
- * range's last use before unmapping or remapping it.  This backend always
+ * range's last use before unmapping or remapping it.  This backend
  * synchronizes its own copy stream before cuMemUnmap, since a copy queued on
- * it may still read or write the range; the application's kernels are the
+ * it may still read or write the range (the generic layer skips that when
+ * no copy was submitted since the last synchronization finished); the application's kernels are the
  * caller's to wait for (an event), or KVS_DRV_F_SYNC_UNMAP makes every unmap
  * synchronize the whole context first, as PyTorch's expandable segments do.
  * Creating or releasing handles needs no wait: cuMemRelease of a mapped
@@ -79,82 +90,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cuda.h>
-
-#include "backend.h"
+#include "cuda_int.h"
 
 /* The library kvslab loads unless $KVSLAB_LIBCUDA names another. */
 #define CUDA_LIBNAME "libcuda.so.1"
 
-/*
- * Every driver function we call: X(member, ABI symbol, parameter list).
- * All return CUresult.  The member names drop the "cu" prefix so that
- * cuda.h's renaming macros (cuMemGetInfo -> cuMemGetInfo_v2 ...) cannot
- * touch them.
- */
-#define CUDA_FNS(X)								\
-	X(GetErrorName, "cuGetErrorName", (CUresult, const char **))		\
-	X(Init, "cuInit", (unsigned int))					\
-	X(DeviceGetCount, "cuDeviceGetCount", (int *))				\
-	X(DeviceGet, "cuDeviceGet", (CUdevice *, int))				\
-	X(DeviceGetAttribute, "cuDeviceGetAttribute",				\
-	  (int *, CUdevice_attribute, CUdevice))				\
-	X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain",			\
-	  (CUcontext *, CUdevice))						\
-	X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice))	\
-	X(CtxSetCurrent, "cuCtxSetCurrent", (CUcontext))			\
-	X(CtxGetCurrent, "cuCtxGetCurrent", (CUcontext *))			\
-	X(CtxSynchronize, "cuCtxSynchronize", (void))				\
-	X(StreamCreate, "cuStreamCreate", (CUstream *, unsigned int))		\
-	X(StreamDestroy, "cuStreamDestroy_v2", (CUstream))			\
-	X(StreamSynchronize, "cuStreamSynchronize", (CUstream))		\
-	X(MemGetAllocationGranularity, "cuMemGetAllocationGranularity",	\
-	  (size_t *, const CUmemAllocationProp *,				\
-	   CUmemAllocationGranularity_flags))					\
-	X(MemAddressReserve, "cuMemAddressReserve",				\
-	  (CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))	\
-	X(MemAddressFree, "cuMemAddressFree", (CUdeviceptr, size_t))		\
-	X(MemCreate, "cuMemCreate",						\
-	  (CUmemGenericAllocationHandle *, size_t,				\
-	   const CUmemAllocationProp *, unsigned long long))			\
-	X(MemRelease, "cuMemRelease", (CUmemGenericAllocationHandle))		\
-	X(MemMap, "cuMemMap",							\
-	  (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,		\
-	   unsigned long long))							\
-	X(MemUnmap, "cuMemUnmap", (CUdeviceptr, size_t))			\
-	X(MemSetAccess, "cuMemSetAccess",					\
-	  (CUdeviceptr, size_t, const CUmemAccessDesc *, size_t))		\
-	X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",				\
-	  (CUdeviceptr, const void *, size_t, CUstream))			\
-	X(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",				\
-	  (void *, CUdeviceptr, size_t, CUstream))				\
-	X(MemcpyAsync, "cuMemcpyAsync",						\
-	  (CUdeviceptr, CUdeviceptr, size_t, CUstream))				\
-	X(EventCreate, "cuEventCreate", (CUevent *, unsigned int))		\
-	X(EventRecord, "cuEventRecord", (CUevent, CUstream))			\
-	X(EventQuery, "cuEventQuery", (CUevent))				\
-	X(EventSynchronize, "cuEventSynchronize", (CUevent))			\
-	X(EventDestroy, "cuEventDestroy_v2", (CUevent))			\
-	X(MemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned int))	\
-	X(MemFreeHost, "cuMemFreeHost", (void *))				\
-	X(MemGetInfo, "cuMemGetInfo_v2", (size_t *, size_t *))
-
-#define CUDA_FN_TYPEDEF(fn, sym, args) typedef CUresult (CUDAAPI *cuda_##fn##_fn) args;
-CUDA_FNS(CUDA_FN_TYPEDEF)
-#undef CUDA_FN_TYPEDEF
-
-struct cuda_fns {
-#define CUDA_FN_MEMBER(fn, sym, args) cuda_##fn##_fn fn;
-	CUDA_FNS(CUDA_FN_MEMBER)
-#undef CUDA_FN_MEMBER
-};
-
 static const struct cuda_sym {
 	const char *name;
 	size_t off;		/* of the pointer in struct cuda_fns */
+	int optional;		/* from CUDA_OPT_FNS(): may be missing */
 } cuda_syms[] = {
-#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn) },
+#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn), 0 },
 	CUDA_FNS(CUDA_FN_SYM)
+#undef CUDA_FN_SYM
+#define CUDA_FN_SYM(fn, sym, args) { sym, offsetof(struct cuda_fns, fn), 1 },
+	CUDA_OPT_FNS(CUDA_FN_SYM)
 #undef CUDA_FN_SYM
 };
 
@@ -164,18 +114,6 @@ _Static_assert(sizeof(void *) == sizeof(cuda_Init_fn), "function pointers are no
 _Static_assert(sizeof(CUdeviceptr) == sizeof(kvs_devptr_t), "CUdeviceptr is not 64 bits");
 _Static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(uint64_t),
 	       "CUmemGenericAllocationHandle is not 64 bits");
-
-/* One open driver.  Written by cuda_open() only; read-only afterwards. */
-struct cuda_priv {
-	struct cuda_fns cu;
-	void *lib;			/* dlopen() handle */
-	int ordinal;			/* attr->device */
-	CUdevice dev;
-	CUcontext ctx;			/* retained primary context */
-	CUstream stream;		/* the copy queue, non-blocking */
-	CUmemAllocationProp prop;	/* for cuMemCreate and the granularity */
-	size_t gran;			/* MINIMUM granularity of prop */
-};
 
 /* What cuda_bind() last made current on this thread; see the essay above. */
 struct cuda_binding {
@@ -277,6 +215,12 @@ static int cuda_fail(struct kvs_drv *drv, const struct cuda_priv *p, CUresult r,
 
 	errno = err;
 	return -1;
+}
+
+/* cuda_fail() for drv/cuda_kern.c. */
+int kvsi_cuda_fail(struct kvs_drv *drv, const struct cuda_priv *p, CUresult r, const char *call)
+{
+	return cuda_fail(drv, p, r, call);
 }
 
 /* 0 on CUDA_SUCCESS, else cuda_fail(). */
@@ -386,7 +330,8 @@ static int cuda_bind_strict(struct kvs_drv *drv, struct cuda_priv *p)
 
 /**
  * cuda_load() - dlopen libcuda and resolve every function of CUDA_FNS().
- * @cu: filled with the function pointers.
+ * @cu: filled with the function pointers; optional ones the library lacks
+ *      are left as they were (NULL: callers zero @cu).
  * @path: set to the library tried.
  * @missing: set to the first symbol not found, or NULL.
  * @why: set to dlerror()'s text (or a fallback) when dlopen() failed.
@@ -417,6 +362,8 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
 		void *sym = dlsym(lib, cuda_syms[i].name);
 
 		/* No driver function lives at address 0: NULL is "not found". */
+		if (!sym && cuda_syms[i].optional)
+			continue;
 		if (!sym) {
 			*missing = cuda_syms[i].name;
 			dlclose(lib);
@@ -430,7 +377,8 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
 /**
  * cuda_open() - load the driver and set up one device.
  * @drv: the new driver; its generic part is initialised.
- * @attr: open attributes; only @attr->device is used.
+ * @attr: open attributes; @attr->device is used (and drv->flags, for
+ *        KVS_DRV_F_RDMA).
  *
  * Retains the device's primary context, makes it current on the calling
  * thread, creates the copy stream and queries the MINIMUM granularity of the
@@ -439,9 +387,10 @@ static void *cuda_load(struct cuda_fns *cu, const char **path, const char **miss
  * current context is restored.
  *
  * Context: Any thread.
- * Return: 0 with drv->priv and drv->granularity set; -1 with errno ENODEV
+ * Return: 0 with drv->priv, drv->granularity and drv->caps set; -1 with errno ENODEV
  * (no library, a library without a needed symbol, no device, device out of
- * range, a stub or uninitialisable driver), ENOTSUP (the device has no VMM),
+ * range, a stub or uninitialisable driver), ENOTSUP (the device has no VMM, or no RDMA
+ * with VMM and KVS_DRV_F_RDMA was asked for),
  * ENOMEM, or the errno of the failing call (see cuda_errno()).
  */
 static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
@@ -459,6 +408,7 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 		return -1;
 	}
 	p->ordinal = attr->device;
+	pthread_mutex_init(&p->pins.lock, NULL);
 
 	p->lib = cuda_load(&p->cu, &path, &missing, &why);
 	if (!p->lib) {
@@ -542,8 +492,18 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 	p->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	p->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	p->prop.location.id = p->ordinal;
-	if (rdma)
+	/* Opt-in: an RDMA-capable chunk costs more to create and map (the
+	 * H200 map overhead of GPU-MEASURED.md), and only a NIC reading KV
+	 * memory directly needs it. */
+	if (drv->flags & KVS_DRV_F_RDMA) {
+		if (!rdma) {
+			kvsi_drv_set_detail(drv, "cuDeviceGetAttribute: device %d has no "
+					   "GPUDirect RDMA with VMM", p->ordinal);
+			err = ENOTSUP;
+			goto out_stream;
+		}
 		p->prop.allocFlags.gpuDirectRDMACapable = 1;
+	}
 	r = p->cu.MemGetAllocationGranularity(&p->gran, &p->prop,
 					      CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r != CUDA_SUCCESS) {
@@ -560,7 +520,13 @@ static int cuda_open(struct kvs_drv *drv, const kvs_drv_attr_t *attr)
 
 	drv->priv = p;
 	drv->granularity = p->gran;
-	drv->caps = KVS_DRV_CAP_DTOD;
+	drv->caps = KVS_DRV_CAP_DTOD | KVS_DRV_CAP_STREAM_WAIT;
+	if (p->cu.MemcpyBatchAsync)
+		drv->caps |= KVS_DRV_CAP_BATCH;
+	if (!(drv->flags & KVS_DRV_F_NO_KERNELS))
+		kvsi_cuda_kern_open(drv, p);
+	if (p->kern.fn)
+		drv->caps |= KVS_DRV_CAP_KERNELS;
 	return 0;
 
 out_stream:
@@ -574,6 +540,7 @@ out_release:
 out_dlclose:
 	dlclose(p->lib);
 out_free:
+	pthread_mutex_destroy(&p->pins.lock);
 	free(p);
 	errno = err;
 	return -1;
@@ -599,11 +566,16 @@ static void cuda_close(struct kvs_drv *drv)
 	/* Errors here have nobody to go to; release what we can regardless. */
 	if (cuda_bind(drv, p) == 0)
 		p->cu.StreamSynchronize(p->stream);
+	kvsi_cuda_kern_close(p);
 	p->cu.StreamDestroy(p->stream);
 	p->cu.DevicePrimaryCtxRelease(p->dev);
 	atomic_fetch_add_explicit(&cuda_epoch, 1, memory_order_relaxed);
 	cuda_bound.ctx = NULL;
 	dlclose(p->lib);
+	free(p->batch.dst);
+	free(p->batch.src);
+	free(p->batch.size);
+	pthread_mutex_destroy(&p->pins.lock);
 	free(p);
 	drv->priv = NULL;
 }
@@ -801,6 +773,106 @@ static int cuda_copy_dtod(struct kvs_drv *drv, kvs_devptr_t dst, kvs_devptr_t sr
 	return CU_CALL(drv, p, p->cu.MemcpyAsync(dst, src, n, p->stream), "cuMemcpyAsync");
 }
 
+/* One checked copy of direction @kind on the copy stream (no binding). */
+static CUresult cuda_copy_one(struct cuda_priv *p, int kind, const kvs_copy_t *c)
+{
+	switch (kind) {
+	case KVS_COPY_HTOD:
+		return p->cu.MemcpyHtoDAsync(c->dst, (const void *)(uintptr_t)c->src, c->bytes,
+					     p->stream);
+	case KVS_COPY_DTOH:
+		return p->cu.MemcpyDtoHAsync((void *)(uintptr_t)c->dst, c->src, c->bytes,
+					     p->stream);
+	default:
+		return p->cu.MemcpyAsync(c->dst, c->src, c->bytes, p->stream);
+	}
+}
+
+/* Room for @n entries in the batch arrays.  drv->lock held. */
+static int cuda_batch_room(struct cuda_batch *b, size_t n)
+{
+	size_t cap = b->cap ? b->cap : 64;
+	void *d, *s, *z;
+
+	if (n <= b->cap)
+		return 0;
+	while (cap < n)
+		cap = cap > SIZE_MAX / 2 / sizeof(CUdeviceptr) ? n : 2 * cap;
+	d = realloc(b->dst, cap * sizeof(*b->dst));
+	if (d)
+		b->dst = d;
+	s = d ? realloc(b->src, cap * sizeof(*b->src)) : NULL;
+	if (s)
+		b->src = s;
+	z = s ? realloc(b->size, cap * sizeof(*b->size)) : NULL;
+	if (!z)
+		return -1;	/* what did grow is kept; cap is the old one */
+	b->size = z;
+	b->cap = cap;
+	return 0;
+}
+
+/**
+ * cuda_copy_batch() - @n copies of one direction in one submission.
+ * @drv: the driver.
+ * @kind: KVS_COPY_HTOD, KVS_COPY_DTOH or KVS_COPY_DTOD.
+ * @c: the entries, checked by the generic layer.
+ * @n: entries, at least 1.
+ *
+ * With cuMemcpyBatchAsync (KVS_DRV_CAP_BATCH): one call on the copy stream,
+ * one attribute set for all (sources in stream order, so a batch after a
+ * kvs_drv_stream_wait() reads what the engine wrote).  Host pointers go
+ * as they are: under unified addressing the driver tells them from device
+ * ones.  Without it: the copies one by one; if one fails after others were
+ * queued, the stream is synchronized before returning, so that nothing of
+ * the batch still runs when the caller hears of the failure.
+ *
+ * Context: drv->lock held (it guards the batch arrays).
+ * Return: 0, or -1 with errno (ENOMEM: no room for the arrays).
+ */
+static int cuda_copy_batch(struct kvs_drv *drv, int kind, const kvs_copy_t *c, size_t n)
+{
+	struct cuda_priv *p = drv->priv;
+	struct cuda_batch *b = &p->batch;
+	CUmemcpyAttributes attr;
+	size_t idx = 0, i;
+	CUresult r = CUDA_SUCCESS;
+	int kr;
+
+	if (cuda_bind(drv, p) < 0)
+		return -1;
+	kr = kvsi_cuda_kern_batch(drv, p, kind, c, n);
+	if (kr)
+		return kr > 0 ? 0 : -1;
+	if (!p->cu.MemcpyBatchAsync) {
+		for (i = 0; i < n && r == CUDA_SUCCESS; i++)
+			r = CU_RETRY(p, cuda_copy_one(p, kind, &c[i]));
+		if (r != CUDA_SUCCESS && i > 1) {
+			int err = cuda_note(drv, p, r, "cuMemcpyAsync");
+
+			(void)p->cu.StreamSynchronize(p->stream);
+			errno = err;
+			return -1;
+		}
+		return cuda_result(drv, p, r, "cuMemcpyAsync");
+	}
+	if (cuda_batch_room(b, n) < 0) {
+		kvsi_drv_set_detail(drv, "cuMemcpyBatchAsync: no memory for %zu entries", n);
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		b->dst[i] = c[i].dst;
+		b->src[i] = c[i].src;
+		b->size[i] = c[i].bytes;
+	}
+	memset(&attr, 0, sizeof(attr));
+	attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	r = CU_RETRY(p, p->cu.MemcpyBatchAsync(b->dst, b->src, b->size, n, &attr, &idx, 1,
+					       p->stream));
+	return cuda_result(drv, p, r, "cuMemcpyBatchAsync");
+}
+
 /*
  * Events are CUevents stored directly in the void * (CUevent is a pointer).
  * Timing is disabled: we only ask "done yet?", and untimed events are cheaper.
@@ -869,6 +941,26 @@ static int cuda_event_query(struct kvs_drv *drv, void *bev)
 	return cuda_fail(drv, p, r, "cuEventQuery");
 }
 
+/* Copies submitted after this wait on the device for @bev (an engine's). */
+static int cuda_stream_wait(struct kvs_drv *drv, void *bev)
+{
+	struct cuda_priv *p = drv->priv;
+
+	return CU_CALL(drv, p, p->cu.StreamWaitEvent(p->stream, (CUevent)bev, 0),
+		       "cuStreamWaitEvent");
+}
+
+/* The engine's @stream waits on the device for @bev.  An unknown stream is
+ * undefined behaviour, as in CUDA (the driver crashes). */
+static int cuda_event_stream_wait(struct kvs_drv *drv, void *bev, uint64_t stream)
+{
+	struct cuda_priv *p = drv->priv;
+
+	return CU_CALL(drv, p,
+		       p->cu.StreamWaitEvent((CUstream)(uintptr_t)stream, (CUevent)bev, 0),
+		       "cuStreamWaitEvent");
+}
+
 static int cuda_event_wait(struct kvs_drv *drv, void *bev)
 {
 	struct cuda_priv *p = drv->priv;
@@ -883,7 +975,11 @@ static int cuda_synchronize(struct kvs_drv *drv)
 	return CU_CALL(drv, p, p->cu.StreamSynchronize(p->stream), "cuStreamSynchronize");
 }
 
-/* Pinned and PORTABLE: usable for async copies from any context. */
+/*
+ * Pinned and PORTABLE: usable for async copies from any context; and
+ * DEVICEMAP, so that the gather/scatter kernel can reach it (the block is
+ * remembered with its device address for that: drv/cuda_kern.c).
+ */
 static int cuda_host_alloc(struct kvs_drv *drv, size_t size, void **ptr)
 {
 	struct cuda_priv *p = drv->priv;
@@ -892,9 +988,11 @@ static int cuda_host_alloc(struct kvs_drv *drv, size_t size, void **ptr)
 
 	if (cuda_bind(drv, p) < 0)
 		return -1;
-	r = CU_RETRY(p, p->cu.MemHostAlloc(&mem, size, CU_MEMHOSTALLOC_PORTABLE));
+	r = CU_RETRY(p, p->cu.MemHostAlloc(&mem, size,
+					   CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP));
 	if (r != CUDA_SUCCESS)
 		return cuda_fail(drv, p, r, "cuMemHostAlloc");
+	kvsi_cuda_pin_add(p, mem, size);
 	*ptr = mem;
 	return 0;
 }
@@ -903,6 +1001,7 @@ static int cuda_host_free(struct kvs_drv *drv, void *ptr)
 {
 	struct cuda_priv *p = drv->priv;
 
+	kvsi_cuda_pin_remove(p, ptr);
 	return CU_CALL(drv, p, p->cu.MemFreeHost(ptr), "cuMemFreeHost");
 }
 
@@ -961,5 +1060,8 @@ const struct kvs_drv_backend kvsi_backend_cuda = {
 	.name = "cuda",
 	.probe = cuda_probe,
 	.quiesce = cuda_quiesce,
+	.copy_batch = cuda_copy_batch,
+	.stream_wait = cuda_stream_wait,
+	.event_stream_wait = cuda_event_stream_wait,
 	KVSI_DRV_BACKEND_OPS(cuda)
 };

@@ -39,9 +39,14 @@
  * takes the lock: if the count moved, a copy was submitted meanwhile and may
  * touch the range, so it drops the lock and drains again; otherwise it
  * validates, unmaps and updates the books in one step.  So a queued copy
- * never touches memory unmapped after it was submitted.  Event waits and
- * kvs_drv_synchronize() take no lock at all.  kvs_drv_close() is MT-Unsafe
- * and takes none either.  Backends' own locks (the host's alock and qlock)
+ * never touches memory unmapped after it was submitted.  A finished drain
+ * or kvs_drv_synchronize() records the count it covered (copies_quiesced),
+ * and so does a copy's event found complete (kvs_event_wait() and
+ * kvs_event_query(); each event keeps the count its record came after);
+ * an unmap that finds no copy submitted since skips the drain, so
+ * unmapping after the copies are known done costs no device
+ * synchronization.  Event waits and kvs_drv_synchronize() take no lock at
+ * all.  kvs_drv_close() is MT-Unsafe and takes none either.  Backends' own locks (the host's alock and qlock)
  * come after drv->lock, never before.
  */
 #include <errno.h>
@@ -793,10 +798,17 @@ KVS_EXPORT int kvs_drv_unmap(kvs_drv_t *d, kvs_devptr_t addr, size_t size)
 		return fail(d, EINVAL);
 again:
 	/* Drain and synchronize unlocked; a copy submitted meanwhile moves the
-	 * count, and then we drain again rather than unmap under it. */
+	 * count, and then we drain again rather than unmap under it.  With no
+	 * copy submitted since the last drain finished there is nothing to
+	 * wait for (the device synchronization of KVS_DRV_F_SYNC_UNMAP is for
+	 * the engine's work, which we cannot count, and always runs). */
 	seen = atomic_load(&d->copies_submitted);
-	if (d->be->quiesce && BE_CALL(d, d->be->quiesce(d)) < 0)
-		return fail(d, errno);
+	if (d->be->quiesce && ((d->flags & KVS_DRV_F_SYNC_UNMAP) ||
+			       seen != atomic_load(&d->copies_quiesced))) {
+		if (BE_CALL(d, d->be->quiesce(d)) < 0)
+			return fail(d, errno);
+		drv_quiesced(d, seen);
+	}
 	pthread_mutex_lock(&d->lock);
 	if (atomic_load(&d->copies_submitted) != seen) {
 		pthread_mutex_unlock(&d->lock);

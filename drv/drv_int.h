@@ -41,6 +41,10 @@ struct kvs_event {
 	struct kvs_drv *drv;
 	void *bev;
 	struct kvs_event *prev, *next;
+	/* The copies_submitted its last record on the copy queue came after
+	 * (all those copies are done when it completes); 0 when it was last
+	 * recorded on an engine's stream, or never. */
+	_Atomic uint64_t covers;
 };
 
 struct kvs_host_block {
@@ -92,6 +96,16 @@ static inline int fail_unlock(struct kvs_drv *d, int err)
 {
 	pthread_mutex_unlock(&d->lock);
 	return fail(d, err);
+}
+
+/* @seen (copies_submitted read before a quiesce or synchronize began) is
+ * done: raise copies_quiesced to it. */
+static inline void drv_quiesced(struct kvs_drv *d, uint64_t seen)
+{
+	uint64_t q = atomic_load(&d->copies_quiesced);
+
+	while (q < seen && !atomic_compare_exchange_weak(&d->copies_quiesced, &q, seen))
+		;
 }
 
 /* drv/drv.c */

@@ -103,10 +103,13 @@ KVS_EXPORT int kvs_event_destroy(kvs_event_t *e)
  * driver's copy queue reaches the point of the record, at once when no copy
  * is queued.  kvs_event_query() and kvs_event_wait() then work as for a copy.
  *
+ * cuda: a @stream that is not a live CUstream of the context is undefined
+ * behaviour, as in CUDA (the driver crashes).
+ *
  * Context: MT-Safe; takes no lock of the driver and never waits for the
  * device.
- * Return: 0, or -1 with errno EINVAL (@ev NULL; cuda: a stream the driver
- * does not know), ENOTSUP (the backend cannot record on streams).
+ * Return: 0, or -1 with errno EINVAL (@ev NULL), ENOTSUP (the backend
+ * cannot record on streams).
  */
 KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
 {
@@ -119,6 +122,7 @@ KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
 		return fail(d, ENOTSUP);
 	if (BE_CALL(d, d->be->event_record_stream(d, e->bev, stream)) < 0)
 		return fail(d, errno);
+	atomic_store(&e->covers, 0);
 	return 0;
 }
 
@@ -132,9 +136,17 @@ KVS_EXPORT int kvs_event_record(kvs_event_t *e, kvs_stream_t stream)
  */
 KVS_EXPORT int kvs_event_query(kvs_event_t *e)
 {
+	uint64_t covers;
+	int rc;
+
 	if (!e)
 		return fail(NULL, EINVAL);
-	return e->drv->be->event_query(e->drv, e->bev);
+	/* Read first: a record after it only makes the answer cover more. */
+	covers = atomic_load(&e->covers);
+	rc = e->drv->be->event_query(e->drv, e->bev);
+	if (rc == 1 && covers)
+		drv_quiesced(e->drv, covers);
+	return rc;
 }
 
 /**
@@ -146,9 +158,18 @@ KVS_EXPORT int kvs_event_query(kvs_event_t *e)
  */
 KVS_EXPORT int kvs_event_wait(kvs_event_t *e)
 {
+	uint64_t covers;
+	int rc;
+
 	if (!e)
 		return fail(NULL, EINVAL);
-	return e->drv->be->event_wait(e->drv, e->bev);
+	/* A completed copy event: the copies it came after are done, and an
+	 * unmap need not drain them (drv/drv.c's essay). */
+	covers = atomic_load(&e->covers);
+	rc = e->drv->be->event_wait(e->drv, e->bev);
+	if (rc == 0 && covers)
+		drv_quiesced(e->drv, covers);
+	return rc;
 }
 
 /* May a copy of direction @kind touch [dst, dst + n) and [src, src + n)?
@@ -200,6 +221,8 @@ static int copy_done(struct kvs_drv *d, int rc, kvs_event_t *ev, size_t ncopies,
 		stat_add(d, KVS_DRV_STAT_copy_calls, ncopies);
 		stat_add(d, KVS_DRV_STAT_bytes_copied, bytes);
 	}
+	if (ev)
+		atomic_store(&ev->covers, atomic_load(&d->copies_submitted));
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
@@ -431,10 +454,14 @@ KVS_EXPORT unsigned int kvs_drv_caps(const kvs_drv_t *d)
  */
 KVS_EXPORT int kvs_drv_synchronize(kvs_drv_t *d)
 {
+	uint64_t seen;
+
 	if (!d)
 		return fail(d, EINVAL);
+	seen = atomic_load(&d->copies_submitted);
 	if (BE_CALL(d, d->be->synchronize(d)) < 0)
 		return fail(d, errno);
+	drv_quiesced(d, seen);
 	return 0;
 }
 

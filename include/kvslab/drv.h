@@ -58,6 +58,11 @@ typedef struct kvs_drv_attr {
  * overcommitting OS gives them (implies NO_POPULATE).  For simulations that
  * account device memory without touching it, such as kvslab-replay(1). */
 #define KVS_DRV_F_LAZY 0x4u
+/* cuda: create chunks GPUDirect RDMA capable (a NIC may read them);
+ * off by default: such chunks cost more to create and map. */
+#define KVS_DRV_F_RDMA 0x8u
+/* cuda: never run a batch as a gather/scatter kernel (kvs_drv_copy_batch(3)). */
+#define KVS_DRV_F_NO_KERNELS 0x10u
 
 /* Access flags for kvs_drv_set_access(). */
 #define KVS_ACCESS_NONE 0

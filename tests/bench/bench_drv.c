@@ -6,9 +6,12 @@
  * creation, which the slab allocator keeps off its fast path.
  *
  * Usage: bench_drv [ROUNDS]   (prints medians and p90 in microseconds)
+ *        bench_drv --cuda [ROUNDS]   (the cuda backend against the raw
+ *        driver: tests/bench/bench_drv_cuda.c; make bench-gpu)
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <kvslab.h>
 
@@ -94,10 +97,25 @@ fail:
 	return 1;
 }
 
+#ifdef BENCH_CUDA
+int bench_drv_cuda(int rounds);
+#endif
+
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 200;
-	kvs_drv_t *d = kvs_drv_open("host", NULL);
+	kvs_drv_t *d;
+
+	if (argc > 1 && strcmp(argv[1], "--cuda") == 0) {
+#ifdef BENCH_CUDA
+		rounds = argc > 2 ? atoi(argv[2]) : 200;
+		return rounds < 1 ? 2 : bench_drv_cuda(rounds);
+#else
+		printf("bench_drv --cuda: built without the cuda backend\n");
+		return 77;
+#endif
+	}
+	d = kvs_drv_open("host", NULL);
 
 	if (rounds < 1 || !d)
 		return 2;

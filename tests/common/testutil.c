@@ -372,3 +372,40 @@ void tu_hiradix_settle(kvs_hiradix_t *h)
 	} while (tu_seconds() < end);
 	ck_abort_msg("transfers never completed in 120 s");
 }
+
+/* ---- the double's writing kernels, call counts (issue 23) ------------------- */
+
+int tu_dbl_kernel_write(uint64_t stream, uint64_t ptr, size_t n, unsigned int seed,
+			unsigned long long ns)
+{
+	int (*k)(void *, unsigned long long, size_t, unsigned int, unsigned long long) =
+		(int (*)(void *, unsigned long long, size_t, unsigned int, unsigned long long))
+		dbl_sym("kvsdbl_kernel_write");
+
+	if (!k)
+		return -1;
+	dbl_bind();
+	return k((void *)(uintptr_t)stream, ptr, n, seed, ns);
+}
+
+int tu_dbl_pattern_ok(const void *p, size_t n, unsigned int seed)
+{
+	unsigned char (*pat)(unsigned int, size_t) =
+		(unsigned char (*)(unsigned int, size_t))dbl_sym("kvsdbl_pattern");
+	const unsigned char *c = p;
+
+	if (!pat)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (c[i] != pat(seed, i))
+			return 0;
+	return 1;
+}
+
+unsigned long tu_dbl_calls(const char *fn)
+{
+	unsigned long (*f)(const char *) =
+		(unsigned long (*)(const char *))dbl_sym("kvsdbl_calls");
+
+	return f ? f(fn) : 0;
+}

@@ -101,4 +101,17 @@ void tu_dbl_stream_destroy(uint64_t stream);
 int tu_dbl_copy_hold(int on);
 long tu_dbl_copy_release(unsigned long n);
 
+/*
+ * The double's writing kernels and call counts (issue 23).
+ * tu_dbl_kernel_write: like tu_dbl_kernel, but the kernel writes: when it
+ * completes, byte i of [ptr, ptr + n) becomes the double's pattern of
+ * @seed, landing before any copy ordered after it runs.  tu_dbl_pattern_ok:
+ * 1 when [p, p + n) holds that pattern (0 without the double).
+ * tu_dbl_calls: calls of a cu* function (kvsdbl_calls), 0 without the double.
+ */
+int tu_dbl_kernel_write(uint64_t stream, uint64_t ptr, size_t n, unsigned int seed,
+			unsigned long long ns);
+int tu_dbl_pattern_ok(const void *p, size_t n, unsigned int seed);
+unsigned long tu_dbl_calls(const char *fn);
+
 #endif

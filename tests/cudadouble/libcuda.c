@@ -67,6 +67,26 @@
  * kernel completes no earlier than the kernel.  That makes a copy host-
  * synchronous with its stream, which the driver is allowed to be.
  *
+ * Writing kernels and stream waits.  kvsdbl_kernel_write() launches a
+ * kernel that writes a known pattern (kvsdbl_pattern()) over its range;
+ * the bytes land when it completes: the first call that sees the clock
+ * past its end applies them (every entry point looks, and so does a
+ * waiting call when it wakes), earliest end first, before anything that
+ * could unmap, protect or free the range goes ahead.  A copy ordered after
+ * the kernel waits for its end and so reads the new bytes; one that is not
+ * and runs earlier reads the old ones, which is what a backup that runs
+ * ahead of the kernel writing its pages looks like on a GPU.
+ * cuStreamWaitEvent makes a stream's later work start no earlier than the
+ * event's time (its completion time joins the stream's, as a kernel's end
+ * does).  cuMemcpyBatchAsync_v2 checks its arguments as the header states
+ * the driver does, then runs as one copy of the stream.
+ *
+ * Crashes.  Where the real driver dereferences a handle it does not know
+ * and crashes (a CUstream that is no stream, passed to cuEventRecord or
+ * cuStreamWaitEvent; overlapping copies of one batch, which the header
+ * calls undefined), the double prints the rule to stderr and aborts,
+ * rather than return an error a program could come to rely on.
+ *
  * Sticky errors.  A kernel launched on memory it cannot read, and a
  * cuMemUnmap (or a cuMemSetAccess taking away access) of a range an
  * incomplete kernel reads, fault the device: the call itself succeeds, as
@@ -130,6 +150,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -137,6 +158,17 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+/*
+ * Built with -DKVSDBL_MINIMAL (libcudadouble_min.so), the double does not
+ * export the calls kvslab loads optionally: cuMemcpyBatchAsync_v2 (CUDA
+ * 13), the module and launch calls and cuMemHostGetDevicePointer_v2.  That
+ * is a driver without them, to test that their features stay off.
+ */
+#ifdef KVSDBL_MINIMAL
+#define EXPORT_OPT __attribute__((visibility("hidden")))
+#else
+#define EXPORT_OPT EXPORT
+#endif
 
 /* The ABI names for which cuda.h has no declaration of its own. */
 EXPORT size_t kvsdbl_live_handles(void);
@@ -148,7 +180,9 @@ EXPORT int kvsdbl_last_error(void);
 EXPORT CUresult kvsdbl_kernel(CUstream stream, CUdeviceptr ptr, size_t n,
 			      unsigned long long ns);
 EXPORT CUresult kvsdbl_kernel_write(CUstream stream, CUdeviceptr ptr, size_t n,
-				    unsigned long long ns);
+				    unsigned int seed, unsigned long long ns);
+EXPORT unsigned char kvsdbl_pattern(unsigned int seed, size_t i);
+EXPORT size_t kvsdbl_rdma_creates(void);
 EXPORT int kvsdbl_sticky_error(void);
 EXPORT unsigned long kvsdbl_faults(void);
 EXPORT void kvsdbl_clear_sticky(void);
@@ -202,6 +236,13 @@ EXPORT unsigned long kvsdbl_copy_release(unsigned long n);
 	X(cuStreamCreate, cuStreamCreate)			\
 	X(cuStreamDestroy_v2, cuStreamDestroy)			\
 	X(cuStreamSynchronize, cuStreamSynchronize)		\
+	X(cuStreamWaitEvent, cuStreamWaitEvent)			\
+	X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync)		\
+	X(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer) \
+	X(cuModuleLoadData, cuModuleLoadData)			\
+	X(cuModuleGetFunction, cuModuleGetFunction)		\
+	X(cuModuleUnload, cuModuleUnload)			\
+	X(cuLaunchKernel, cuLaunchKernel)			\
 	X(cuEventCreate, cuEventCreate)				\
 	X(cuEventRecord, cuEventRecord)				\
 	X(cuEventQuery, cuEventQuery)				\
@@ -358,10 +399,22 @@ struct kernel {
 	size_t n;
 	uint64_t end;		/* CLOCK_MONOTONIC ns */
 	unsigned int need;	/* CU_MEM_ACCESS_FLAGS_PROT_READ or _READWRITE */
+	bool lands;		/* writes kvsdbl_pattern(seed, i) at its end */
+	unsigned int seed;
 };
 
 struct CUctx_st {
 	unsigned long refs;	/* primary context retains; 0: inactive */
+};
+
+/* A function of a module the double can run: kvslab's kernels only. */
+struct CUfunc_st {
+	struct CUmod_st *mod;
+};
+
+struct CUmod_st {
+	uint64_t key;		/* its own address */
+	struct CUfunc_st copy;	/* kvslab_copy_batch_v1 */
 };
 
 static struct {
@@ -371,8 +424,9 @@ static struct {
 	size_t page, gran, capacity;
 	struct CUctx_st ctx;	/* the one device's primary context */
 	uint64_t next_handle;
-	struct vec resvs, allocs, maps, hosts, streams, events;
+	struct vec resvs, allocs, maps, hosts, streams, events, mods;
 	size_t created, mapped;
+	size_t rdma_creates;	/* cuMemCreate calls with gpuDirectRDMACapable */
 	unsigned long calls[FN__COUNT];
 	CUresult last_error;
 	/* Asynchronous work (times in CLOCK_MONOTONIC ns, 0: idle). */
@@ -397,10 +451,16 @@ static struct {
  * (one glibc would keep after dlclose, which valgrind reports). */
 static __thread struct CUctx_st *tls_ctx __attribute__((tls_model("initial-exec")));
 
+static uint64_t now_ns(void);
+static void kern_prune(uint64_t now);
+
+/* Every call observes the clock: writing kernels that ended have landed. */
 static void enter(enum fn f)
 {
 	pthread_mutex_lock(&g.lock);
 	g.calls[f]++;
+	if (g.nkern)
+		kern_prune(now_ns());
 }
 
 static CUresult leave(CUresult r)
@@ -464,8 +524,10 @@ static CUresult wait_until(uint64_t t)
 		if (g.sticky)
 			return g.sticky;
 		now = now_ns();
-		if (time_done(t, now))
+		if (time_done(t, now)) {
+			kern_prune(now);
 			return CUDA_SUCCESS;
+		}
 		step = t >= HELD_BASE || t - now >= WAIT_STEP_NS ? WAIT_STEP_NS : t - now;
 		ts.tv_sec = 0;
 		ts.tv_nsec = (long)step;
@@ -475,9 +537,37 @@ static CUresult wait_until(uint64_t t)
 	}
 }
 
-/* Forget kernels whose time is up. */
+/* The byte a writing kernel of @seed leaves at offset @i of its range. */
+static unsigned char pattern(unsigned int seed, size_t i)
+{
+	return (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+}
+
+/*
+ * Land the writes of the kernels that ended by @now, earliest end first (on
+ * one stream that is their order, so the last writer of a byte wins), then
+ * forget every kernel whose time is up.  Their ranges are still mapped with
+ * READWRITE: anything that took that away while they ran faulted, and a
+ * fault abandons every kernel; unmapping, access changes and frees call
+ * this (through kern_hit()) before they touch the memory.
+ */
 static void kern_prune(uint64_t now)
 {
+	for (;;) {
+		struct kernel *first = NULL;
+
+		for (size_t i = 0; i < g.nkern; i++) {
+			struct kernel *k = &g.kern[i];
+
+			if (k->lands && k->end <= now && (!first || k->end < first->end))
+				first = k;
+		}
+		if (!first)
+			break;
+		for (size_t i = 0; i < first->n; i++)
+			((unsigned char *)(uintptr_t)first->addr)[i] = pattern(first->seed, i);
+		first->lands = false;
+	}
 	for (size_t i = 0; i < g.nkern;) {
 		if (g.kern[i].end <= now)
 			g.kern[i] = g.kern[--g.nkern];
@@ -503,6 +593,19 @@ static bool kern_hit(uint64_t p, size_t n, unsigned int flags)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * A misuse the real driver does not survive: it dereferences the object it
+ * was handed (a CUstream it does not know, for one) and the process
+ * crashes.  The double says which rule broke and aborts, no less loudly.
+ */
+static void die(const char *call, const char *rule)
+{
+	fprintf(stderr, "libcuda double: %s: %s (undefined behaviour: the driver "
+		"crashes); aborting\n", call, rule);
+	fflush(stderr);
+	abort();
 }
 
 /*
@@ -688,6 +791,12 @@ static void alloc_maybe_free(struct alloc *a)
  * belongs to no context and stays. */
 static void ctx_reset(void)
 {
+	vec_clear(&g.mods);
+	/* Kernels outlive the context (see the essay), but not their writes
+	 * into pinned memory, which goes now. */
+	for (size_t i = 0; i < g.nkern; i++)
+		if (g.kern[i].lands && host_at(g.kern[i].addr) != NONE)
+			g.kern[i].lands = false;
 	vec_clear(&g.streams);
 	vec_clear(&g.events);
 	for (size_t i = 0; i < g.hosts.n; i++)
@@ -841,11 +950,14 @@ static CUresult device_get_attribute(int *pi, CUdevice_attribute attrib,
 	switch (attrib) {
 	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
 	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+	/* As an H100 or H200 says; cuMemCreate records the flag and
+	 * otherwise ignores it (no NIC reads the double's memory). */
+	case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
 		*pi = 1;
 		break;
 	default:
-		/* Including POSIX fd handles (103) and GPUDirect RDMA with
-		 * VMM (110): the double can export neither. */
+		/* Including POSIX fd handles (103): the double cannot export
+		 * them. */
 		*pi = 0;
 		break;
 	}
@@ -992,9 +1104,10 @@ EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 /* ---- virtual memory ------------------------------------------------------- */
 
 /*
- * The properties the double can honour: pinned device memory on device 0.
- * Exportable handles, compression and GPUDirect RDMA are features the
- * attributes report as absent, hence NOT_SUPPORTED rather than a bad value.
+ * The properties the double can honour: pinned device memory on device 0,
+ * GPUDirect RDMA capable or not (the attribute says the device can).
+ * Exportable handles and compression are features the attributes report as
+ * absent, hence NOT_SUPPORTED rather than a bad value.
  */
 static CUresult check_prop(const CUmemAllocationProp *prop)
 {
@@ -1007,7 +1120,6 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE ||
 	    prop->allocFlags.compressionType ||
-	    prop->allocFlags.gpuDirectRDMACapable ||
 	    prop->allocFlags.usage)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	for (size_t i = 0; i < sizeof(prop->allocFlags.reserved); i++)
@@ -1206,6 +1318,8 @@ static CUresult mem_create(CUmemGenericAllocationHandle *handle, size_t size,
 	a->maps = 0;
 	vec_insert(&g.allocs, a);
 	g.created += size;
+	if (prop->allocFlags.gpuDirectRDMACapable)
+		g.rdma_creates++;
 	*handle = a->handle;
 	return CUDA_SUCCESS;
 }
@@ -1317,6 +1431,7 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 {
 	CUresult r = need_init();
 	size_t i, end;
+	bool hit;
 
 	if (r)
 		return r;
@@ -1333,6 +1448,10 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 		if (first->addr != ptr || last->addr + last->size != ptr + size)
 			return CUDA_ERROR_INVALID_VALUE;
 	}
+	/* The device cannot tell yet: the unmap succeeds and a kernel still
+	 * using the range faults, which poisons the context.  Asked before
+	 * the memory goes, so that a writer that just ended lands first. */
+	hit = kern_hit(ptr, size, CU_MEM_ACCESS_FLAGS_PROT_NONE);
 	/* One call swaps the whole range back to a placeholder, so there is
 	 * no moment at which it is unreserved. */
 	if (placeholder((void *)(uintptr_t)ptr, size, MAP_FIXED) == MAP_FAILED)
@@ -1347,9 +1466,7 @@ static CUresult mem_unmap(CUdeviceptr ptr, size_t size)
 		alloc_maybe_free(a);
 	}
 	vec_remove(&g.maps, i, end - i);
-	/* The device cannot tell yet: the unmap succeeds and the kernel
-	 * still reading the range faults, which poisons the context. */
-	if (kern_hit(ptr, size, CU_MEM_ACCESS_FLAGS_PROT_NONE))
+	if (hit)
 		fault();
 	return CUDA_SUCCESS;
 }
@@ -1394,6 +1511,7 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 	CUresult r = need_init();
 	unsigned long long flags;
 	size_t i, end;
+	bool hit;
 
 	if (r)
 		return r;
@@ -1416,6 +1534,9 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 	i = map_cover(ptr, size, &end);
 	if (i == NONE)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Taking access away from a running kernel faults it like an unmap;
+	 * asked first, so that a writer that just ended lands first. */
+	hit = kern_hit(ptr, size, (unsigned int)flags);
 	if (mprotect((void *)(uintptr_t)ptr, size, prot_of(flags))) {
 		reprotect(i, end, ptr, ptr + (size - 1));
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1428,8 +1549,7 @@ static CUresult set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *
 
 		memset(&m->acc[(a - m->addr) / g.gran], (int)flags, (e - a) / g.gran);
 	}
-	/* Taking access away from a running kernel faults it like an unmap. */
-	if (kern_hit(ptr, size, (unsigned int)flags))
+	if (hit)
 		fault();
 	return CUDA_SUCCESS;
 }
@@ -1571,6 +1691,10 @@ static CUresult free_host(void *p)
 	i = vec_exact(&g.hosts, (uintptr_t)p);
 	if (i == NONE)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Freed under a kernel that uses it: the device faults. */
+	if (kern_hit((uintptr_t)p, ((struct hostblk *)g.hosts.v[i])->size,
+		     CU_MEM_ACCESS_FLAGS_PROT_NONE))
+		fault();
 	free(g.hosts.v[i]);
 	vec_remove(&g.hosts, i, 1);
 	free(p);
@@ -1581,6 +1705,34 @@ EXPORT CUresult cuMemFreeHost(void *p)
 {
 	enter(FN_cuMemFreeHost);
 	return leave(free_host(p));
+}
+
+/*
+ * The device's address of pinned host memory: the same address, under
+ * unified addressing.  The double asks for what the driver documents:
+ * memory allocated CU_MEMHOSTALLOC_DEVICEMAP (a choice: with unified
+ * addressing a real driver may map every pinned block), flags 0.
+ */
+static CUresult host_dev_ptr(CUdeviceptr *pdptr, void *p, unsigned int flags)
+{
+	CUresult r = need_ctx();
+	size_t i;
+
+	if (r)
+		return r;
+	if (!pdptr || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	i = host_at((uintptr_t)p);
+	if (i == NONE || !(((struct hostblk *)g.hosts.v[i])->flags & CU_MEMHOSTALLOC_DEVICEMAP))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+EXPORT_OPT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	enter(FN_cuMemHostGetDevicePointer_v2);
+	return leave(host_dev_ptr(pdptr, p, Flags));
 }
 
 /* ---- streams, copies, events ---------------------------------------------- */
@@ -1603,13 +1755,6 @@ static bool stream_get(CUstream s, struct CUstream_st **st)
 		return false;
 	*st = g.streams.v[i];
 	return true;
-}
-
-static bool stream_ok(CUstream s)
-{
-	struct CUstream_st *st;
-
-	return stream_get(s, &st);
 }
 
 static bool blocking(const struct CUstream_st *st)
@@ -1750,6 +1895,33 @@ static CUresult copy_side(uint64_t p, size_t n, enum side side, bool src)
 }
 
 /*
+ * Wait for @s's earlier work before a copy on it: it starts when that is
+ * done.  The lock is dropped meanwhile, so the caller looks everything up
+ * again; *st is looked up afresh.  Held copies ahead of it moved their bytes
+ * at their submission: it need not (and, on one thread, could not) wait for
+ * their release.  Writing kernels that ended by then have landed.
+ */
+static CUresult copy_turn(CUstream s, struct CUstream_st **st)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!stream_get(s, st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (stream_tail(*st) < HELD_BASE)
+		r = wait_until(stream_tail(*st));
+	if (!r)
+		r = need_ctx();
+	if (r)
+		return r;
+	if (!stream_get(s, st))
+		return CUDA_ERROR_INVALID_HANDLE;
+	kern_prune(now_ns());
+	return CUDA_SUCCESS;
+}
+
+/*
  * The whole copy is validated before a byte moves, then done at once, after
  * the stream's earlier work: the stream is in order and its work is complete
  * when the call returns.
@@ -1757,25 +1929,11 @@ static CUresult copy_side(uint64_t p, size_t n, enum side side, bool src)
 static CUresult copy(uint64_t dst, enum side dside, uint64_t src, enum side sside,
 		     size_t n, CUstream s)
 {
-	CUresult r = need_ctx();
 	struct CUstream_st *st;
+	CUresult r = copy_turn(s, &st);
 
 	if (r)
 		return r;
-	if (!stream_get(s, &st))
-		return CUDA_ERROR_INVALID_HANDLE;
-	/* In stream order: the copy starts when the stream's earlier work is
-	 * done.  The lock is dropped meanwhile, so look everything up again.
-	 * Held copies ahead of it moved their bytes at their submission: it
-	 * need not (and, on one thread, could not) wait for their release. */
-	if (stream_tail(st) < HELD_BASE)
-		r = wait_until(stream_tail(st));
-	if (!r)
-		r = need_ctx();
-	if (r)
-		return r;
-	if (!stream_ok(s))
-		return CUDA_ERROR_INVALID_HANDLE;
 	if (!n)
 		return CUDA_SUCCESS;
 	/* Bad arguments (INVALID_VALUE) outrank bad addresses. */
@@ -1815,6 +1973,133 @@ EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount
 {
 	enter(FN_cuMemcpyAsync);
 	return leave(copy(dst, DEV_WRITE, src, DEV_READ, ByteCount, hStream));
+}
+
+/* Order of copies by destination, for batch_overlap(). */
+static const CUdeviceptr *bo_dsts;
+
+static int bo_cmp(const void *a, const void *b)
+{
+	CUdeviceptr x = bo_dsts[*(const size_t *)a], y = bo_dsts[*(const size_t *)b];
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Does a copy of the batch write what another copy reads or writes?  The
+ * driver runs the copies of a batch in no order ("specifying any dependent
+ * copies within a batch will result in undefined behavior").  Destinations
+ * sorted, each one against the next, and every source against the
+ * destination starting at or below its end.  -1: out of memory.
+ */
+static int batch_overlap(const CUdeviceptr *dsts, const CUdeviceptr *srcs,
+			 const size_t *sizes, size_t count)
+{
+	size_t *ord = malloc(count * sizeof(*ord));
+	int hit = 0;
+
+	if (!ord)
+		return -1;
+	for (size_t i = 0; i < count; i++)
+		ord[i] = i;
+	bo_dsts = dsts;		/* under g.lock: qsort has no context pointer */
+	qsort(ord, count, sizeof(*ord), bo_cmp);
+	for (size_t k = 0; k + 1 < count && !hit; k++)
+		hit = dsts[ord[k]] + (sizes[ord[k]] - 1) >= dsts[ord[k + 1]];
+	for (size_t i = 0; i < count && !hit; i++) {
+		uint64_t lo = srcs[i], hi = srcs[i] + (sizes[i] - 1);
+		size_t a = 0, b = count;
+
+		/* The last destination starting at or below hi: with sorted,
+		 * disjoint destinations only it can reach back to lo. */
+		while (a < b) {
+			size_t mid = a + (b - a) / 2;
+
+			if (dsts[ord[mid]] <= hi)
+				a = mid + 1;
+			else
+				b = mid;
+		}
+		if (a && dsts[ord[a - 1]] + (sizes[ord[a - 1]] - 1) >= lo)
+			hit = 1;
+	}
+	free(ord);
+	return hit;
+}
+
+/*
+ * cuMemcpyBatchAsync (the 13.0 ABI, without failIdx): @count pointer
+ * copies in stream order as a whole, in no order among themselves.  What
+ * the driver checks (the header's rules), all before a byte moves:
+ * the arrays and @count non-zero; one attribute set at least, at most
+ * @count, @attrsIdxs starting at 0, strictly rising and below @count; each
+ * set a valid srcAccessOrder and only known flags; not the legacy NULL
+ * stream.  A zero-sized copy is refused too (a choice: the header says
+ * nothing, and kvslab never submits one).  Each side is a device pointer
+ * when it lies in a reservation (checked as a copy checks it) and host
+ * memory otherwise.  Copies that depend on each other are undefined
+ * behaviour: the double aborts.  Then the copies move, as one unit of
+ * the stream's work.
+ */
+static CUresult copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+			   CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
+			   CUstream s)
+{
+	struct CUstream_st *st;
+	CUresult r = need_ctx();
+	int ov;
+
+	if (r)
+		return r;
+	if (!dsts || !srcs || !sizes || !count || !attrs || !attrsIdxs || !numAttrs ||
+	    numAttrs > count || attrsIdxs[0] != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!s || s == CU_STREAM_LEGACY)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t k = 0; k < numAttrs; k++) {
+		if (k && attrsIdxs[k] <= attrsIdxs[k - 1])
+			return CUDA_ERROR_INVALID_VALUE;
+		if (attrsIdxs[k] >= count)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (attrs[k].srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+		    attrs[k].srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+		    attrs[k].srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_ANY)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (attrs[k].flags & ~(unsigned int)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE)
+			return CUDA_ERROR_INVALID_VALUE;
+	}
+	for (size_t i = 0; i < count; i++)
+		if (!sizes[i] || !dsts[i] || !srcs[i] || !range_ok(dsts[i], sizes[i]) ||
+		    !range_ok(srcs[i], sizes[i]))
+			return CUDA_ERROR_INVALID_VALUE;
+	r = copy_turn(s, &st);
+	if (r)
+		return r;
+	for (size_t i = 0; i < count && !r; i++) {
+		r = copy_side(dsts[i], sizes[i], HOST_SIDE, false);
+		if (!r)
+			r = copy_side(srcs[i], sizes[i], HOST_SIDE, true);
+	}
+	if (r)
+		return r;
+	ov = batch_overlap(dsts, srcs, sizes, count);
+	if (ov < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (ov)
+		die("cuMemcpyBatchAsync", "a copy of the batch writes what another reads or writes");
+	for (size_t i = 0; i < count; i++)
+		memcpy((void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i], sizes[i]);
+	if (g.hold)
+		stream_push(st, HELD_BASE + ++g.held);
+	return CUDA_SUCCESS;
+}
+
+EXPORT_OPT CUresult cuMemcpyBatchAsync_v2(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes,
+				      size_t count, CUmemcpyAttributes *attrs,
+				      size_t *attrsIdxs, size_t numAttrs, CUstream hStream)
+{
+	enter(FN_cuMemcpyBatchAsync_v2);
+	return leave(copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream));
 }
 
 static bool event_ok(CUevent e)
@@ -1860,8 +2145,10 @@ static CUresult event_record(CUevent e, CUstream s)
 
 	if (r)
 		return r;
-	if (!event_ok(e) || !stream_get(s, &st))
+	if (!event_ok(e))
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (!stream_get(s, &st))
+		die("cuEventRecord", "hStream is not a live stream of the context");
 	/* The event completes with the work submitted before it.  On the
 	 * legacy stream the record is itself legacy work: blocking streams'
 	 * later work waits for what it waited for. */
@@ -1875,6 +2162,37 @@ EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 {
 	enter(FN_cuEventRecord);
 	return leave(event_record(hEvent, hStream));
+}
+
+/*
+ * @s's work submitted after this starts once @e's recorded work is done:
+ * its completion time joins the stream's, as a kernel's end does.  A
+ * never-recorded event is complete: nothing to wait for.  A stream the
+ * driver does not know crashes it (die()); flags other than 0 and
+ * CU_EVENT_WAIT_EXTERNAL are INVALID_VALUE.
+ */
+static CUresult stream_wait_event(CUstream s, CUevent e, unsigned int flags)
+{
+	CUresult r = need_ctx();
+	struct CUstream_st *st;
+
+	if (r)
+		return r;
+	if (!event_ok(e))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!stream_get(s, &st))
+		die("cuStreamWaitEvent", "hStream is not a live stream of the context");
+	if (flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (settled(e->at))
+		stream_push(st, e->at);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+	enter(FN_cuStreamWaitEvent);
+	return leave(stream_wait_event(hStream, hEvent, Flags));
 }
 
 static CUresult event_check(CUevent e)
@@ -1939,6 +2257,217 @@ EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
 	enter(FN_cuEventDestroy_v2);
 	return leave(event_destroy(hEvent));
+}
+
+/* ---- modules and kernels -------------------------------------------------- */
+
+/*
+ * The double runs no device code.  It knows kvslab's gather/scatter module
+ * by its versioned entry (".entry kvslab_copy_batch_v1" in the PTX text)
+ * and runs that kernel's host reference implementation when it is launched;
+ * any other image is refused as the driver refuses one it cannot load.
+ */
+#define KVSLAB_COPY_ENTRY "kvslab_copy_batch_v1"
+
+static CUresult module_load(CUmodule *pmod, const void *image)
+{
+	CUresult r = need_ctx();
+	struct CUmod_st *m;
+
+	if (r)
+		return r;
+	if (!pmod || !image)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!strstr(image, ".entry " KVSLAB_COPY_ENTRY "("))
+		return CUDA_ERROR_INVALID_IMAGE;
+	m = malloc(sizeof(*m));
+	if (!m || !vec_reserve(&g.mods, 1)) {
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->key = (uintptr_t)m;
+	m->copy.mod = m;
+	vec_insert(&g.mods, m);
+	*pmod = m;
+	return CUDA_SUCCESS;
+}
+
+EXPORT_OPT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+	enter(FN_cuModuleLoadData);
+	return leave(module_load(module, image));
+}
+
+static bool module_ok(CUmodule m)
+{
+	return m && vec_exact(&g.mods, (uintptr_t)m) != NONE;
+}
+
+static CUresult module_function(CUfunction *pf, CUmodule m, const char *name)
+{
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!pf || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!module_ok(m))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (strcmp(name, KVSLAB_COPY_ENTRY))
+		return CUDA_ERROR_NOT_FOUND;
+	*pf = &m->copy;
+	return CUDA_SUCCESS;
+}
+
+EXPORT_OPT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+	enter(FN_cuModuleGetFunction);
+	return leave(module_function(hfunc, hmod, name));
+}
+
+static CUresult module_unload(CUmodule m)
+{
+	CUresult r = need_ctx();
+	size_t i;
+
+	if (r)
+		return r;
+	if (!module_ok(m))
+		return CUDA_ERROR_INVALID_HANDLE;
+	i = vec_exact(&g.mods, (uintptr_t)m);
+	free(g.mods.v[i]);
+	vec_remove(&g.mods, i, 1);
+	return CUDA_SUCCESS;
+}
+
+EXPORT_OPT CUresult cuModuleUnload(CUmodule hmod)
+{
+	enter(FN_cuModuleUnload);
+	return leave(module_unload(hmod));
+}
+
+/* Is @f a function of a loaded module?  Looked up, not dereferenced: a
+ * function of an unloaded module is a dangling pointer. */
+static bool function_ok(CUfunction f)
+{
+	for (size_t i = 0; i < g.mods.n; i++)
+		if (&((struct CUmod_st *)g.mods.v[i])->copy == f)
+			return true;
+	return false;
+}
+
+/* kvs_copy_t, the kernel's descriptor. */
+struct copy_desc {
+	uint64_t dst, src, bytes;
+};
+
+/*
+ * kvslab_copy_batch_v1(desc, n), on the host: what each thread block does
+ * on a GPU, with the checks a GPU's memory system makes.  The descriptors
+ * and every side must be device-accessible (mapped with the access the
+ * copy needs, or pinned host memory): otherwise the kernel faults, which
+ * poisons the context (the launch itself succeeds).  Copies of one launch
+ * that overlap would race: the double aborts.
+ */
+static CUresult run_copy_kernel(CUdeviceptr d, unsigned long long n)
+{
+	const struct copy_desc *desc = (const struct copy_desc *)(uintptr_t)d;
+	CUdeviceptr *dsts, *srcs;
+	size_t *sizes, m = 0;
+	int ov;
+
+	if (!n)
+		return CUDA_SUCCESS;
+	if (n > SIZE_MAX / sizeof(*desc) ||
+	    !dev_ok(d, (size_t)n * sizeof(*desc), CU_MEM_ACCESS_FLAGS_PROT_READ)) {
+		fault();
+		return CUDA_SUCCESS;
+	}
+	for (unsigned long long i = 0; i < n; i++) {
+		if (!desc[i].bytes)
+			continue;
+		if (desc[i].bytes > SIZE_MAX ||
+		    !dev_ok(desc[i].dst, (size_t)desc[i].bytes,
+			    CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+		    !dev_ok(desc[i].src, (size_t)desc[i].bytes, CU_MEM_ACCESS_FLAGS_PROT_READ)) {
+			fault();
+			return CUDA_SUCCESS;
+		}
+	}
+	dsts = malloc((size_t)n * sizeof(*dsts));
+	srcs = malloc((size_t)n * sizeof(*srcs));
+	sizes = malloc((size_t)n * sizeof(*sizes));
+	if (!dsts || !srcs || !sizes) {
+		free(dsts);
+		free(srcs);
+		free(sizes);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (unsigned long long i = 0; i < n; i++) {
+		if (!desc[i].bytes)
+			continue;
+		dsts[m] = desc[i].dst;
+		srcs[m] = desc[i].src;
+		sizes[m++] = (size_t)desc[i].bytes;
+	}
+	ov = m ? batch_overlap(dsts, srcs, sizes, m) : 0;
+	if (ov > 0)
+		die("cuLaunchKernel", "copies of one " KVSLAB_COPY_ENTRY " launch overlap");
+	if (!ov)
+		for (size_t i = 0; i < m; i++)
+			memcpy((void *)(uintptr_t)dsts[i], (const void *)(uintptr_t)srcs[i],
+			       sizes[i]);
+	free(dsts);
+	free(srcs);
+	free(sizes);
+	return ov < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/*
+ * cuLaunchKernel of a function the double knows, with the driver's checks
+ * of the launch configuration (a block of at most 1024 threads, z at most
+ * 64; grid y and z at most 65535; no more than 48 KiB of dynamic shared
+ * memory without opting in; kernelParams or extra, not both).  It runs in
+ * stream order, as a copy does: after the stream's earlier work, done when
+ * the call returns (held, like a copy, under kvsdbl_copy_hold()).
+ */
+static CUresult launch_kernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+			      unsigned int bx, unsigned int by, unsigned int bz,
+			      unsigned int shmem, CUstream s, void **params, void **extra)
+{
+	struct CUstream_st *st;
+	CUresult r = need_ctx();
+
+	if (r)
+		return r;
+	if (!function_ok(f))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz || gx > INT_MAX || gy > 65535 ||
+	    gz > 65535 || bz > 64 || (unsigned long long)bx * by * bz > 1024 ||
+	    shmem > 48 * 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!params || extra)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!params[0] || !params[1])
+		return CUDA_ERROR_INVALID_VALUE;
+	r = copy_turn(s, &st);
+	if (r)
+		return r;
+	r = run_copy_kernel(*(CUdeviceptr *)params[0], *(unsigned long long *)params[1]);
+	if (!r && g.hold)
+		stream_push(st, HELD_BASE + ++g.held);
+	return r;
+}
+
+EXPORT_OPT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+			       unsigned int gridDimZ, unsigned int blockDimX,
+			       unsigned int blockDimY, unsigned int blockDimZ,
+			       unsigned int sharedMemBytes, CUstream hStream,
+			       void **kernelParams, void **extra)
+{
+	enter(FN_cuLaunchKernel);
+	return leave(launch_kernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY,
+				   blockDimZ, sharedMemBytes, hStream, kernelParams, extra));
 }
 
 /* ---- errors --------------------------------------------------------------- */
@@ -2126,6 +2655,13 @@ static const struct {
 	P(cuStreamCreate, 2000, INT_MAX, cuStreamCreate),
 	P(cuStreamDestroy, 4000, INT_MAX, cuStreamDestroy_v2),
 	P(cuStreamSynchronize, 2000, INT_MAX, cuStreamSynchronize),
+	P(cuStreamWaitEvent, 3020, INT_MAX, cuStreamWaitEvent),
+	P(cuMemcpyBatchAsync, 13000, INT_MAX, cuMemcpyBatchAsync_v2),
+	P(cuMemHostGetDevicePointer, 3020, INT_MAX, cuMemHostGetDevicePointer_v2),
+	P(cuModuleLoadData, 2000, INT_MAX, cuModuleLoadData),
+	P(cuModuleGetFunction, 2000, INT_MAX, cuModuleGetFunction),
+	P(cuModuleUnload, 2000, INT_MAX, cuModuleUnload),
+	P(cuLaunchKernel, 4000, INT_MAX, cuLaunchKernel),
 	P(cuEventCreate, 2000, INT_MAX, cuEventCreate),
 	P(cuEventRecord, 2000, INT_MAX, cuEventRecord),
 	P(cuEventQuery, 2000, INT_MAX, cuEventQuery),
@@ -2254,7 +2790,7 @@ EXPORT int kvsdbl_last_error(void)
 /* ---- simulated kernels (test-only) ---------------------------------------- */
 
 static CUresult launch(CUstream s, CUdeviceptr ptr, size_t n, unsigned long long ns,
-		       unsigned int need)
+		       unsigned int need, bool lands, unsigned int seed)
 {
 	CUresult r = need_ctx();
 	struct CUstream_st *st;
@@ -2295,7 +2831,10 @@ static CUresult launch(CUstream s, CUdeviceptr ptr, size_t n, unsigned long long
 			g.kern = k;
 			g.kern_cap = cap;
 		}
-		g.kern[g.nkern++] = (struct kernel){ ptr, n, end, need };
+		g.kern[g.nkern++] = (struct kernel){ ptr, n, end, need, lands, seed };
+	} else if (lands) {
+		for (size_t i = 0; i < n; i++)
+			((unsigned char *)(uintptr_t)ptr)[i] = pattern(seed, i);
 	}
 	stream_push(st, end);
 	return CUDA_SUCCESS;
@@ -2318,20 +2857,45 @@ EXPORT CUresult kvsdbl_kernel(CUstream stream, CUdeviceptr ptr, size_t n,
 	CUresult r;
 
 	pthread_mutex_lock(&g.lock);
-	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READ, false, 0);
 	return leave(r);
 }
 
-/* The same for a kernel that writes the range: it needs READWRITE, and a
- * cuMemSetAccess down to READ under it faults too. */
+/*
+ * kvsdbl_kernel_write - the same for a kernel that writes the range
+ * @seed: what it writes: byte i of the range becomes kvsdbl_pattern(seed, i)
+ *
+ * It needs READWRITE, and a cuMemSetAccess down to READ under it faults
+ * too.  Its bytes land when it completes: applied by the first call that
+ * sees the clock past its end, and always before a copy ordered after it
+ * moves a byte; a copy not ordered after it that runs earlier reads the old
+ * bytes.
+ */
 EXPORT CUresult kvsdbl_kernel_write(CUstream stream, CUdeviceptr ptr, size_t n,
-				    unsigned long long ns)
+				    unsigned int seed, unsigned long long ns)
 {
 	CUresult r;
 
 	pthread_mutex_lock(&g.lock);
-	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	r = launch(stream, ptr, n, ns, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, true, seed);
 	return leave(r);
+}
+
+/* The byte kvsdbl_kernel_write(..., seed, ...) leaves at offset @i. */
+EXPORT unsigned char kvsdbl_pattern(unsigned int seed, size_t i)
+{
+	return pattern(seed, i);
+}
+
+/* cuMemCreate calls that asked for a GPUDirect RDMA capable allocation. */
+EXPORT size_t kvsdbl_rdma_creates(void)
+{
+	size_t n;
+
+	pthread_mutex_lock(&g.lock);
+	n = g.rdma_creates;
+	pthread_mutex_unlock(&g.lock);
+	return n;
 }
 
 /* The context's sticky CUresult (CUDA_ERROR_ILLEGAL_ADDRESS), 0 if none. */
