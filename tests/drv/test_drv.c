@@ -757,6 +757,7 @@ START_TEST(test_stream_wait_orders_backup)
 	unsigned char *old = malloc(n), *early = malloc(n), *late = malloc(n);
 	uint64_t s = tu_dbl_stream_create();
 	unsigned long launches;
+	double t0;
 	kvs_event_t *kdone, *ev;
 	void *pinned;
 	kvs_copy_t cp[8];
@@ -774,9 +775,12 @@ START_TEST(test_stream_wait_orders_backup)
 	ck_assert_int_eq(kvs_drv_copy_htod(d, a, old, n, NULL), 0);
 	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
 
+	t0 = tu_seconds();
 	ck_assert_int_eq(tu_dbl_kernel_write(s, a, n, 77, 2000000000ULL), 0);
 	ck_assert_int_eq(kvs_event_record(kdone, s), 0);
-	/* Not ordered after the kernel: the old bytes. */
+	/* Not ordered after the kernel: the old bytes (checked only when the
+	 * copies were done before the kernel could end, so that a stalled
+	 * machine cannot fail the test). */
 	memset(early, 0, n);
 	ck_assert_int_eq(kvs_drv_copy_dtoh(d, early, a, g, NULL), 0);
 	for (i = 0; i < 8; i++) {
@@ -786,7 +790,8 @@ START_TEST(test_stream_wait_orders_backup)
 	}
 	ck_assert_int_eq(kvs_drv_copy_batch(d, KVS_COPY_DTOH, cp, 8, NULL), 0);
 	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
-	ck_assert(tu_check(early, n, 3));
+	if (tu_seconds() - t0 < 1.9)
+		ck_assert(tu_check(early, n, 3));
 
 	/* Ordered after it on the device: the kernel's bytes. */
 	memset(late, 0, n);

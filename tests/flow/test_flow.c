@@ -286,6 +286,83 @@ START_TEST(test_set_stream)
 }
 END_TEST
 
+/*
+ * On the double: a request released with no host synchronization while the
+ * engine's kernel still writes its page.  The flow was given the stream, so
+ * a copy the driver queues into the page afterwards runs after the kernel,
+ * and its bytes are the ones left.  Without the fence the copy runs at once
+ * and the kernel's bytes land over it.
+ */
+START_TEST(test_stream_fences_release)
+{
+	kvs_drv_t *d = tu_open(1, 0, 0);
+	uint64_t s = tu_dbl_stream_create();
+	kvs_stream_t ks = s;
+	int32_t t[16], out[16];
+	kvs_req_t q, *batch[1] = {&q};
+	kvs_pool_attr_t pa;
+	kvs_pool_t *pool;
+	kvs_reqtab_t *tab;
+	kvs_radix_t *r;
+	kvs_flow_t *f;
+	kvs_event_t *kdone;
+	kvs_devptr_t base, addr;
+	size_t stride, n;
+	unsigned char *buf, *back;
+	int i;
+
+	ck_assert_ptr_nonnull(d);
+	ck_assert_uint_ne(s, 0);
+	kvs_pool_attr_init(&pa);
+	kvs_model_preset("tiny", &pa.model);
+	pa.page_size = 4;
+	pa.max_tokens = 1 << 16;
+	pa.streams = &ks;
+	pa.nstreams = 1;
+	pool = kvs_pool_create(d, &pa);
+	ck_assert_ptr_nonnull(pool);
+	tab = kvs_reqtab_create(d, 4, 256);
+	ck_assert_ptr_nonnull(tab);
+	r = kvs_radix_create(pool, NULL);
+	f = kvs_flow_create(pool, tab, r);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(kvs_flow_set_stream(f, &ks), 0);
+	for (i = 0; i < 16; i++)
+		t[i] = 500 + i;
+	kvs_req_init(&q, t, 16, 0, 0);
+	ck_assert_int_eq(kvs_flow_prepare_extend(f, batch, 1, out), 16);
+	ck_assert_int_eq(kvs_pool_buffer(pool, 0, KVS_KV_K, &base, &stride), 0);
+	addr = base + (uint64_t)out[0] * stride;
+	n = 4 * stride;
+	buf = malloc(n);
+	back = malloc(n);
+	tu_fill(buf, n, 5);
+
+	/* The engine's last kernel of the request writes its first page. */
+	ck_assert_int_eq(kvs_event_create(d, &kdone), 0);
+	ck_assert_int_eq(tu_dbl_kernel_write(s, addr, n, 41, 1500000000ULL), 0);
+	ck_assert_int_eq(kvs_event_record(kdone, s), 0);
+	ck_assert_int_eq(kvs_flow_release(f, &q), 0); /* no host wait */
+	/* The page is free: a copy the driver queues into it now. */
+	ck_assert_int_eq(kvs_drv_copy_htod(d, addr, buf, n, NULL), 0);
+	ck_assert_int_eq(kvs_event_wait(kdone), 0);
+	ck_assert_int_eq(kvs_drv_copy_dtoh(d, back, addr, n, NULL), 0);
+	ck_assert_int_eq(kvs_drv_synchronize(d), 0);
+	ck_assert(tu_check(back, n, 5));
+	ck_assert_int_eq(tu_dbl_faults(), 0);
+
+	kvs_event_destroy(kdone);
+	kvs_flow_destroy(f);
+	kvs_radix_destroy(r);
+	kvs_reqtab_destroy(tab);
+	ck_assert_int_eq(kvs_pool_destroy(pool), 0);
+	ck_assert_int_eq(kvs_drv_close(d), 0);
+	tu_dbl_stream_destroy(s);
+	free(buf);
+	free(back);
+}
+END_TEST
+
 /* A row that cannot be written (a failed copy to the device table) fails
  * the batch and leaks nothing. */
 /* A prepare sends its rows to the device in one submission: one batch of
@@ -555,6 +632,8 @@ static Suite *flow_suite(void)
 	tcase_add_test(tc, test_chunked_prefill_pages);
 	tcase_add_test(tc, test_release_and_errors);
 	tcase_add_test(tc, test_set_stream);
+	if (tu_nbackends() > 1)
+		tcase_add_test(tc, test_stream_fences_release);
 	tcase_add_test(tc, test_row_write_failure);
 	tcase_add_test(tc, test_one_submission_per_call);
 	tcase_add_test(tc, test_disabled_cache);
