@@ -53,7 +53,7 @@ static void env_pool(struct env *e)
 	kvs_pool_attr_init(&pa);
 	pa.model.layers = 1;
 	pa.model.kv_heads = 4;
-	pa.model.head_dim = 128;
+	pa.model.head_dim = 128 * (uint32_t)(GRAN / 4096); /* PPS tokens a slab */
 	pa.model.dtype_size = 2;
 	pa.model.tp_size = 1;
 	pa.model.context_len = 4096;
