@@ -924,6 +924,8 @@ END_TEST
  */
 START_TEST(test_completion_error)
 {
+	if (TU_NEED_DOUBLE(_i, "needs a simulated kernel (kvsdbl_kernel) of the double"))
+		return;
 	int32_t ab[16], locs[16];
 	kvs_hiradix_node_t *a, *b;
 	struct env e;
@@ -962,6 +964,8 @@ END_TEST
  */
 START_TEST(test_load_held)
 {
+	if (TU_NEED_DOUBLE(_i, "needs a simulated kernel (kvsdbl_kernel) of the double"))
+		return;
 	int32_t ab[16], nl[16], locs[16];
 	kvs_hiradix_node_t *a, *b;
 	kvs_hiradix_match_t m;
@@ -1285,6 +1289,8 @@ END_TEST
  * transfer is seen complete. */
 START_TEST(test_events)
 {
+	if (TU_NEED_DOUBLE(_i, "needs the double's copy hold (kvsdbl_copy_hold)"))
+		return;
 	int dbl = strcmp(tu_backends[_i], "cuda") == 0;
 	int32_t ab[8];
 	kvs_hiradix_node_t *a;
@@ -1491,6 +1497,8 @@ END_TEST
  * match does not wait for it (the copy is held: waiting would hang). */
 START_TEST(test_split_in_flight)
 {
+	if (TU_NEED_DOUBLE(_i, "needs the double's copy hold (kvsdbl_copy_hold)"))
+		return;
 	int32_t ab[16], locs[16];
 	kvs_hiradix_node_t *a, *top;
 	kvs_hiradix_match_t m;

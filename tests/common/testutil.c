@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,6 +175,84 @@ size_t tu_double_query(const char *fn)
 		v = q();
 	dlclose(h);
 	return v;
+}
+
+int tu_is_double(void)
+{
+	static int known = -1;
+	const char *p = double_path();
+	void *h;
+
+	if (known >= 0)
+		return known;
+	if (!p)
+		return known = 0;
+	/* The double exports its kvsdbl_* controls; a real libcuda has none. */
+	h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+	if (!h)
+		return known = 0;
+	known = dlsym(h, "kvsdbl_faults") != NULL;
+	dlclose(h);
+	return known;
+}
+
+int tu_skip(const char *name, const char *reason)
+{
+	size_t n = strlen(name);
+
+	/* START_TEST(x) defines x_fn: print the name the suite knows. */
+	if (n > 3 && strcmp(name + n - 3, "_fn") == 0)
+		n -= 3;
+	printf("SKIP %.*s: %s\n", (int)n, name, reason);
+	fflush(stdout);
+	return 1;
+}
+
+int tu_need_double(const char *name, int i, const char *reason)
+{
+	if (strcmp(tu_backends[i], "cuda") != 0 || tu_is_double())
+		return 0;
+	return tu_skip(name, reason);
+}
+
+/*
+ * Asked in a child process: a real libcuda initialised in the parent is
+ * unusable in the children check forks for each test.
+ */
+size_t tu_granularity(size_t host_gran)
+{
+	static size_t known;
+	int fd[2], st;
+	size_t g = 0;
+	pid_t pid;
+
+	if (known)
+		return known;
+	if (tu_nbackends() < 2)
+		return known = host_gran;
+	if (pipe(fd) != 0)
+		return 0;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		kvs_drv_t *d = tu_open(1, 0, 0);
+
+		g = d ? kvs_drv_granularity(d) : 0;
+		if (d)
+			kvs_drv_close(d);
+		_exit(write(fd[1], &g, sizeof(g)) == (ssize_t)sizeof(g) ? 0 : 1);
+	}
+	close(fd[1]);
+	if (pid < 0 || read(fd[0], &g, sizeof(g)) != (ssize_t)sizeof(g))
+		g = 0;
+	close(fd[0]);
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	if (!g) {
+		fprintf(stderr, "tu_granularity: the cuda backend did not open\n");
+		exit(EXIT_FAILURE);
+	}
+	return known = g;
 }
 
 void tu_fill(void *p, size_t n, unsigned int seed)

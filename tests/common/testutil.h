@@ -35,6 +35,29 @@ long tu_host_map_offset(uint64_t addr);
 /* Introspection of the libcuda double (0 when it is not loaded). */
 size_t tu_double_query(const char *fn);
 
+/*
+ * Whether KVSLAB_CUDA_DOUBLE names the libcuda double (it exports kvsdbl_*
+ * symbols) rather than a real libcuda (make check-gpu); 0 without cuda.
+ */
+int tu_is_double(void);
+/* Print "SKIP <name>: <reason>" (a trailing _fn of @name dropped); 1. */
+int tu_skip(const char *name, const char *reason);
+/*
+ * For a case that only the double can run (its controls, books, simulated
+ * kernels): on backend @i = cuda with a real libcuda, tu_skip() and 1; else
+ * 0.  Call it first: if (TU_NEED_DOUBLE(_i, "why")) return;
+ */
+int tu_need_double(const char *name, int i, const char *reason);
+#define TU_NEED_DOUBLE(i, reason) tu_need_double(__func__, (i), (reason))
+/*
+ * The granularity the suites build their geometry on: the cuda driver's
+ * (the double's KVSLAB_DOUBLE_GRANULARITY, or the real device's) when the
+ * cuda backend is tested, @host_gran otherwise; the host backend is then
+ * opened with the same, so both backends share one geometry.  Call it in
+ * main(), before any test: it asks in a forked child, exits on failure.
+ */
+size_t tu_granularity(size_t host_gran);
+
 /* The seeded xorshift64 generator the randomized tests share. */
 static inline uint64_t tu_rng(uint64_t *x)
 {

@@ -295,6 +295,8 @@ END_TEST
  */
 START_TEST(test_stream_fences_release)
 {
+	if (TU_NEED_DOUBLE(1, "the double's writing kernels"))
+		return;
 	kvs_drv_t *d = tu_open(1, 0, 0);
 	uint64_t s = tu_dbl_stream_create();
 	kvs_stream_t ks = s;

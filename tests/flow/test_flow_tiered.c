@@ -572,6 +572,8 @@ END_TEST
  * it and releases the request; admitted again, it is loaded again. */
 START_TEST(test_fault_completion)
 {
+	if (TU_NEED_DOUBLE(_i, "needs a simulated kernel (kvsdbl_kernel) of the double"))
+		return;
 	int32_t key[64];
 	kvs_req_t q;
 	struct env e = {0};

@@ -1269,6 +1269,63 @@ START_TEST(test_tool_verdict_and_warnings)
 	}
 	unlink(path);
 	free(path);
+
+	/* The measured presets (GPU-MEASURED.md, through kvslab), the share of
+	 * the serving time, and "measure", which takes the timed calls. */
+	{
+		struct rp_cost_model m;
+		struct rp_result r;
+		char err[256];
+
+		memset(&r, 0, sizeof(r));
+		r.drv_ops[RP_OP_create] = 2;
+		r.drv_ops[RP_OP_map] = 5;
+		r.drv_ops[RP_OP_unmap] = 1;
+		r.drv_ops[RP_OP_set_access] = 3;
+		r.drv_ops[RP_OP_release] = 4;
+		r.drv_ops[RP_OP_reserve] = 1;
+		r.drv_ns = 7000000;
+		r.sim_ms = 1000;
+		ck_assert_int_eq(rp_cost_model_load("h200", &m, err, sizeof(err)), 0);
+		ck_assert_str_eq(m.name, "h200");
+		/* 2 x 9.5 + 5 x 5.9 + 22 + 3 x 23.1 + 4 x 11.5 + 210 */
+		ck_assert_double_eq_tol(rp_cost_driver_ms(&m, &r), 0.3958, 1e-9);
+		ck_assert_double_eq_tol(rp_cost_share(&m, &r), 0.3958e-3, 1e-12);
+		ck_assert_int_eq(rp_cost_model_load("h100", &m, err, sizeof(err)), 0);
+		/* 2 x 36.2 + 5 x 22 + 65.1 + 3 x 66.8 + 4 x 35.9 + 263 */
+		ck_assert_double_eq_tol(rp_cost_driver_ms(&m, &r), 0.8545, 1e-9);
+		ck_assert_int_eq(rp_cost_model_load("a100", &m, err, sizeof(err)), 0);
+		/* 2 x 190 + 5 x 1.5 + 26 + 3 x 36 + 4 x 26 + 10: kept as it was */
+		ck_assert_double_eq_tol(rp_cost_driver_ms(&m, &r), 0.6355, 1e-9);
+		ck_assert_int_eq(rp_cost_model_load("measure", &m, err, sizeof(err)), 0);
+		ck_assert_int_eq(m.measure, 1);
+		ck_assert_double_eq_tol(rp_cost_driver_ms(&m, &r), 7.0, 1e-9);
+		ck_assert_double_eq_tol(rp_cost_share(&m, &r), 0.007, 1e-12);
+		r.sim_ms = 0;
+		ck_assert_double_eq(rp_cost_share(&m, &r), 0);
+	}
+}
+END_TEST
+
+/* The report names its cost model and gives the driver's share of the
+ * serving time; measure is refused without the cuda driver. */
+START_TEST(test_cost_model_report)
+{
+	char out[65536];
+
+	ck_assert_int_eq(tool("-q --cost-model measure --requests 20", out, sizeof(out)), 2);
+	ck_assert_msg(strstr(out, "--cost-model measure times the CUDA driver's calls: it needs "
+				  "--driver cuda (not host)"), "%s", out);
+	ck_assert_int_eq(tool("-q --cost-model measure --driver auto --requests 20", out,
+			      sizeof(out)), 2);
+	ck_assert_int_eq(tool("-m tiny -M 64M --requests 200 --cost-model h100 "
+			      "-s static:1,slab:16 --json -", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"cost_model\": \"h100\""), "%s", out);
+	ck_assert_msg(strstr(out, "\"driver_share\": "), "%s", out);
+	ck_assert_msg(strstr(out, "(cost model h100)"), "%s", out);
+	ck_assert_msg(strstr(out, "GPU driver time (h100), "), "%s", out);
+	ck_assert_msg(strstr(out, "% of "), "%s", out);
+	ck_assert_msg(strstr(out, "share %"), "%s", out);
 }
 END_TEST
 
@@ -1299,6 +1356,7 @@ int main(void)
 	tcase_add_test(tc, test_limit_schedule_applied);
 	tcase_add_test(tc, test_sharegpt_csv);
 	tcase_add_test(tc, test_tool_verdict_and_warnings);
+	tcase_add_test(tc, test_cost_model_report);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -116,7 +116,8 @@ static void usage(FILE *f)
 		"                          budget, evicted after every step (off: none) [" RP_CACHE_MAX_HELP "]\n"
 		"      --limit-schedule=SECONDS:SIZE,...  slab: the budget becomes SIZE at\n"
 		"                          simulated SECONDS (e.g. 120:4G,240:8G)\n"
-		"      --cost-model=M      GPU cost of the driver calls: a100, none, or a file\n"
+		"      --cost-model=M      GPU cost of the driver calls: a100, h200, h100 (measured),\n"
+		"                          measure (time them: --driver cuda), none, or a file\n"
 		"                          of name=us lines                         [a100]\n"
 		"Output:\n"
 		"      --csv=FILE          time series of every strategy (downsampled to 2000\n"
@@ -548,6 +549,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 		if (rp_cost_model_load(o->cost_spec, &o->cost, err, sizeof(err)) < 0) {
 			fprintf(stderr, "kvslab-replay: %s\n", err);
+			return -1;
+		}
+		/* Timing the host driver would report mmap's cost as a GPU's. */
+		if (o->cost.measure && strcmp(o->sim.driver, "cuda")) {
+			fprintf(stderr, "kvslab-replay: --cost-model measure times the CUDA driver's "
+					"calls: it needs --driver cuda (not %s)\n", o->sim.driver);
+			errno = EINVAL;
 			return -1;
 		}
 	}

@@ -73,13 +73,15 @@ void rp_verdict_of(const struct rp_result *res, size_t n, size_t i,
 			v->base = (long)k;
 			break;
 		}
-	if (cost)
-		v->gpu_ms = rp_cost_estimate_us(cost, r->drv_ops) / 1e3;
+	if (cost) {
+		v->gpu_ms = rp_cost_driver_ms(cost, r);
+		v->share = rp_cost_share(cost, r);
+	}
 	if (v->base < 0)
 		return;
 	b = &res[v->base];
 	if (cost)
-		v->base_gpu_ms = rp_cost_estimate_us(cost, b->drv_ops) / 1e3;
+		v->base_gpu_ms = rp_cost_driver_ms(cost, b);
 	v->saved_mean = b->mapped_mean - r->mapped_mean;
 	v->saved_peak = (double)b->mapped_peak - (double)r->mapped_peak;
 	v->saved_mean_ratio = b->mapped_mean > 0 ? v->saved_mean / b->mapped_mean : 0;
@@ -133,12 +135,13 @@ void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i], *b;
 		struct rp_verdict v;
-		char gpu[96] = "";
+		char gpu[192] = "";
 
 		rp_verdict_of(res, n, i, cost, &v);
 		if (cost && strcmp(cost->name, "none"))
-			snprintf(gpu, sizeof(gpu), ", est. %.0f ms GPU driver time (%s)", v.gpu_ms,
-				 cost->name);
+			snprintf(gpu, sizeof(gpu), ", %s %.0f ms GPU driver time (%s), %.2f%% of "
+				 "%.1f min served", cost->measure ? "measured" : "est.", v.gpu_ms,
+				 cost->name, 100 * v.share, r->sim_ms / 60000);
 		if (v.base < 0)
 			continue;
 		b = &res[v.base];
@@ -201,15 +204,19 @@ static void driver_table(FILE *f, const struct rp_result *res, size_t n,
 	fprintf(f, "\n%-16s", "strategy");
 	for (k = 0; k < RP_OP__COUNT; k++)
 		fprintf(f, " %10s", rp_drv_op_name((enum rp_drv_op)k));
-	fprintf(f, " %9s %12s\n", "host ms", "est. GPU ms");
+	fprintf(f, " %9s %12s %8s\n", "host ms", cost && cost->measure ? "meas. GPU ms" :
+		"est. GPU ms", "share %");
 	for (i = 0; i < n; i++) {
 		fprintf(f, "%-16s", res[i].strat.name);
 		for (k = 0; k < RP_OP__COUNT; k++)
 			fprintf(f, " %10llu", (unsigned long long)res[i].drv_ops[k]);
-		fprintf(f, " %9.1f %12.1f\n", res[i].drv_ns / 1e6,
-			cost ? rp_cost_estimate_us(cost, res[i].drv_ops) / 1e3 : 0.0);
+		fprintf(f, " %9.1f %12.1f %8.3f\n", res[i].drv_ns / 1e6,
+			rp_cost_driver_ms(cost, &res[i]), 100 * rp_cost_share(cost, &res[i]));
 	}
-	if (cost && strcmp(cost->name, "none")) {
+	if (cost && cost->measure)
+		fprintf(f, "%-16s   (cost model measure: the calls' time on the driver; share: of "
+			   "the simulated serving time)\n", "");
+	else if (cost && strcmp(cost->name, "none")) {
 		fprintf(f, "%-16s", "  us a call");
 		for (k = 0; k < RP_OP__COUNT; k++)
 			fprintf(f, " %10g", cost->us[k]);
@@ -498,7 +505,9 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
 					rp_drv_op_name((enum rp_drv_op)k),
 					(unsigned long long)r->drv_ops[k]);
-			fprintf(f, "}, \"est_gpu_driver_ms\": %.3f", v.gpu_ms);
+			fprintf(f, "}, \"est_gpu_driver_ms\": %.3f, \"driver_share\": %.6f, "
+				"\"cost_model\": ", v.gpu_ms, v.share);
+			json_str(f, meta->cost ? meta->cost->name : "none");
 			if (v.base >= 0)
 				fprintf(f, ",\n     \"verdict\": {\"against\": \"%s\", "
 					"\"saved_mean_bytes\": %.0f, \"saved_peak_bytes\": %.0f, "

@@ -29,7 +29,8 @@ struct rp_verdict {
 	long base;
 	double saved_mean, saved_peak;		/* bytes, static's minus this one's */
 	double saved_mean_ratio, saved_peak_ratio;
-	double gpu_ms, base_gpu_ms;		/* estimated by the cost model */
+	double gpu_ms, base_gpu_ms;		/* by the cost model (estimated or measured) */
+	double share;				/* gpu_ms / the simulated serving time */
 };
 
 void rp_verdict_of(const struct rp_result *res, size_t n, size_t i,

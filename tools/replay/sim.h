@@ -106,15 +106,23 @@ enum rp_drv_op {
 };
 
 struct rp_cost_model {
-	char name[64];			/* "a100", "none", or the file's path */
-	double us[RP_OP__COUNT];
+	char name[64];			/* "a100", "h200", "h100", "measure", "none", a path */
+	double us[RP_OP__COUNT];	/* all 0 for "none" and "measure" */
+	int measure;			/* "measure": the calls' measured time, no estimate */
 };
 
 const char *rp_drv_op_name(enum rp_drv_op op);
-/* "a100", "none" or a file of name=us lines: 0, or -1 with @err. */
+/* "a100", "h200", "h100", "measure", "none" or a file of name=us lines: 0, or
+ * -1 with @err. */
 int rp_cost_model_load(const char *spec, struct rp_cost_model *m, char *err, size_t errsize);
 /* Estimated microseconds of @calls under @m. */
 double rp_cost_estimate_us(const struct rp_cost_model *m, const uint64_t *calls);
+struct rp_result;
+/* The driver time of @r's pool under @m, ms: the estimate of its calls, or
+ * with "measure" the time they took (drv_ns); 0 without a model. */
+double rp_cost_driver_ms(const struct rp_cost_model *m, const struct rp_result *r);
+/* rp_cost_driver_ms() as a share of @r's simulated serving time (sim_ms). */
+double rp_cost_share(const struct rp_cost_model *m, const struct rp_result *r);
 
 /* Whether @o asks for a host tier. */
 #define RP_TIERED(o) ((o)->host_bytes != 0 || (o)->host_ratio > 0)
