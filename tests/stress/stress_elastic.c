@@ -279,7 +279,7 @@ START_TEST(test_elastic_beside_serving)
 	ck_assert_int_eq(kvs_hcache_validate(st.hc), 0);
 	/* Empty both caches: every page of the budget comes back. */
 	ck_assert_int_eq(kvs_pool_set_limit(st.pool, SIZE_MAX, NULL, NULL), 0);
-	ck_assert_int_ge(kvs_radix_evict(st.r, TOKENS), 0);
+	ck_assert_int_ge(kvs_radix_evict(st.r, kvs_radix_tokens(st.r)), 0);
 	ck_assert_int_ge(kvs_hcache_evict(st.hc, SIZE_MAX), 0);
 	ck_assert_uint_eq(kvs_radix_tokens(st.r), 0);
 	avail = kvs_pool_available(st.pool);
