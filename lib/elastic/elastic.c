@@ -442,7 +442,7 @@ static int compact_copy(kvs_pool_t *p, size_t n, const uint32_t *from, const uin
 	kvsi_slab_geom(s, &pps, &nslabs, &slab_total);
 	cap = n * (size_t)nb * m->layers;
 	cap = cap < COPY_BATCH ? cap : COPY_BATCH;
-	if (kvsi_fence_init(&fence, d, s->streams, s->nstreams, &s->fence) < 0)
+	if (kvsi_fence_init(&fence, d, s->fence.streams, s->fence.nstreams, &s->fence.engine) < 0)
 		return -1;
 	c = malloc((cap ? cap : 1) * sizeof(*c));
 	if (!c) {

@@ -175,8 +175,10 @@ static int check_attr(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 /* Free what kvs_slab_create() allocated; nothing mapped or reserved. */
 static void slab_free_mem(struct kvs_slab *s)
 {
+	if (s->fence_inited)
+		kvsi_fence_fini(&s->fence);
 	KVS_FREE_ALL(s->token_bytes, s->slab_bytes, s->base, s->si, s->freebits, s->freewords,
-	             s->unmapped, (void *)s->ref, s->streams, s->fence_ev, s);
+	             s->unmapped, (void *)s->ref, s);
 }
 
 /**
@@ -230,8 +232,6 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->pool_target = a->chunk_pool;
 	s->magcap = a->magazine;
 	s->flags = a->flags;
-	s->fence = a->fence;
-	s->nstreams = a->fence.record ? 0 : a->nstreams ? a->nstreams : 1;
 	s->token_bytes = calloc(s->nbuf, sizeof(size_t));
 	s->slab_bytes = calloc(s->nbuf, sizeof(size_t));
 	s->base = calloc(s->nbuf, sizeof(kvs_devptr_t));
@@ -241,13 +241,20 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->freewords = calloc((words + 63) / 64, sizeof(uint64_t));
 	s->unmapped = calloc((s->nslabs + 63) / 64, sizeof(uint64_t));
 	s->ref = calloc(s->npages, sizeof(*s->ref));
-	s->streams = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->streams));
-	s->fence_ev = calloc(s->nstreams ? s->nstreams : 1, sizeof(*s->fence_ev));
 	if (!s->token_bytes || !s->slab_bytes || !s->base || !s->si || !s->freebits || !s->freewords ||
-	    !s->unmapped || !s->ref || !s->streams || !s->fence_ev)
+	    !s->unmapped || !s->ref)
 		goto err_free;
-	for (b = 0; b < a->nstreams && !a->fence.record; b++)
-		s->streams[b] = a->streams[b];
+	/* The engine's fence, its streams, or stream 0 (mem/fence.h). */
+	{
+		static const kvs_stream_t stream0;
+
+		if (kvsi_fence_init(&s->fence, drv, a->nstreams ? a->streams : &stream0,
+				    a->nstreams ? a->nstreams : 1, &a->fence) < 0) {
+			err = errno;
+			goto err_free;
+		}
+		s->fence_inited = true;
+	}
 	for (b = 0; b < s->nbuf; b++) {
 		s->token_bytes[b] = a->token_bytes[b];
 		s->slab_bytes[b] = tokens * a->token_bytes[b]; /* checked by slab_geometry */

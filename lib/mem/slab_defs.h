@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "internal.h"
+#include "mem/fence.h"
 #include "kvslab/slab.h"
 
 #define NBUCKET 64
@@ -114,11 +115,10 @@ struct kvs_slab {
 	/* Fences (slab_grow.c).  A slab that becomes empty is stamped with
 	 * ++empty_gen; a fence records the device's progress after empty_gen
 	 * reached fence_cover; once it completes, every slab stamped at or
-	 * below fence_done may be unmapped. */
-	kvs_fence_t fence;
-	kvs_stream_t *streams;
-	uint32_t nstreams;
-	kvs_event_t **fence_ev;		/* one per stream */
+	 * below fence_done may be unmapped.  The point itself is the fence
+	 * module's (mem/fence.h): the engine's streams or its own fence. */
+	struct kvsi_fence fence;
+	bool fence_inited;
 	uint64_t empty_gen, fence_cover, fence_done;
 	uint64_t fence_token;
 	int fence_state;

@@ -444,53 +444,22 @@ static int repair_locked(struct kvs_slab *s)
 
 /* ---------------------------------------------------------------- fences */
 
-/* Record a fence after all device work submitted so far.  No lock held. */
+/* Record a fence after all device work submitted so far.  No lock held.
+ * The engine's own fence is its code, not a driver call. */
 static int fence_record(struct kvs_slab *s, uint64_t *token)
 {
-	uint32_t j;
-
-	if (s->fence.record)
-		return s->fence.record(s->fence.arg, token);
-	for (j = 0; j < s->nstreams; j++) {
-		if (!s->fence_ev[j] && DRV(s, kvs_event_create(s->drv, &s->fence_ev[j])) < 0) {
-			s->fence_ev[j] = NULL;
-			return -1;
-		}
-		if (DRV(s, kvs_event_record(s->fence_ev[j], s->streams[j])) < 0)
-			return -1;
-	}
-	*token = 0;
-	return 0;
+	if (s->fence.engine.record)
+		return kvsi_fence_record(&s->fence, token);
+	return DRV(s, kvsi_fence_record(&s->fence, token));
 }
 
 /* 1 when the fence has completed, 0 when not yet, -1 on failure.  With
  * @wait, block until it completes.  No lock held. */
 static int fence_query(struct kvs_slab *s, uint64_t token, bool wait)
 {
-	uint32_t j;
-	int q;
-
-	if (s->fence.query) {
-		long ns = 20000;
-
-		while ((q = s->fence.query(s->fence.arg, token)) == 0 && wait) {
-			struct timespec ts = {0, ns};
-
-			nanosleep(&ts, NULL);
-			if (ns < 1000000)
-				ns *= 2;
-		}
-		return q < 0 ? -1 : q;
-	}
-	for (j = 0; j < s->nstreams; j++) {
-		if (!s->fence_ev[j])
-			continue;
-		q = wait ? (DRV(s, kvs_event_wait(s->fence_ev[j])) < 0 ? -1 : 1)
-			 : DRV(s, kvs_event_query(s->fence_ev[j]));
-		if (q <= 0)
-			return q;
-	}
-	return 1;
+	if (s->fence.engine.query)
+		return kvsi_fence_query(&s->fence, token, wait);
+	return DRV(s, kvsi_fence_query(&s->fence, token, wait));
 }
 
 /*
@@ -792,7 +761,7 @@ void slab_worker_stop(struct kvs_slab *s)
 int slab_teardown(struct kvs_slab *s)
 {
 	uint64_t i, token;
-	uint32_t b, j;
+	uint32_t b;
 	struct chunkset *parked;
 	int err = 0;
 
@@ -850,9 +819,6 @@ int slab_teardown(struct kvs_slab *s)
 		chunkset_free(s, cs);
 		err = EIO;
 	}
-	for (j = 0; j < s->nstreams; j++)
-		if (s->fence_ev[j])
-			kvs_event_destroy(s->fence_ev[j]);
 	for (b = 0; b < s->nbuf; b++)
 		if (kvs_drv_unreserve(s->drv, s->base[b]) < 0) {
 			/* EBUSY after an unmap that failed: that stays with the
