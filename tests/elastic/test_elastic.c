@@ -159,7 +159,7 @@ START_TEST(test_slab_aware_empties_a_slab)
 	ck_assert_uint_eq(p_lru, 2);
 	ck_assert_uint_eq(m_aware, SLAB_BYTES);		/* 1.0x: the floor */
 	ck_assert_uint_eq(p_aware, 0);
-	fprintf(stderr, "elastic[%s]: 4 live pages, packed floor %d B; LRU %llu B (%.2fx), "
+	fprintf(stderr, "elastic[%s]: 4 live pages, packed floor %zu B; LRU %llu B (%.2fx), "
 		"slab-aware %llu B (%.2fx)\n", tu_backends[_i], SLAB_BYTES,
 		(unsigned long long)m_lru, (double)m_lru / SLAB_BYTES,
 		(unsigned long long)m_aware, (double)m_aware / SLAB_BYTES);
@@ -614,23 +614,6 @@ static void page_check(kvs_pool_t *p, int32_t pg, unsigned int seed)
  * and C are full, B empty and given back: 2 slabs, the floor.  Every byte
  * moves, rows read 0 11 9 and 2 8 3, key 201 matches location 3.
  */
-/* Calls of libcuda function @fn the double counted; 0 without it. */
-static unsigned long dbl_calls(const char *fn)
-{
-	const char *path = getenv("KVSLAB_CUDA_DOUBLE");
-	unsigned long (*calls)(const char *);
-	unsigned long n = 0;
-	void *h;
-
-	if (!path || !*path || !(h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
-		return 0;
-	calls = (unsigned long (*)(const char *))dlsym(h, "kvsdbl_calls");
-	if (calls)
-		n = calls(fn);
-	dlclose(h);
-	return n;
-}
-
 START_TEST(test_compact)
 {
 	struct env e;
@@ -670,12 +653,12 @@ START_TEST(test_compact)
 
 	b0 = kvs_drv_stat(e.d, KVS_DRV_STAT_bytes_copied);
 	k0 = kvs_drv_stat(e.d, KVS_DRV_STAT_batch_calls);
-	r0 = dbl_calls("cuEventRecord");
+	r0 = tu_dbl_calls("cuEventRecord");
 	ck_assert_int_eq(kvs_pool_compact(e.pool, t, e.r, 16), 2);
 	/* The double: the fence on the allocator's stream (stream 0), and
 	 * the event after the copies. */
 	if (strcmp(tu_backends[_i], "cuda") == 0 && tu_is_double())
-		ck_assert_uint_eq(dbl_calls("cuEventRecord") - r0, 2);
+		ck_assert_uint_eq(tu_dbl_calls("cuEventRecord") - r0, 2);
 	/* Device to device, in one batch: 2 pages of every buffer copied
 	 * once (through a host staging buffer they would be copied twice),
 	 * and the two rewritten row entries. */
@@ -729,7 +712,7 @@ START_TEST(test_compact)
 	for (i = 0; i < 8; i++)
 		if (live[i] != 4 && live[i] != 6)
 			page_check(e.pool, live[i], 7 + (unsigned int)live[i]);
-	fprintf(stderr, "elastic[%s]: compaction: 8 live pages, floor %d B; before %d B (1.50x), "
+	fprintf(stderr, "elastic[%s]: compaction: 8 live pages, floor %zu B; before %zu B (1.50x), "
 		"after %llu B (%.2fx)\n", tu_backends[_i], 2 * SLAB_BYTES, 3 * SLAB_BYTES,
 		(unsigned long long)st(&e, KVS_SLAB_STAT_bytes_mapped),
 		(double)st(&e, KVS_SLAB_STAT_bytes_mapped) / (2 * SLAB_BYTES));

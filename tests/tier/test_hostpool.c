@@ -867,23 +867,6 @@ END_TEST
 
 /* ------------------------------------------------------------ streams */
 
-/* Calls of libcuda function @fn the double counted; 0 without it. */
-static unsigned long dbl_calls(const char *fn)
-{
-	const char *path = getenv("KVSLAB_CUDA_DOUBLE");
-	unsigned long (*calls)(const char *);
-	unsigned long n = 0;
-	void *h;
-
-	if (!path || !*path || !(h = dlopen(path, RTLD_NOW | RTLD_NOLOAD)))
-		return 0;
-	calls = (unsigned long (*)(const char *))dlsym(h, "kvsdbl_calls");
-	if (calls)
-		n = calls(fn);
-	dlclose(h);
-	return n;
-}
-
 /* A pool given the engine's streams: every transfer is fenced after them
  * (no host synchronization), layers can be waited for by a stream, and
  * the bytes are right on every backend. */
@@ -922,14 +905,14 @@ START_TEST(test_streams)
 		dev_fill(&e, b[k], 77);
 	}
 	ck_assert_int_eq(kvs_hpool_alloc(e.hp, 4, h), 0);
-	rec0 = dbl_calls("cuEventRecord");
-	wait0 = dbl_calls("cuStreamWaitEvent");
+	rec0 = tu_dbl_calls("cuEventRecord");
+	wait0 = tu_dbl_calls("cuStreamWaitEvent");
 	ck_assert_int_eq(kvs_hpool_backup(e.hp, a, h, 4, &x), 0);
 	if (strcmp(tu_backends[_i], "cuda") == 0 && tu_is_double()) {
 		/* The fence: an event on each stream that the copy queue waits
 		 * for, then (at least) one a layer. */
-		ck_assert_uint_eq(dbl_calls("cuStreamWaitEvent") - wait0, 2);
-		ck_assert_uint_ge(dbl_calls("cuEventRecord") - rec0, 2 + LAYERS);
+		ck_assert_uint_eq(tu_dbl_calls("cuStreamWaitEvent") - wait0, 2);
+		ck_assert_uint_ge(tu_dbl_calls("cuEventRecord") - rec0, 2 + LAYERS);
 	}
 	ck_assert_int_eq(kvs_hpool_xfer_wait(x), 0);
 	ck_assert_int_eq(kvs_hpool_xfer_free(x), 0);
