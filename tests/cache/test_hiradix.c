@@ -841,7 +841,7 @@ END_TEST
  */
 START_TEST(test_faults)
 {
-	int32_t ab[16], nl[16];
+	int32_t ab[16], nl[MAXT]; /* the random run's loads are up to MAXT */
 	kvs_hiradix_node_t *a, *b;
 	kvs_hiradix_match_t m;
 	kvs_hpool_xfer_t *x;
