@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: MIT
+"""kvslab for Python: the KV-cache memory manager's objects with Python's manners.
+
+Objects own their handles and close them (``with`` blocks, ``close()``, or
+the collector); errors raise :class:`Error`, an :class:`OSError` carrying the
+library's errno; sizes accept strings such as ``"8G"``; statistics are dicts;
+arrays of token ids and locations cross without copies when they are int32
+buffers (numpy arrays, ``array('i')``), and are converted when they are
+lists.  Drop-ins for the engines are :mod:`kvslab.sglang`.
+"""
+import array as _array
+
+from . import _kvslab
+from ._kvslab import Error
+
+__all__ = ["Error", "Driver", "Pool", "Radix", "parse_size", "version", "int32_array",
+           "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY"]
+
+EVICT_LRU = _kvslab.EVICT_LRU
+EVICT_LFU = _kvslab.EVICT_LFU
+EVICT_FIFO = _kvslab.EVICT_FIFO
+EVICT_PRIORITY = _kvslab.EVICT_PRIORITY
+
+try:  # optional: locations come back as numpy arrays when numpy is there
+    import numpy as _np
+except ImportError:  # pragma: no cover - numpy is a test dependency
+    _np = None
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30,
+          "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def version():
+    """The library's version string."""
+    return _kvslab.version()
+
+
+def parse_size(size):
+    """Bytes from an int or a string such as ``"8G"``, ``"1.5G"``, ``"512MiB"``
+    (binary units, as kvslab-replay(1) reads them)."""
+    if isinstance(size, bool):
+        raise TypeError("a size is an int or a string")
+    if isinstance(size, int):
+        if size < 0:
+            raise ValueError("negative size: %d" % size)
+        return size
+    if not isinstance(size, str):
+        raise TypeError("a size is an int or a string")
+    s = size.strip().upper()
+    i = len(s)
+    while i > 0 and s[i - 1].isalpha():
+        i -= 1
+    num, unit = s[:i].strip(), s[i:]
+    if unit not in _UNITS or not num:
+        raise ValueError("not a size: %r" % size)
+    try:
+        v = float(num)
+    except ValueError:
+        raise ValueError("not a size: %r" % size) from None
+    if v < 0 or v != v or v == float("inf"):
+        raise ValueError("not a size: %r" % size)
+    return int(v * _UNITS[unit])
+
+
+def int32_array(n):
+    """A zeroed int32 array of n entries: numpy when installed, else array('i')."""
+    if _np is not None:
+        return _np.zeros(n, dtype=_np.int32)
+    return _array.array("i", bytes(4 * n))
+
+
+class _Closing:
+    """Context-manager manners for the handle types."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class Driver(_Closing, _kvslab.Driver):
+    """A driver: ``Driver("host")``, ``Driver("cuda", device=...)``; see kvs_drv_open(3).
+
+    ``mem_limit`` and ``granularity`` take sizes ("8G")."""
+
+    def __init__(self, name=None, granularity=0, mem_limit=0, flags=0):
+        super().__init__(name, parse_size(granularity), parse_size(mem_limit), flags)
+
+
+class Pool(_Closing, _kvslab.Pool):
+    """A KV pool of a model preset ("tiny", "llama3-8b", ...): kvs_pool_create(3).
+
+    ``max_tokens`` is the capacity; ``max_mapped`` (a size) bounds what is mapped."""
+
+    def __init__(self, driver, model="tiny", page_size=1, max_tokens=0, max_mapped=0,
+                 slab_granules=0):
+        super().__init__(driver, model, page_size, max_tokens, parse_size(max_mapped),
+                         slab_granules)
+
+    def alloc(self, n):
+        """n token locations (all or nothing) as an int32 array."""
+        out = int32_array(n)
+        if n:
+            self.alloc_into(out)
+        return out
+
+    def stats(self):
+        """The slab allocator's statistics (kvs_slab_stat(3)) as a dict."""
+        return self.slab_stats()
+
+
+class Radix(_Closing, _kvslab.Radix):
+    """A radix prefix cache (kvs_radix_create(3)) over a Pool, or over no pool:
+    then ``evict()`` returns the locations it freed for the caller's allocator.
+
+    Eviction follows the policy's order alone unless ``slab_aware`` is set."""
+
+    def __init__(self, pool=None, page_size=0, policy=EVICT_LRU, disabled=False,
+                 slab_aware=0):
+        super().__init__(pool, page_size, policy, disabled, slab_aware)
+
+    def evict_locations(self, tokens):
+        """Evict at least ``tokens`` tokens (whole leaves); (evicted, int32 array of
+        the freed locations; empty over a pool, which took them back)."""
+        got, raw = self.evict(tokens)
+        if _np is not None:
+            return got, _np.frombuffer(raw, dtype=_np.int32).copy()
+        return got, _array.array("i", raw)
