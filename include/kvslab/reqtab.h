@@ -41,6 +41,7 @@ int kvs_reqtab_write_batch(kvs_reqtab_t *tab, const kvs_reqtab_write_t *w, size_
 int kvs_reqtab_read(const kvs_reqtab_t *tab, uint32_t slot, uint32_t pos, uint32_t n,
 		    int32_t *out);
 const int32_t *kvs_reqtab_row(const kvs_reqtab_t *tab, uint32_t slot);
+const int32_t *kvs_reqtab_mirror(const kvs_reqtab_t *tab);
 int kvs_reqtab_sync(kvs_reqtab_t *tab);
 
 int kvs_reqtab_table(const kvs_reqtab_t *tab, kvs_devptr_t *ptr, size_t *row_stride_bytes);

@@ -812,6 +812,26 @@ KVS_EXPORT const int32_t *kvs_reqtab_row(const kvs_reqtab_t *t, uint32_t slot)
 }
 
 /**
+ * kvs_reqtab_mirror() - the whole host mirror, for views of the table.
+ * @tab: table.
+ *
+ * Row s starts at entry s * max_context.  Valid until the table is
+ * destroyed; a row is its slot owner's (kvs_reqtab_row()), and nobody may
+ * write through the pointer.
+ *
+ * Context: MT-Safe.
+ * Return: the mirror, or NULL with errno EINVAL (@tab NULL).
+ */
+KVS_EXPORT const int32_t *kvs_reqtab_mirror(const kvs_reqtab_t *t)
+{
+	if (!t) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return t->mirror;
+}
+
+/**
  * kvs_reqtab_sync() - wait until the device table equals the mirror.
  * @tab: table.
  *

@@ -13,7 +13,7 @@ import array as _array
 from . import _kvslab
 from ._kvslab import Error
 
-__all__ = ["Error", "Driver", "Pool", "Radix", "parse_size", "version", "int32_array",
+__all__ = ["Error", "Driver", "Pool", "Radix", "Reqtab", "parse_size", "version", "int32_array",
            "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY"]
 
 EVICT_LRU = _kvslab.EVICT_LRU
@@ -129,3 +129,20 @@ class Radix(_Closing, _kvslab.Radix):
         if _np is not None:
             return got, _np.frombuffer(raw, dtype=_np.int32).copy()
         return got, _array.array("i", raw)
+
+
+class Reqtab(_Closing, _kvslab.Reqtab):
+    """A request table (kvs_reqtab_create(3)): rows of token locations that
+    attention kernels read.  ``table()`` is a read-only (max_reqs, max_context)
+    int32 numpy view of the host mirror, without a copy; rows change through
+    ``write(slot, pos, locs)``."""
+
+    def __init__(self, driver, max_reqs, max_context):
+        super().__init__(driver, max_reqs, max_context)
+        self.max_reqs = max_reqs
+        self.max_context = max_context
+
+    def table(self):
+        if _np is None:  # pragma: no cover
+            return memoryview(self)
+        return _np.asarray(memoryview(self))

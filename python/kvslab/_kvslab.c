@@ -865,6 +865,241 @@ static PyTypeObject RadixType = {
 	.tp_methods = radix_methods,
 };
 
+
+/* --------------------------------------------------------------- Reqtab */
+
+/*
+ * A request table (kvs_reqtab_create(3)).  Its host mirror is exported
+ * through the buffer protocol as a read-only max_reqs x max_context int32
+ * matrix (numpy.asarray(tab) is a view, no copy): reads see every write at
+ * once; writes go through write() so that the device table follows.
+ */
+typedef struct {
+	PyObject_HEAD
+	kvs_reqtab_t *t;
+	DriverObject *drv;
+	Py_ssize_t shape[2], strides[2];
+	Py_ssize_t exports;
+} ReqtabObject;
+
+static int reqtab_init(ReqtabObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"driver", "max_reqs", "max_context", NULL};
+	DriverObject *drv;
+	unsigned int reqs, ctx;
+	kvs_reqtab_t *t;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!II", kwlist, &DriverType, &drv, &reqs, &ctx))
+		return -1;
+	if (self->t) {
+		PyErr_SetString(PyExc_RuntimeError, "Reqtab already initialised");
+		return -1;
+	}
+	if (driver_check(drv) < 0)
+		return -1;
+	Py_BEGIN_ALLOW_THREADS
+	t = kvs_reqtab_create(drv->d, reqs, ctx);
+	Py_END_ALLOW_THREADS
+	if (!t) {
+		kvs_raise("kvs_reqtab_create", drv->d);
+		return -1;
+	}
+	self->t = t;
+	Py_INCREF(drv);
+	self->drv = drv;
+	self->shape[0] = reqs;
+	self->shape[1] = ctx;
+	self->strides[0] = (Py_ssize_t)ctx * 4;
+	self->strides[1] = 4;
+	return 0;
+}
+
+static int reqtab_check(ReqtabObject *self)
+{
+	if (!self->t) {
+		PyErr_SetString(PyExc_ValueError, "the request table is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *reqtab_close(ReqtabObject *self, PyObject *unused)
+{
+	kvs_reqtab_t *t = self->t;
+	int rc;
+
+	(void)unused;
+	if (!t)
+		Py_RETURN_NONE;
+	if (self->exports) {
+		PyErr_SetString(PyExc_BufferError, "views of the table are still alive");
+		return NULL;
+	}
+	self->t = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_reqtab_destroy(t);
+	Py_END_ALLOW_THREADS
+	Py_CLEAR(self->drv);
+	if (rc < 0)
+		return kvs_raise("kvs_reqtab_destroy", NULL);
+	Py_RETURN_NONE;
+}
+
+static void reqtab_dealloc(ReqtabObject *self)
+{
+	if (self->t)
+		kvs_reqtab_destroy(self->t);
+	Py_CLEAR(self->drv);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int reqtab_getbuffer(ReqtabObject *self, Py_buffer *view, int flags)
+{
+	if (reqtab_check(self) < 0) {
+		view->obj = NULL;
+		return -1;
+	}
+	if (flags & PyBUF_WRITABLE) {
+		PyErr_SetString(PyExc_BufferError, "the table is read-only: write through write()");
+		view->obj = NULL;
+		return -1;
+	}
+	view->buf = (void *)kvs_reqtab_mirror(self->t);
+	view->obj = (PyObject *)self;
+	Py_INCREF(self);
+	view->len = self->shape[0] * self->strides[0];
+	view->readonly = 1;
+	view->itemsize = 4;
+	view->format = (flags & PyBUF_FORMAT) ? "i" : NULL;
+	view->ndim = 2;
+	view->shape = (flags & PyBUF_ND) ? self->shape : NULL;
+	view->strides = (flags & PyBUF_STRIDES) ? self->strides : NULL;
+	view->suboffsets = NULL;
+	view->internal = NULL;
+	self->exports++;
+	return 0;
+}
+
+static void reqtab_releasebuffer(ReqtabObject *self, Py_buffer *view)
+{
+	(void)view;
+	self->exports--;
+}
+
+static PyBufferProcs reqtab_as_buffer = {
+	(getbufferproc)reqtab_getbuffer,
+	(releasebufferproc)reqtab_releasebuffer,
+};
+
+/* alloc(n) -> list of slots, or None when fewer than n are free. */
+static PyObject *reqtab_alloc(ReqtabObject *self, PyObject *arg)
+{
+	Py_ssize_t n = PyLong_AsSsize_t(arg), i;
+	uint32_t *slots;
+	PyObject *list;
+	int rc;
+
+	if ((n == -1 && PyErr_Occurred()) || reqtab_check(self) < 0)
+		return NULL;
+	if (n < 0 || n > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "bad count of slots");
+		return NULL;
+	}
+	slots = PyMem_Malloc((n ? n : 1) * sizeof(*slots));
+	if (!slots)
+		return PyErr_NoMemory();
+	rc = kvs_reqtab_alloc(self->t, (uint32_t)n, slots);
+	if (rc < 0) {
+		PyMem_Free(slots);
+		if (errno == ENOMEM)
+			Py_RETURN_NONE;
+		return kvs_raise("kvs_reqtab_alloc", NULL);
+	}
+	list = PyList_New(n);
+	for (i = 0; list && i < n; i++)
+		PyList_SET_ITEM(list, i, PyLong_FromUnsignedLong(slots[i]));
+	PyMem_Free(slots);
+	return list;
+}
+
+static PyObject *reqtab_free(ReqtabObject *self, PyObject *arg)
+{
+	unsigned long slot = PyLong_AsUnsignedLong(arg);
+
+	if ((slot == (unsigned long)-1 && PyErr_Occurred()) || reqtab_check(self) < 0)
+		return NULL;
+	if (kvs_reqtab_free(self->t, (uint32_t)slot) < 0)
+		return kvs_raise("kvs_reqtab_free", NULL);
+	Py_RETURN_NONE;
+}
+
+/* write(slot, pos, locs): entries pos .. pos + len(locs) - 1 of the row. */
+static PyObject *reqtab_write(ReqtabObject *self, PyObject *args)
+{
+	unsigned int slot, pos;
+	PyObject *locs;
+	struct ivec iv;
+	int rc;
+
+	if (!PyArg_ParseTuple(args, "IIO", &slot, &pos, &locs) || reqtab_check(self) < 0 ||
+	    ivec_get(locs, &iv, 0) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_reqtab_write(self->t, slot, pos, (uint32_t)iv.n, iv.v);
+	Py_END_ALLOW_THREADS
+	ivec_release(&iv);
+	if (rc < 0)
+		return kvs_raise("kvs_reqtab_write", self->drv->d);
+	Py_RETURN_NONE;
+}
+
+static PyObject *reqtab_sync(ReqtabObject *self, PyObject *unused)
+{
+	int rc;
+
+	(void)unused;
+	if (reqtab_check(self) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_reqtab_sync(self->t);
+	Py_END_ALLOW_THREADS
+	if (rc < 0)
+		return kvs_raise("kvs_reqtab_sync", self->drv->d);
+	Py_RETURN_NONE;
+}
+
+static PyObject *reqtab_available(ReqtabObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (reqtab_check(self) < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(kvs_reqtab_available(self->t));
+}
+
+static PyMethodDef reqtab_methods[] = {
+	{"close", (PyCFunction)reqtab_close, METH_NOARGS, "Destroy the table (idempotent)."},
+	{"alloc", (PyCFunction)reqtab_alloc, METH_O, "alloc(n) -> slots, or None if short."},
+	{"free", (PyCFunction)reqtab_free, METH_O, "Free a slot."},
+	{"write", (PyCFunction)reqtab_write, METH_VARARGS, "write(slot, pos, locs)"},
+	{"sync", (PyCFunction)reqtab_sync, METH_NOARGS, "Wait until the device table is written."},
+	{"available", (PyCFunction)reqtab_available, METH_NOARGS, "Free slots."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReqtabType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kvslab._kvslab.Reqtab",
+	.tp_doc = "Reqtab(driver, max_reqs, max_context): kvs_reqtab_create(3); a read-only "
+		  "buffer of the host mirror.",
+	.tp_basicsize = sizeof(ReqtabObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)reqtab_init,
+	.tp_dealloc = (destructor)reqtab_dealloc,
+	.tp_methods = reqtab_methods,
+	.tp_as_buffer = &reqtab_as_buffer,
+};
+
 /* ---------------------------------------------------------------- module */
 
 static PyObject *mod_version(PyObject *m, PyObject *unused)
@@ -889,7 +1124,7 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	PyObject *m;
 
 	if (PyType_Ready(&DriverType) < 0 || PyType_Ready(&PoolType) < 0 ||
-	    PyType_Ready(&RadixType) < 0)
+	    PyType_Ready(&RadixType) < 0 || PyType_Ready(&ReqtabType) < 0)
 		return NULL;
 	m = PyModule_Create(&kvslab_module);
 	if (!m)
@@ -900,10 +1135,12 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	Py_INCREF(&DriverType);
 	Py_INCREF(&PoolType);
 	Py_INCREF(&RadixType);
+	Py_INCREF(&ReqtabType);
 	if (!KvsError || PyModule_AddObject(m, "Error", KvsError) < 0 ||
 	    PyModule_AddObject(m, "Driver", (PyObject *)&DriverType) < 0 ||
 	    PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0 ||
 	    PyModule_AddObject(m, "Radix", (PyObject *)&RadixType) < 0 ||
+	    PyModule_AddObject(m, "Reqtab", (PyObject *)&ReqtabType) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LRU", KVS_EVICT_LRU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LFU", KVS_EVICT_LFU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_FIFO", KVS_EVICT_FIFO) < 0 ||

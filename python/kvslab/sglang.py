@@ -29,7 +29,7 @@ What differs, and why:
 """
 from collections import namedtuple
 
-from . import Radix, EVICT_LRU, _np
+from . import Radix, Reqtab, EVICT_LRU, _np
 
 try:
     import torch as _torch
@@ -132,6 +132,56 @@ class RadixCache:
         prefix, _ = self._tree.insert(key, vals, priority=priority, extra_key=extra)
         return prefix
 
+    # -- requests (SGLang's Req: req_pool_idx, origin_input_ids,
+    #    output_ids, fill_ids, prefix_indices, last_node)
+    def cache_finished_req(self, req, is_insert=True):
+        """Cache a finished request's tokens and give back its row and the
+        locations the tree already had (SGLang's cache_finished_req)."""
+        token_ids = (list(req.origin_input_ids) + list(req.output_ids))[:-1]
+        kv = _np.array(self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(token_ids)],
+                       dtype=_np.int32)
+        if self.disable or not is_insert:
+            self._free(kv)
+            self.req_to_token_pool.free(req.req_pool_idx)
+            self.dec_lock_ref(req.last_node)
+            return
+        aligned = len(kv) // self.page_size * self.page_size
+        if aligned < len(kv):
+            self._free(kv[aligned:])
+        new_prefix = self.insert(token_ids[:aligned], kv[:aligned])
+        self._free(kv[len(req.prefix_indices):new_prefix])
+        self.req_to_token_pool.free(req.req_pool_idx)
+        self.dec_lock_ref(req.last_node)
+
+    def cache_unfinished_req(self, req, chunked=False):
+        """Cache what a running request computed so far and lock it: the row
+        is rewritten with the tree's locations (SGLang's cache_unfinished_req)."""
+        if self.disable:
+            return
+        token_ids = list(req.fill_ids)
+        kv = _np.array(self.req_to_token_pool.req_to_token[req.req_pool_idx, :len(token_ids)],
+                       dtype=_np.int32)
+        aligned = len(kv) // self.page_size * self.page_size
+        new_prefix = self.insert(token_ids[:aligned], kv[:aligned])
+        self._free(kv[len(req.prefix_indices):new_prefix])
+        m = self.match_prefix(token_ids[:aligned])
+        new_idx = _np.asarray(m.device_indices, dtype=_np.int32)
+        start = len(req.prefix_indices)
+        if len(new_idx) > start:
+            self.req_to_token_pool.write((req.req_pool_idx, slice(start, len(new_idx))),
+                                         new_idx[start:])
+        self.dec_lock_ref(req.last_node)
+        self.inc_lock_ref(m.last_device_node)
+        tail = kv[aligned:]
+        req.prefix_indices = _indices(_np.concatenate([new_idx, tail]))
+        req.last_node = m.last_device_node
+
+    def _free(self, idx):
+        if len(idx) == 0:
+            return
+        if self.token_to_kv_pool_allocator is not None:
+            self.token_to_kv_pool_allocator.free(_indices(idx))
+
     # -- eviction and locks
     def evict(self, num_tokens):
         got, raw = self._tree.evict(num_tokens)
@@ -196,3 +246,53 @@ class TokenToKVPoolAllocator:
             free_index = free_index.cpu().numpy()
         if len(free_index):
             self._kvslab_pool.free(_np.asarray(free_index, dtype=_np.int32))
+
+
+class ReqToTokenPool:
+    """SGLang's ReqToTokenPool (memory_pool.py) on a kvslab request table:
+    ``alloc(need_size)`` returns slot indices or None, ``free(idx)`` takes one
+    slot or a list, ``write((slot, slice), values)`` writes a row's entries,
+    ``req_to_token`` is a (size, max_context_len) int32 read-only view of the
+    host mirror (SGLang's is a device tensor), ``available_size()``,
+    ``clear()``."""
+
+    def __init__(self, size, max_context_len, driver, device="cpu", enable_memory_saver=False):
+        self.size = size
+        self.max_context_len = max_context_len
+        self.device = device
+        self._tab = Reqtab(driver, size, max_context_len)
+        self.req_to_token = self._tab.table()
+        self._held = set()
+
+    def available_size(self):
+        return self._tab.available()
+
+    def alloc(self, need_size=1):
+        slots = self._tab.alloc(need_size)
+        if slots is not None:
+            self._held.update(slots)
+        return slots
+
+    def free(self, free_index):
+        if isinstance(free_index, int):
+            free_index = [free_index]
+        for i in free_index:
+            self._tab.free(int(i))
+            self._held.discard(int(i))
+
+    def write(self, indices, values):
+        slot, cols = indices
+        if isinstance(cols, slice):
+            start = cols.start or 0
+        else:
+            start = int(cols)
+        vals = values.cpu().numpy() if hasattr(values, "cpu") else values
+        self._tab.write(int(slot), start, _np.asarray(vals, dtype=_np.int32))
+
+    def clear(self):
+        for i in list(self._held):
+            self.free(i)
+
+    def close(self):
+        self.req_to_token = None
+        self._tab.close()

@@ -166,3 +166,28 @@ def test_gil_released_threads_share_a_cache():
         assert not errs
         r.validate()
         assert r.tokens() == 4 * (1 + 200 * 2)  # each base shared by its keys
+
+
+def test_reqtab_view_without_copy():
+    with kvslab.Driver("host", granularity="64K") as d:
+        t = kvslab.Reqtab(d, 4, 32)
+        view = t.table()
+        assert view.shape == (4, 32) and view.dtype == np.int32
+        assert not view.flags.writeable
+        slots = t.alloc(2)
+        assert slots == [0, 1] and t.available() == 2
+        assert t.alloc(3) is None  # short: None, nothing taken
+        t.write(slots[1], 3, [7, 8, 9])
+        assert view[1, 3:6].tolist() == [7, 8, 9]  # the same memory
+        with pytest.raises(kvslab.Error):
+            t.write(2, 0, [1])  # a free slot
+        with pytest.raises(kvslab.Error) as ei:
+            t.write(slots[0], 31, [1, 2])  # past max_context
+        assert ei.value.errno == errno.ERANGE
+        with pytest.raises(BufferError):
+            t.close()  # a view is alive
+        t.sync()
+        del view
+        t.close()
+        with pytest.raises(ValueError):
+            t.alloc(1)

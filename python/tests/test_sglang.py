@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kvslab
-from kvslab.sglang import RadixCache, TokenToKVPoolAllocator, MatchResult
+from kvslab.sglang import RadixCache, TokenToKVPoolAllocator, MatchResult, ReqToTokenPool
 
 
 class FakeAllocator:
@@ -135,3 +135,77 @@ def test_extra_keys_separate_prefixes():
     assert len(tree.match_prefix(Key([1, 2, 3], 0)).device_indices) == 3
     with pytest.raises(TypeError):
         tree.match_prefix(Key([1], "lora-a"))
+
+
+class Req:
+    """The fields of SGLang's Req that the cache reads and writes."""
+
+    def __init__(self, input_ids):
+        self.origin_input_ids = list(input_ids)
+        self.output_ids = []
+        self.fill_ids = list(input_ids)
+        self.prefix_indices = np.zeros(0, dtype=np.int64)
+        self.last_node = None
+        self.req_pool_idx = None
+
+
+def _serve(tree, rtp, alloc, req):
+    """What SGLang's scheduler does for a request's prefill."""
+    m = tree.match_prefix(req.fill_ids)
+    req.prefix_indices, req.last_node = m.device_indices, m.last_device_node
+    tree.inc_lock_ref(req.last_node)
+    req.req_pool_idx = rtp.alloc(1)[0]
+    n = len(req.fill_ids) - len(req.prefix_indices)
+    new = alloc.alloc(n)
+    rtp.write((req.req_pool_idx, slice(0, len(req.prefix_indices))), req.prefix_indices)
+    rtp.write((req.req_pool_idx, slice(len(req.prefix_indices), len(req.fill_ids))), new)
+    return new
+
+
+def _decode(rtp, alloc, req, outputs):
+    """Decode steps: each generated token but the last gets its KV location."""
+    pos = len(req.fill_ids)
+    for t in outputs[:-1]:
+        loc = alloc.alloc(1)
+        rtp.write((req.req_pool_idx, slice(pos, pos + 1)), loc)
+        pos += 1
+    req.output_ids = list(outputs)
+
+
+def test_requests_through_the_scheduler_calls():
+    with kvslab.Driver("host", granularity="64K") as d, \
+            kvslab.Pool(d, "tiny", page_size=1, max_tokens=4096) as p:
+        alloc = TokenToKVPoolAllocator(p)
+        rtp = ReqToTokenPool(8, 256, d)
+        tree = RadixCache(rtp, alloc)
+        free0 = alloc.available_size()
+        a = Req(range(100, 140))
+        _serve(tree, rtp, alloc, a)
+        _decode(rtp, alloc, a, [7, 8, 9])
+        tree.cache_finished_req(a)  # caches input + outputs[:-1]
+        assert tree.total_size() == 42
+        assert rtp.available_size() == 8
+        # B shares A's first 30 tokens: a prefix hit of 30.
+        b = Req(list(range(100, 130)) + list(range(900, 920)))
+        new_b = _serve(tree, rtp, alloc, b)
+        assert len(b.prefix_indices) == 30 and len(new_b) == 20
+        row = rtp.req_to_token[b.req_pool_idx, :50]
+        assert row[:30].tolist() == list(b.prefix_indices)
+        # Chunked prefill: cache the 50 computed so far, keep them locked.
+        tree.cache_unfinished_req(b)
+        assert len(b.prefix_indices) == 50
+        assert tree.protected_size() == 50
+        assert rtp.req_to_token[b.req_pool_idx, :50].tolist() == list(b.prefix_indices)
+        _decode(rtp, alloc, b, [1])
+        tree.cache_finished_req(b)
+        assert tree.protected_size() == 0
+        assert rtp.available_size() == 8
+        # Every location is the tree's or free: nothing leaked.
+        assert alloc.available_size() + tree.total_size() == free0
+        tree.evict(tree.total_size())
+        assert alloc.available_size() == free0
+        tree.close()
+        del row  # a view of the table keeps it open
+        rtp.close()
+        with pytest.raises(ValueError):
+            rtp.available_size()

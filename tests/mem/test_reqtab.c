@@ -178,6 +178,15 @@ START_TEST(test_out_of_range)
 	/* Allocated, then NULL buffers. */
 	ck_assert_int_eq(kvs_reqtab_alloc(t, 1, &s), 0);
 	ck_assert_ptr_nonnull(kvs_reqtab_row(t, s));
+	/* The whole mirror: row s at s * max_context, the writes in it. */
+	errno = 0;
+	ck_assert_ptr_null(kvs_reqtab_mirror(NULL));
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_ptr_eq(kvs_reqtab_mirror(t) + (size_t)s * kvs_reqtab_max_context(t),
+			 kvs_reqtab_row(t, s));
+	v[0] = 4242;
+	ck_assert_int_eq(kvs_reqtab_write(t, s, 1, 1, v), 0);
+	ck_assert_int_eq(kvs_reqtab_mirror(t)[(size_t)s * kvs_reqtab_max_context(t) + 1], 4242);
 	ck_assert_int_eq(kvs_reqtab_write(t, s, 0, 1, NULL), -1);
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_int_eq(kvs_reqtab_read(t, s, 0, 1, NULL), -1);
