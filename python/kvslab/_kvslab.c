@@ -1100,6 +1100,224 @@ static PyTypeObject ReqtabType = {
 	.tp_as_buffer = &reqtab_as_buffer,
 };
 
+
+/* --------------------------------------------------------------- Hasher */
+
+/* vLLM's block hashes (kvs_block_hasher_create(3)). */
+typedef struct {
+	PyObject_HEAD
+	kvs_block_hasher_t *h;
+	unsigned int block_size;
+} HasherObject;
+
+static int hasher_init(HasherObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"fn", "block_size", "seed", "root", NULL};
+	int fn = KVS_HASH_SHA256_CBOR;
+	unsigned int bs = 16;
+	Py_buffer seed = {0}, root = {0};
+	kvs_block_hasher_attr_t attr;
+	kvs_block_hash_t r;
+	kvs_block_hasher_t *h;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|iIz*z*", kwlist, &fn, &bs, &seed, &root))
+		return -1;
+	kvs_block_hasher_attr_init(&attr);
+	attr.fn = fn;
+	attr.block_size = bs;
+	if (seed.buf) {
+		attr.seed = seed.buf;
+		attr.seed_len = (size_t)seed.len;
+	}
+	if (root.buf) {
+		if (root.len < 1 || root.len > KVS_BLOCK_HASH_MAX) {
+			PyBuffer_Release(&seed);
+			PyBuffer_Release(&root);
+			PyErr_SetString(PyExc_ValueError, "root: 1 to 32 bytes");
+			return -1;
+		}
+		memset(&r, 0, sizeof(r));
+		memcpy(r.bytes, root.buf, (size_t)root.len);
+		r.len = (uint32_t)root.len;
+		attr.root = &r;
+	}
+	h = kvs_block_hasher_create(&attr);
+	PyBuffer_Release(&seed);
+	PyBuffer_Release(&root);
+	if (!h) {
+		kvs_raise("kvs_block_hasher_create", NULL);
+		return -1;
+	}
+	if (self->h)
+		kvs_block_hasher_destroy(self->h);
+	self->h = h;
+	self->block_size = bs;
+	return 0;
+}
+
+static void hasher_dealloc(HasherObject *self)
+{
+	if (self->h)
+		kvs_block_hasher_destroy(self->h);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int hasher_check(HasherObject *self)
+{
+	if (!self->h) {
+		PyErr_SetString(PyExc_ValueError, "the hasher is not initialised");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *hash_bytes(const kvs_block_hash_t *x)
+{
+	return PyBytes_FromStringAndSize((const char *)x->bytes, (Py_ssize_t)x->len);
+}
+
+/* hash_request(tokens, lora_name=None, cache_salt=None) -> [bytes]: the
+ * hashes of every full block, first block first. */
+static PyObject *hasher_hash_request(HasherObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"tokens", "lora_name", "cache_salt", NULL};
+	PyObject *tokens, *list;
+	const char *lora = NULL, *salt = NULL;
+	kvs_block_extra_t extra;
+	kvs_block_hash_t *hs;
+	struct ivec iv;
+	size_t max, n = 0, i;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zz", kwlist, &tokens, &lora, &salt) ||
+	    hasher_check(self) < 0 || ivec_get(tokens, &iv, 0) < 0)
+		return NULL;
+	memset(&extra, 0, sizeof(extra));
+	extra.lora_name = lora;
+	extra.cache_salt = salt;
+	max = (size_t)iv.n / self->block_size;
+	hs = PyMem_Malloc((max ? max : 1) * sizeof(*hs));
+	if (!hs) {
+		ivec_release(&iv);
+		return PyErr_NoMemory();
+	}
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_block_hash_request(self->h, iv.v, (size_t)iv.n, &extra, hs, max, &n);
+	Py_END_ALLOW_THREADS
+	ivec_release(&iv);
+	if (rc < 0) {
+		PyMem_Free(hs);
+		return kvs_raise("kvs_block_hash_request", NULL);
+	}
+	list = PyList_New((Py_ssize_t)n);
+	for (i = 0; list && i < n; i++) {
+		PyObject *b = hash_bytes(&hs[i]);
+
+		if (!b) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, (Py_ssize_t)i, b);
+	}
+	PyMem_Free(hs);
+	return list;
+}
+
+/* hash_block(parent, tokens, start=0, lora_name=None, cache_salt=None):
+ * the hash of one full block (its block_size tokens) after @parent (bytes,
+ * or None for the first block), @start its first token's position. */
+static PyObject *hasher_hash_block(HasherObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"parent", "tokens", "start", "lora_name", "cache_salt", NULL};
+	PyObject *parent, *tokens;
+	unsigned long long start = 0;
+	const char *lora = NULL, *salt = NULL;
+	kvs_block_extra_t extra;
+	kvs_block_hash_t p, out;
+	struct ivec iv;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Kzz", kwlist, &parent, &tokens, &start,
+					 &lora, &salt) || hasher_check(self) < 0)
+		return NULL;
+	memset(&p, 0, sizeof(p));
+	if (parent != Py_None) {
+		char *b;
+		Py_ssize_t len;
+
+		if (PyBytes_AsStringAndSize(parent, &b, &len) < 0)
+			return NULL;
+		if (len < 1 || len > KVS_BLOCK_HASH_MAX) {
+			PyErr_SetString(PyExc_ValueError, "parent: 1 to 32 bytes");
+			return NULL;
+		}
+		memcpy(p.bytes, b, (size_t)len);
+		p.len = (uint32_t)len;
+	}
+	if (ivec_get(tokens, &iv, 0) < 0)
+		return NULL;
+	if ((size_t)iv.n != self->block_size) {
+		ivec_release(&iv);
+		PyErr_Format(PyExc_ValueError, "a block is %u tokens", self->block_size);
+		return NULL;
+	}
+	memset(&extra, 0, sizeof(extra));
+	extra.lora_name = lora;
+	extra.cache_salt = salt;
+	rc = kvs_block_hash(self->h, parent == Py_None ? NULL : &p, iv.v, start, &extra, &out);
+	ivec_release(&iv);
+	if (rc < 0)
+		return kvs_raise("kvs_block_hash", NULL);
+	return hash_bytes(&out);
+}
+
+static PyObject *hasher_get_root(HasherObject *self, void *c)
+{
+	kvs_block_hash_t r;
+
+	(void)c;
+	if (hasher_check(self) < 0)
+		return NULL;
+	if (kvs_block_hasher_root(self->h, &r) < 0)
+		return kvs_raise("kvs_block_hasher_root", NULL);
+	return hash_bytes(&r);
+}
+
+static PyObject *hasher_get_block_size(HasherObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLong(self->block_size);
+}
+
+static PyMethodDef hasher_methods[] = {
+	{"hash_request", (PyCFunction)(void (*)(void))hasher_hash_request,
+	 METH_VARARGS | METH_KEYWORDS, "hash_request(tokens, lora_name=None, cache_salt=None)"},
+	{"hash_block", (PyCFunction)(void (*)(void))hasher_hash_block,
+	 METH_VARARGS | METH_KEYWORDS,
+	 "hash_block(parent, tokens, start=0, lora_name=None, cache_salt=None)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef hasher_getset[] = {
+	{"root", (getter)hasher_get_root, NULL, "the root hash (vLLM's NONE_HASH)", NULL},
+	{"block_size", (getter)hasher_get_block_size, NULL, "tokens per block", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HasherType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kvslab._kvslab.Hasher",
+	.tp_doc = "Hasher(fn=HASH_SHA256_CBOR, block_size=16, seed=None, root=None): "
+		  "kvs_block_hasher_create(3).",
+	.tp_basicsize = sizeof(HasherObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)hasher_init,
+	.tp_dealloc = (destructor)hasher_dealloc,
+	.tp_methods = hasher_methods,
+	.tp_getset = hasher_getset,
+};
+
 /* ---------------------------------------------------------------- module */
 
 static PyObject *mod_version(PyObject *m, PyObject *unused)
@@ -1124,7 +1342,8 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	PyObject *m;
 
 	if (PyType_Ready(&DriverType) < 0 || PyType_Ready(&PoolType) < 0 ||
-	    PyType_Ready(&RadixType) < 0 || PyType_Ready(&ReqtabType) < 0)
+	    PyType_Ready(&RadixType) < 0 || PyType_Ready(&ReqtabType) < 0 ||
+	    PyType_Ready(&HasherType) < 0)
 		return NULL;
 	m = PyModule_Create(&kvslab_module);
 	if (!m)
@@ -1136,11 +1355,16 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	Py_INCREF(&PoolType);
 	Py_INCREF(&RadixType);
 	Py_INCREF(&ReqtabType);
+	Py_INCREF(&HasherType);
 	if (!KvsError || PyModule_AddObject(m, "Error", KvsError) < 0 ||
 	    PyModule_AddObject(m, "Driver", (PyObject *)&DriverType) < 0 ||
 	    PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0 ||
 	    PyModule_AddObject(m, "Radix", (PyObject *)&RadixType) < 0 ||
 	    PyModule_AddObject(m, "Reqtab", (PyObject *)&ReqtabType) < 0 ||
+	    PyModule_AddObject(m, "Hasher", (PyObject *)&HasherType) < 0 ||
+	    PyModule_AddIntConstant(m, "HASH_SHA256_CBOR", KVS_HASH_SHA256_CBOR) < 0 ||
+	    PyModule_AddIntConstant(m, "HASH_SHA256_CBOR_64", KVS_HASH_SHA256_CBOR_64) < 0 ||
+	    PyModule_AddIntConstant(m, "HASH_XXH3_128", KVS_HASH_XXH3_128) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LRU", KVS_EVICT_LRU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LFU", KVS_EVICT_LFU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_FIFO", KVS_EVICT_FIFO) < 0 ||

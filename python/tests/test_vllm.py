@@ -1,0 +1,80 @@
+# SPDX-License-Identifier: MIT
+"""kvslab.vllm's block hashes against vLLM's own way of computing them
+(tests/blockhash_ref.py, the project's transcription of vLLM v1's
+kv_cache_utils and hashing modules): byte for byte."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvslab import vllm
+
+REF = os.path.join(os.environ.get("KVSLAB_TOP_SRCDIR", "."), "tests", "blockhash_ref.py")
+
+
+def reference(fn, block_size, tokens, seed=None, root=None, lora=None, salt=None):
+    lines = ["fn " + fn, "block_size %d" % block_size,
+             "tokens " + " ".join(map(str, tokens))]
+    if root is not None:
+        lines.append("root " + root.hex())
+    else:
+        lines.append("seed " + seed.encode().hex())
+    if lora is not None:
+        lines.append("lora " + lora.encode().hex())
+    if salt is not None:
+        lines.append("salt " + salt.encode().hex())
+    p = subprocess.run([sys.executable, REF], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True)
+    if p.returncode == 77:
+        pytest.skip("reference needs cbor2/xxhash: " + p.stderr.strip())
+    assert p.returncode == 0, p.stderr
+    return p.stdout.split()
+
+
+@pytest.mark.parametrize("fn,ref_fn", [("sha256_cbor", "sha256_cbor"),
+                                       ("xxhash_cbor", "xxh3_128"),
+                                       ("sha256_cbor_64bit", "sha256_cbor_64")])
+def test_request_hashes_match_vllm(fn, ref_fn):
+    tokens = [(i * 7919) % 50000 for i in range(100)]
+    h = vllm.RequestBlockHasher(16, fn, seed="0")
+    got = [b.hex() if fn != "sha256_cbor_64bit" else b.hex().rjust(16, "0") for b in h(tokens)]
+    assert len(got) == 6  # full blocks only
+    assert got == reference(ref_fn, 16, tokens, seed="0")
+
+
+def test_lora_salt_and_root():
+    tokens = list(range(40))
+    root = bytes(range(32))
+
+    class Lora:
+        lora_name = "adapter-a"
+
+    class Req:
+        all_token_ids = tokens
+        lora_request = Lora()
+        cache_salt = "tenant-7"
+        block_hashes = []
+    h = vllm.RequestBlockHasher(8, "sha256_cbor", root=root)
+    assert h.none_hash == root
+    got = [b.hex() for b in h(Req())]
+    assert got == reference("sha256_cbor", 8, tokens, root=root, lora="adapter-a",
+                            salt="tenant-7")
+    # Called again after some blocks were hashed: only the new ones.
+    Req.block_hashes = [bytes.fromhex(x) for x in got[:3]]
+    assert [b.hex() for b in h(Req())] == got[3:]
+
+
+def test_hash_block_tokens_chains_like_the_request():
+    hs = vllm.Hasher("sha256_cbor", 4, seed="42")
+    toks = list(range(12))
+    chain, parent = [], None
+    for i in range(3):
+        parent = vllm.hash_block_tokens(hs, parent, toks[4 * i:4 * i + 4], start=4 * i)
+        chain.append(parent)
+    assert chain == hs.hash_request(toks)
+    assert vllm.init_none_hash("sha256_cbor", "42") == hs.root
+    with pytest.raises(ValueError):
+        vllm.hash_block_tokens(hs, None, [1, 2, 3])  # not a full block
+    with pytest.raises(ValueError):
+        vllm.Hasher("md5")
