@@ -85,6 +85,8 @@ int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 		     const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
 		     uint64_t extra_key, const int32_t *tokens);
 int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n);
+int32_t kvs_hcache_find(kvs_hcache_t *hc, const kvs_block_hash_t *hash);
+int kvs_hcache_touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n);
 ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n);
 int kvs_hcache_reset(kvs_hcache_t *hc);
 

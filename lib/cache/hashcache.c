@@ -505,6 +505,65 @@ KVS_EXPORT ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *h
 }
 
 /**
+ * kvs_hcache_find() - the block cached under one hash, taking nothing
+ * (vLLM's BlockPool.get_cached_block()).
+ * @hc: cache.
+ * @hash: the hash.
+ *
+ * Neither references the block nor counts in the metrics.
+ *
+ * Context: MT-Safe; serialized with the writers.
+ * Return: the block, -1 with errno ENOENT when no block has @hash, or -1
+ * with errno EINVAL (NULL, a hash of length 0 or over 32).
+ */
+KVS_EXPORT int32_t kvs_hcache_find(kvs_hcache_t *hc, const kvs_block_hash_t *hash)
+{
+	struct hent *e;
+	int32_t blk;
+
+	if (!hc || !hash || !hash_ok(hash))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	e = tbl_find(hc, hash);
+	blk = e ? e->block : -1;
+	pthread_mutex_unlock(&hc->lock);
+	return e ? blk : kvs_fail(ENOENT);
+}
+
+/**
+ * kvs_hcache_touch() - reference blocks found by hash (vLLM's
+ * BlockPool.touch()).
+ * @hc: cache.
+ * @blocks: blocks that have a hash, or that the caller holds; a block may
+ *          appear more than once (each time is a reference).
+ * @n: entries.
+ *
+ * Each block gains a reference; one of refcount 0 leaves the free queue.
+ * Unlike kvs_hcache_lookup() it is not a request: the metrics stay.
+ *
+ * Context: MT-Safe; serialized with the other writers.
+ * Return: 0, or -1 with errno EINVAL (NULL, a block out of range, or one
+ * that has no hash and is not held; nothing changed).
+ */
+KVS_EXPORT int kvs_hcache_touch(kvs_hcache_t *hc, const int32_t *blocks, size_t n)
+{
+	size_t i;
+
+	if (!hc || (n && !blocks))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = 0; i < n; i++)
+		if (blocks[i] < 0 || (uint32_t)blocks[i] >= hc->nblocks ||
+		    (!hc->b[blocks[i]].ent && !hc->b[blocks[i]].ref)) {
+			pthread_mutex_unlock(&hc->lock);
+			return kvs_fail(EINVAL);
+		}
+	touch(hc, blocks, n);
+	pthread_mutex_unlock(&hc->lock);
+	return 0;
+}
+
+/**
  * kvs_hcache_match_ro() - count a request's longest run of cached blocks
  * without taking any.
  * @hc: cache.

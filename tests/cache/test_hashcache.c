@@ -333,6 +333,51 @@ START_TEST(test_hit_refcounts)
 }
 END_TEST
 
+/* vLLM's get_cached_block() and touch(): find takes nothing and counts no
+ * request; touch references a cached block (out of the free queue at 0). */
+START_TEST(test_find_and_touch)
+{
+	struct env e;
+	int32_t a[8], blk;
+	kvs_block_hash_t h, bad;
+	kvs_hcache_stats_t st0, st;
+
+	env_open(&e, 4, 16, 100);
+	ck_assert_uint_eq(request(&e, 1, 13, a, NULL), 4);
+	release(&e, a, 4);
+	ck_assert_int_eq(hashed(&e, a[1], &h), 1);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st0), 0);
+	ck_assert_int_eq(kvs_hcache_find(e.hc, &h), a[1]);
+	ck_assert_uint_eq(refof(&e, a[1]), 0);
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	ck_assert_uint_eq(st.queries, st0.queries);
+	/* Touch twice: two references, out of the free queue. */
+	blk = a[1];
+	ck_assert_int_eq(kvs_hcache_touch(e.hc, (int32_t[]){blk, blk}, 2), 0);
+	ck_assert_uint_eq(refof(&e, blk), 2);
+	ck_assert_int_eq(kvs_hcache_free_queue(e.hc, NULL, 0), 2);
+	ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
+	release(&e, &blk, 1);
+	release(&e, &blk, 1);
+	ck_assert_int_eq(kvs_hcache_free_queue(e.hc, NULL, 0), 3);
+	/* a[3], the partial block, has no hash and is free: not touchable. */
+	errno = 0;
+	ck_assert_int_eq(kvs_hcache_touch(e.hc, &a[3], 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	ck_assert_int_eq(kvs_hcache_touch(e.hc, (int32_t[]){-1}, 1), -1);
+	ck_assert_int_eq(kvs_hcache_touch(NULL, a, 1), -1);
+	ck_assert_int_eq(kvs_hcache_free_queue(e.hc, NULL, 0), 3);
+	memset(&bad, 0, sizeof(bad));
+	ck_assert_int_eq(kvs_hcache_find(e.hc, &bad), -1); /* length 0 */
+	ck_assert_int_eq(errno, EINVAL);
+	bad = h;
+	bad.bytes[0] ^= 0xff;
+	ck_assert_int_eq(kvs_hcache_find(e.hc, &bad), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	env_close(&e);
+}
+END_TEST
+
 /* vLLM's test_prefix_caching free-queue order: tail first, LRU across
  * requests, a touched block leaves the queue and comes back at its end. */
 START_TEST(test_free_queue_order)
@@ -1237,6 +1282,7 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_only_full_blocks_cached);
 	tcase_add_test(tc, test_last_token_always_computed);
 	tcase_add_test(tc, test_hit_refcounts);
+	tcase_add_test(tc, test_find_and_touch);
 	tcase_add_test(tc, test_free_queue_order);
 	tcase_add_test(tc, test_eviction_and_hash_cleared);
 	tcase_add_test(tc, test_failed_alloc_changes_nothing);
