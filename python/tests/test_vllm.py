@@ -78,3 +78,48 @@ def test_hash_block_tokens_chains_like_the_request():
         vllm.hash_block_tokens(hs, None, [1, 2, 3])  # not a full block
     with pytest.raises(ValueError):
         vllm.Hasher("md5")
+
+
+class FakeRequest:
+    def __init__(self, tokens, hasher):
+        self.all_token_ids = list(tokens)
+        self.block_hashes = []
+        self.block_hashes = hasher(self)
+
+
+def test_block_pool_prefix_caching_like_vllm():
+    """vLLM's test_prefix_caching shape: a request's full blocks cached, a
+    second request with the same prefix finds and touches them, frees go to
+    the free queue's tail, a reset is refused while blocks are in use."""
+    pool = vllm.BlockPool(64, enable_caching=True, block_size=4)
+    h = vllm.RequestBlockHasher(4, "sha256_cbor", seed="0")
+    n = pool.num_gpu_blocks
+    assert n >= 64 and pool.get_num_free_blocks() == n
+    a = FakeRequest(range(10), h)  # 2 full blocks + 2 tokens
+    blocks = pool.get_new_blocks(3)
+    assert [b.ref_cnt for b in blocks] == [1, 1, 1]
+    pool.cache_full_blocks(a, blocks, 0, 2, 4, 0)
+    assert blocks[0].block_hash == a.block_hashes[0]
+    assert blocks[2].block_hash is None
+    # B: the same first 8 tokens.
+    b = FakeRequest(list(range(8)) + [99, 98, 97, 96, 95], h)
+    assert b.block_hashes[:2] == a.block_hashes
+    hit = [pool.get_cached_block(x)[0] for x in b.block_hashes[:2]]
+    assert hit == blocks[:2]
+    assert pool.get_cached_block(b.block_hashes[2]) is None
+    pool.touch(hit)
+    assert [x.ref_cnt for x in hit] == [2, 2]
+    assert pool.get_num_free_blocks() == n - 3
+    assert not pool.reset_prefix_cache()  # in use
+    pool.free_blocks(blocks)
+    pool.free_blocks(hit)
+    assert pool.get_num_free_blocks() == n
+    assert pool.get_usage() == 0.0
+    # Still cached after the free, until evicted or reset.
+    assert pool.get_cached_block(a.block_hashes[0]) is not None
+    assert pool.reset_prefix_cache()
+    assert pool.get_cached_block(a.block_hashes[0]) is None
+    with pytest.raises(ValueError):
+        pool.get_new_blocks(n + 1)
+    assert pool.take_events() == []
+    pool.close()
