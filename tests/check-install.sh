@@ -35,4 +35,16 @@ for p in kvs_drv_open kvs_drv_map kvslab; do
 	f=$(find "$dest" -name "$p.[37]" | head -1)
 	[ -n "$f" ] || { echo "man page $p not installed"; exit 1; }
 done
-echo "install check: pkg-config program linked and ran; man pages installed"
+# The Python package, where configure built it: importable from the
+# install, its extension finding the installed library.
+pyline=
+pydir=$(sed -n 's/^kvslabpydir = //p' "$top/Makefile" | sed "s|\${prefix}|$prefix|")
+if grep -q '^install-exec-local:' "$top/Makefile" && [ -n "$pydir" ]; then
+	py=$(sed -n 's/^KVSLAB_PYTHON = //p' "$top/Makefile")
+	[ -f "$dest$pydir/__init__.py" ] || { echo "python package not installed in $pydir"; exit 1; }
+	(cd "$dest" && PYTHONPATH="$dest$(dirname "$pydir")" LD_LIBRARY_PATH="$dest$libdir" \
+		"$py" -c 'import kvslab, kvslab.sglang, kvslab.vllm; kvslab.Radix(None).close()') ||
+		{ echo "the installed python package does not import"; exit 1; }
+	pyline="; python package imports"
+fi
+echo "install check: pkg-config program linked and ran; man pages installed$pyline"
