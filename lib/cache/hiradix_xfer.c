@@ -672,13 +672,17 @@ void hr_flush(kvs_hiradix_t *h)
 		(void)hr_submit_writes(h);
 }
 
-/* A poll: by the caller (@caller), or by an eviction or the thread. */
+/* A poll: by the caller (@caller), or by an eviction or the thread.  It
+ * submits every backup still queued, deferred or not: without a deferral a
+ * call submits what it queued before it returns, but a backup queued while
+ * another call's submission had h->lock dropped could be left in the
+ * queue with no call to come (found as a settle that never ended, in
+ * test_hiradix's threads), and a poll is where the engine waits. */
 void hr_poll_locked(kvs_hiradix_t *h, bool caller)
 {
 	if (caller)
 		hr_unhand(h);
-	if (h->flags & KVS_HIRADIX_DEFER)
-		(void)hr_submit_writes(h);
+	(void)hr_submit_writes(h);
 	take_acks(h, caller);
 }
 
