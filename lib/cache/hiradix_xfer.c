@@ -674,10 +674,10 @@ void hr_flush(kvs_hiradix_t *h)
 
 /* A poll: by the caller (@caller), or by an eviction or the thread.  It
  * submits every backup still queued, deferred or not: without a deferral a
- * call submits what it queued before it returns, but a backup queued while
- * another call's submission had h->lock dropped could be left in the
- * queue with no call to come (found as a settle that never ended, in
- * test_hiradix's threads), and a poll is where the engine waits. */
+ * call submits what it queued before it returns, yet a backup was found
+ * left in the queue with no call to come (a settle that never ended, in
+ * test_hiradix's threads; the path that left it is not known), and a poll
+ * is where the engine waits. */
 void hr_poll_locked(kvs_hiradix_t *h, bool caller)
 {
 	if (caller)
