@@ -259,13 +259,19 @@ static void flow_drop_locked(struct kvs_flow *f, kvs_req_t *req)
 	req_unlock(f, req);
 }
 
+/* flow_release_locked() after the caller's own flow_fence(). */
+static void release_fenced(struct kvs_flow *f, kvs_req_t *req)
+{
+	flow_drop_locked(f, req);
+	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
+	req_reset(req);
+}
+
 /* Drop what @req holds, its slot too, and reset it.  Lock held. */
 void flow_release_locked(struct kvs_flow *f, kvs_req_t *req)
 {
 	flow_fence(f);
-	flow_drop_locked(f, req);
-	kvs_reqtab_free(f->tab, (uint32_t)req->slot);
-	req_reset(req);
+	release_fenced(f, req);
 }
 
 /**
@@ -746,8 +752,8 @@ KVS_EXPORT int kvs_flow_cache_finished(kvs_flow_t *f, kvs_req_t *req)
 	aligned = f->ops->insert ? cache_prefix(f, req, f->buf, NULL) : -1;
 	if (aligned < 0) {
 		/* Not cached (or cached already): give back what the request
-		 * owns, keep nothing. */
-		flow_release_locked(f, req);
+		 * owns, keep nothing (fenced above). */
+		release_fenced(f, req);
 		pthread_mutex_unlock(&f->lock);
 		return 0;
 	}

@@ -109,6 +109,8 @@ int kvsi_fence_order_copies(struct kvsi_fence *f)
 			return -1;
 		return kvsi_fence_query(f, token, true) < 0 ? kvs_fail(errno ? errno : EIO) : 0;
 	}
+	if (!f->nstreams)
+		return 0; /* no device work named: nothing to order after */
 	pthread_mutex_lock(&f->lock);
 	for (j = 0; j < f->nstreams && rc == 0; j++)
 		if (kvs_event_record(f->ev[j], f->streams[j]) < 0 || kvs_drv_stream_wait(f->drv, f->ev[j]) < 0)
