@@ -87,7 +87,7 @@ END_TEST
 
 START_TEST(test_cuda_nodev)
 {
-	if (TU_NEED_DOUBLE(_i, "needs the double's no-device switch (KVSLAB_DOUBLE_NODEV)"))
+	if (TU_NEED_DOUBLE(1, "needs the double's no-device switch (KVSLAB_DOUBLE_NODEV)"))
 		return;
 	kvs_drv_t *d;
 
