@@ -14,12 +14,40 @@ from . import _kvslab
 from ._kvslab import Error
 
 __all__ = ["Error", "Driver", "Pool", "Radix", "Reqtab", "parse_size", "version", "int32_array",
-           "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY"]
+           "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY", "KV_STORED", "KV_REMOVED",
+           "KV_ALL_CLEARED", "MEDIUM_GPU", "MEDIUM_CPU", "KV_K", "KV_V", "KV_LATENT", "View"]
 
 EVICT_LRU = _kvslab.EVICT_LRU
 EVICT_LFU = _kvslab.EVICT_LFU
 EVICT_FIFO = _kvslab.EVICT_FIFO
 EVICT_PRIORITY = _kvslab.EVICT_PRIORITY
+KV_STORED = _kvslab.KV_STORED
+KV_REMOVED = _kvslab.KV_REMOVED
+KV_ALL_CLEARED = _kvslab.KV_ALL_CLEARED
+MEDIUM_GPU = _kvslab.MEDIUM_GPU
+MEDIUM_CPU = _kvslab.MEDIUM_CPU
+KV_K = _kvslab.KV_K
+KV_V = _kvslab.KV_V
+KV_LATENT = _kvslab.KV_LATENT
+View = _kvslab.View
+_WHICH = {"k": KV_K, "v": KV_V, "latent": KV_LATENT}
+
+
+def _which(which):
+    if isinstance(which, str):
+        try:
+            return _WHICH[which.lower()]
+        except KeyError:
+            raise ValueError("which is 'k', 'v' or 'latent'") from None
+    return which
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("kvslab: torch tensors need torch (Debian's python3-torch)") from None
+    return torch
 
 try:  # optional: locations come back as numpy arrays when numpy is there
     import numpy as _np
@@ -86,8 +114,8 @@ class Driver(_Closing, _kvslab.Driver):
 
     ``mem_limit`` and ``granularity`` take sizes ("8G")."""
 
-    def __init__(self, name=None, granularity=0, mem_limit=0, flags=0):
-        super().__init__(name, parse_size(granularity), parse_size(mem_limit), flags)
+    def __init__(self, name=None, granularity=0, mem_limit=0, flags=0, device=0):
+        super().__init__(name, parse_size(granularity), parse_size(mem_limit), flags, device)
 
 
 class Pool(_Closing, _kvslab.Pool):
@@ -111,16 +139,42 @@ class Pool(_Closing, _kvslab.Pool):
         """The slab allocator's statistics (kvs_slab_stat(3)) as a dict."""
         return self.slab_stats()
 
+    def kv_view(self, layer, which="k", dtype=None):
+        """A :class:`View` of layer ``layer``'s K (``"k"``), V (``"v"``) or MLA
+        latent (``"latent"``) buffer, without a copy: shape (capacity, heads,
+        width), strides in bytes as kvs_pool_buffer(3) lays them out, so row
+        ``loc`` is token location ``loc``.  ``dtype`` names the element type
+        ("float16", "bfloat16", "float32", "uint8", ...; default: by the
+        model's element size, 2 bytes read as float16).  Only allocated
+        locations are mapped: read no other row.  The pool refuses to close
+        while a view (or a tensor made from one) is alive."""
+        return super().kv_view(layer, _which(which), dtype)
+
+    def kv_array(self, layer, which="k", dtype=None):
+        """``kv_view()`` as a numpy array (host driver; numpy has no bfloat16)."""
+        return _np.asarray(self.kv_view(layer, which, dtype))
+
+    def kv_tensor(self, layer, which="k", dtype=None):
+        """``kv_view()`` as a torch tensor through DLPack: a CPU tensor on the
+        host driver, a CUDA tensor on the cuda driver; bfloat16 included."""
+        return _torch().from_dlpack(self.kv_view(layer, which, dtype))
+
 
 class Radix(_Closing, _kvslab.Radix):
     """A radix prefix cache (kvs_radix_create(3)) over a Pool, or over no pool:
     then ``evict()`` returns the locations it freed for the caller's allocator.
 
-    Eviction follows the policy's order alone unless ``slab_aware`` is set."""
+    Eviction follows the policy's order alone unless ``slab_aware`` is set.
+    With ``events=True`` the tree's KV events (one a page stored or removed,
+    one when everything is cleared) queue until ``take_events()`` returns
+    them: tuples ``(type, hash, parent_hash, token_ids, medium, extra_key)``,
+    ``type`` one of :data:`KV_STORED`, :data:`KV_REMOVED`,
+    :data:`KV_ALL_CLEARED`; ``token_ids`` a tuple for stored pages, else
+    None; ``medium`` :data:`MEDIUM_GPU` (or :data:`MEDIUM_CPU`)."""
 
     def __init__(self, pool=None, page_size=0, policy=EVICT_LRU, disabled=False,
-                 slab_aware=0):
-        super().__init__(pool, page_size, policy, disabled, slab_aware)
+                 slab_aware=0, events=False):
+        super().__init__(pool, page_size, policy, disabled, slab_aware, events)
 
     def evict_locations(self, tokens):
         """Evict at least ``tokens`` tokens (whole leaves); (evicted, int32 array of
@@ -146,3 +200,13 @@ class Reqtab(_Closing, _kvslab.Reqtab):
         if _np is None:  # pragma: no cover
             return memoryview(self)
         return _np.asarray(memoryview(self))
+
+    def device_view(self):
+        """A read-only :class:`View` of the table the kernels read (device
+        memory on the cuda driver, after ``sync()`` or the engine's ordering
+        on the copy queue): int32 (max_reqs, max_context)."""
+        return super().device_view()
+
+    def device_tensor(self):
+        """``device_view()`` as a torch tensor (DLPack)."""
+        return _torch().from_dlpack(self.device_view())
