@@ -15,7 +15,8 @@ from ._kvslab import Error
 
 __all__ = ["Error", "Driver", "Pool", "Radix", "Reqtab", "parse_size", "version", "int32_array",
            "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY", "KV_STORED", "KV_REMOVED",
-           "KV_ALL_CLEARED", "MEDIUM_GPU", "MEDIUM_CPU", "KV_K", "KV_V", "KV_LATENT", "View"]
+           "KV_ALL_CLEARED", "MEDIUM_GPU", "MEDIUM_CPU", "KV_K", "KV_V", "KV_LATENT", "View",
+           "HiRadix", "WRITE_THROUGH", "WRITE_THROUGH_SELECTIVE", "WRITE_BACK"]
 
 EVICT_LRU = _kvslab.EVICT_LRU
 EVICT_LFU = _kvslab.EVICT_LFU
@@ -183,6 +184,56 @@ class Radix(_Closing, _kvslab.Radix):
         if _np is not None:
             return got, _np.frombuffer(raw, dtype=_np.int32).copy()
         return got, _array.array("i", raw)
+
+
+WRITE_THROUGH = _kvslab.WRITE_THROUGH
+WRITE_THROUGH_SELECTIVE = _kvslab.WRITE_THROUGH_SELECTIVE
+WRITE_BACK = _kvslab.WRITE_BACK
+_POLICIES = {"write_through": WRITE_THROUGH, "write_through_selective": WRITE_THROUGH_SELECTIVE,
+             "write_back": WRITE_BACK}
+_LAYOUTS = {"layer_first": _kvslab.HPOOL_LAYER_FIRST, "page_first": _kvslab.HPOOL_PAGE_FIRST}
+_PREFETCH = {"best_effort": _kvslab.PREFETCH_BEST_EFFORT,
+             "wait_complete": _kvslab.PREFETCH_WAIT_COMPLETE,
+             "timeout": _kvslab.PREFETCH_TIMEOUT}
+
+
+def _choice(table, value, what):
+    if isinstance(value, str):
+        try:
+            return table[value]
+        except KeyError:
+            raise ValueError("%s is one of %s" % (what, ", ".join(sorted(table)))) from None
+    return value
+
+
+class HiRadix(_Closing, _kvslab.HiRadix):
+    """The hierarchical cache (kvs_hiradix_create(3)): a prefix tree over the
+    device ``pool`` (L1), a host pool (L2) of ``host_ratio`` times the device
+    pool or of ``host_size`` bytes ("64G"), and optionally a store (L3) named
+    by ``storage`` ("file:///dir", "redis://host:port").  ``write_policy`` is
+    "write_through" (default), "write_through_selective" or "write_back", as
+    SGLang's --hicache-write-policy; ``layout`` "layer_first" or
+    "page_first"; ``threaded=True`` lets a background thread submit and poll
+    the copies (kvslab's option; without it, calls and ``poll()`` do).
+
+    ``match(key)`` returns ``(device_len, host_hit, last_device, last_node,
+    last_host)``: the device prefix's length and locations (into ``out``),
+    the tokens past it found on the host, and nodes; ``load_back(last_node)``
+    brings the host part back onto the device (then ``match`` returns it).
+    With ``events=True``, ``take_events()`` returns the KV events of both
+    tiers (medium :data:`MEDIUM_GPU` or :data:`MEDIUM_CPU`)."""
+
+    def __init__(self, pool, host_ratio=2.0, host_size=0, layout="layer_first",
+                 write_policy="write_through", hit_threshold=2, load_back_threshold=10,
+                 storage=None, prefetch_policy="best_effort", prefetch_threshold=256,
+                 threaded=False, events=False):
+        flags = _kvslab.HIRADIX_THREAD if threaded else 0
+        super().__init__(pool, float(host_ratio), parse_size(host_size),
+                         _choice(_LAYOUTS, layout, "layout"),
+                         _choice(_POLICIES, write_policy, "write_policy"), hit_threshold,
+                         load_back_threshold, flags, storage,
+                         _choice(_PREFETCH, prefetch_policy, "prefetch_policy"),
+                         prefetch_threshold, events)
 
 
 class Reqtab(_Closing, _kvslab.Reqtab):

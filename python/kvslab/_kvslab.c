@@ -313,6 +313,7 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 	}
 	self->p = p;
 	self->model = attr.model;
+	snprintf(self->model_name, sizeof(self->model_name), "%s", model);
 	Py_INCREF(drv);
 	self->drv = drv;
 	return 0;
@@ -1130,7 +1131,7 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	if (PyType_Ready(&DriverType) < 0 || PyType_Ready(&PoolType) < 0 ||
 	    PyType_Ready(&RadixType) < 0 || PyType_Ready(&ReqtabType) < 0 ||
 	    PyType_Ready(&HasherType) < 0 || PyType_Ready(&HCacheType) < 0 ||
-	    PyType_Ready(&ViewType) < 0)
+	    PyType_Ready(&ViewType) < 0 || PyType_Ready(&HiRadixType) < 0)
 		return NULL;
 	m = PyModule_Create(&kvslab_module);
 	if (!m)
@@ -1145,6 +1146,7 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	Py_INCREF(&HasherType);
 	Py_INCREF(&HCacheType);
 	Py_INCREF(&ViewType);
+	Py_INCREF(&HiRadixType);
 	if (!KvsError || PyModule_AddObject(m, "Error", KvsError) < 0 ||
 	    PyModule_AddObject(m, "Driver", (PyObject *)&DriverType) < 0 ||
 	    PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0 ||
@@ -1153,6 +1155,17 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	    PyModule_AddObject(m, "Hasher", (PyObject *)&HasherType) < 0 ||
 	    PyModule_AddObject(m, "HCache", (PyObject *)&HCacheType) < 0 ||
 	    PyModule_AddObject(m, "View", (PyObject *)&ViewType) < 0 ||
+	    PyModule_AddObject(m, "HiRadix", (PyObject *)&HiRadixType) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_THROUGH", KVS_WRITE_THROUGH) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_THROUGH_SELECTIVE", KVS_WRITE_THROUGH_SELECTIVE) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_BACK", KVS_WRITE_BACK) < 0 ||
+	    PyModule_AddIntConstant(m, "HIRADIX_DEFER", KVS_HIRADIX_DEFER) < 0 ||
+	    PyModule_AddIntConstant(m, "HIRADIX_THREAD", KVS_HIRADIX_THREAD) < 0 ||
+	    PyModule_AddIntConstant(m, "HPOOL_LAYER_FIRST", KVS_HPOOL_LAYER_FIRST) < 0 ||
+	    PyModule_AddIntConstant(m, "HPOOL_PAGE_FIRST", KVS_HPOOL_PAGE_FIRST) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_BEST_EFFORT", KVS_PREFETCH_BEST_EFFORT) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_WAIT_COMPLETE", KVS_PREFETCH_WAIT_COMPLETE) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_TIMEOUT", KVS_PREFETCH_TIMEOUT) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_K", KVS_KV_K) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_V", KVS_KV_V) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_LATENT", KVS_KV_LATENT) < 0 ||

@@ -69,6 +69,7 @@ typedef struct {
 	kvs_pool_t *p;
 	DriverObject *drv;
 	kvs_model_t model;
+	char model_name[64];	/* the preset's name: a store's namespace */
 	Py_ssize_t views;	/* live Views of its buffers: close() waits for none */
 } PoolObject;
 
@@ -85,7 +86,7 @@ typedef struct {
 } ReqtabObject;
 
 
-extern PyTypeObject DriverType, PoolType, HasherType, HCacheType, ViewType;
+extern PyTypeObject DriverType, PoolType, HasherType, HCacheType, ViewType, HiRadixType;
 
 int driver_check(DriverObject *self);
 int pool_check(PoolObject *self);

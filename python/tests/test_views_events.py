@@ -4,6 +4,7 @@ DLPack, the array interfaces), and the caches' KV event queues."""
 import errno
 import gc
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -182,3 +183,85 @@ def test_event_tuples_are_not_leaked(drv):
         del ev
         gc.collect()
         assert len(gc.get_objects()) - n0 < 50
+
+
+def _settle(h):
+    # A deadline, not a count of polls: the copies run on the driver's queue.
+    end = time.monotonic() + 120
+    while time.monotonic() < end:
+        h.poll()
+        u = h.usage()
+        if u["backups_pending"] == 0 and u["loads_pending"] == 0:
+            return
+        time.sleep(0.0005)
+    raise AssertionError("copies never completed in 120 s")
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+def test_hiradix_device_host_round_trip(drv, threaded):
+    with kvslab.Pool(drv, "llama-3-8b", 16, 4096) as p, \
+            kvslab.HiRadix(p, host_ratio=2, threaded=threaded, events=True) as h:
+        key = np.arange(1000, 1064, dtype=np.int32)
+        locs = p.alloc(64)
+        # Bytes that must survive the trip to the host and back.
+        for i, loc in enumerate(locs):
+            p.kv_array(0, "k")[loc] = i
+        assert h.insert(key, locs)[0] == 0
+        _settle(h)
+        assert h.usage()["host_tokens"] == 64
+        assert h.evict_device(64) == 64
+        assert h.usage()["device_tokens"] == 0
+        dlen, host_hit, last_dev, last_node, last_host = h.match(key)
+        assert (dlen, host_hit) == (0, 64)
+        assert last_dev == h.root() and last_node == last_host
+        assert h.load_back(last_node) == 64
+        _settle(h)
+        out = kvslab.int32_array(64)
+        dlen, host_hit = h.match(key, out)[:2]
+        assert (dlen, host_hit) == (64, 0)
+        k = p.kv_array(0, "k")
+        assert [float(k[loc][0][0]) for loc in out] == [float(np.float16(i)) for i in range(64)]
+        del k
+        media = {e[4] for e in h.take_events()}
+        assert media == {kvslab.MEDIUM_GPU, kvslab.MEDIUM_CPU}
+        h.validate()
+
+
+def test_hiradix_store_serves_a_second_cache(drv, tmp_path):
+    uri = "file://%s" % tmp_path
+    key = np.arange(5000, 5256, dtype=np.int32)
+    with kvslab.Pool(drv, "llama-3-8b", 16, 4096) as p:
+        with kvslab.HiRadix(p, storage=uri, prefetch_policy="wait_complete",
+                            prefetch_threshold=16) as h:
+            h.insert(key, p.alloc(256))
+            _settle(h)
+            h.l3_wait()
+        # A new cache over the same store finds the pages there.
+        with kvslab.HiRadix(p, storage=uri, prefetch_policy="wait_complete",
+                            prefetch_threshold=16) as h2:
+            assert h2.match(key)[:2] == (0, 0)
+            assert h2.prefetch(1, key) == 256
+            end = time.monotonic() + 120
+            while time.monotonic() < end:
+                done, tokens = h2.prefetch_done(1)
+                if done:
+                    break
+                time.sleep(0.0005)
+            assert (done, tokens) == (True, 256)
+            assert h2.match(key)[1] == 256  # now on the host
+
+
+def test_hiradix_argument_errors(drv):
+    with kvslab.Pool(drv, "tiny", 1, 4096) as p:
+        with pytest.raises(ValueError):
+            kvslab.HiRadix(p, write_policy="write_sometimes")
+        with pytest.raises(kvslab.Error) as e:
+            kvslab.HiRadix(p, storage="ftp://nowhere")
+        assert e.value.errno == errno.EINVAL
+        with kvslab.HiRadix(p) as h:
+            with pytest.raises(ValueError):
+                h.insert([1, 2, 3], [1, 2])
+            with pytest.raises(ValueError):
+                h.evict_device(-1)
+        with pytest.raises(ValueError):
+            h.match([1])
