@@ -28,5 +28,5 @@ ${CC:-cc} -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -I"$inc" \
 	-I"$src/include" -I"$build/include" "$src"/python/kvslab/_*.c -lpthread \
 	-o "$out/kvslab/_kvslab$suffix" "$lib" -Wl,-rpath,"$build/.libs" || exit 1
 cd "$out" || exit 1
-PYTHONPATH=$out PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
+PYTHONPATH=$out PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -rs -p no:cacheprovider \
 	"$src/python/tests"
