@@ -551,8 +551,8 @@ def plot(loops, path):
         t = np.asarray(lp.times) / 1000.0
         ax.plot(t, np.asarray(lp.mapped) / GIB, label="%s: mapped" % lp.name)
     lp = loops[-1]
-    ax.plot(np.asarray(lp.times) / 1000.0, np.asarray(lp.held) / GIB, label="tokens held",
-            linewidth=0.8, alpha=0.7)
+    ax.plot(np.asarray(lp.times) / 1000.0, np.asarray(lp.held) / GIB,
+            label="%s: tokens held" % lp.name, linewidth=0.8, alpha=0.7)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("GiB")
     ax.set_title("KV memory mapped: static pool vs slab (kvslab, Python)")
