@@ -528,6 +528,11 @@ def run_one(cls, reqs, model, cell, budget, opts):
         loop.name = strat.name
         loop.capacity = strat.capacity
         strat.radix.validate()
+        # Everything served: once the cache is emptied, every location is free.
+        strat.evict(strat.radix.tokens())
+        if strat.radix.tokens() or strat.available() != strat.capacity:
+            raise RuntimeError("%s: %d tokens cached, %d of %d free after the replay" % (
+                strat.name, strat.radix.tokens(), strat.available(), strat.capacity))
     finally:
         strat.close()
     return loop

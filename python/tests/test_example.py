@@ -157,3 +157,18 @@ def test_example_plot(tmp_path):
     assert png.stat().st_size > 1000
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_example_without_matplotlib_says_it_skipped_the_plot(tmp_path):
+    # As on a machine without python3-matplotlib: its import fails.
+    code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
+            "sys.argv = [%r, '--requests', '40', '--plot', %r]; "
+            "runpy.run_path(%r, run_name='__main__')" % (
+                str(EXAMPLE), str(tmp_path / "replay.png"), str(EXAMPLE)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=str(tmp_path), env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "plot: skipped, matplotlib is not available" in res.stdout
+    assert not (tmp_path / "replay.png").exists()
