@@ -424,7 +424,9 @@ class Loop:
                 self.rejected += 1
                 continue
             r = _Running(idx, req, self.out_next)
-            m, node = self.s.radix.match(r.key[:r.input], out=r.locs, lock=True)
+            # At most input - 1 tokens: the last is always computed (SGLang,
+            # kvs_flow_match(3)), so that the prefill has a token to emit.
+            m, node = self.s.radix.match(r.key[:r.input - 1], out=r.locs, lock=True)
             need = r.input - m + self._decode_reserve(r.out, 0)
             avail = self.s.available() + self.s.radix.evictable()
             if need + reserved > avail and self.run:
@@ -613,12 +615,27 @@ def main(argv=None):
     print(header(reqs))
     if o.trace_only:
         return 0
-    budget = kvslab.parse_size(o.kv_mem)
-    cell = cell_bytes(o.model)
+    try:
+        budget = kvslab.parse_size(o.kv_mem)
+        cell = cell_bytes(o.model)
+    except (ValueError, kvslab.Error) as e:
+        print("replay.py: --kv-mem %s, --model %s: %s" % (o.kv_mem, o.model, e), file=sys.stderr)
+        return 2
+    if budget < cell:
+        print("replay.py: --kv-mem %s holds no token of %s" % (o.kv_mem, o.model), file=sys.stderr)
+        return 2
     print("model: %s, %d bytes of KV a token; KV memory %.1f GiB; driver host (lazy)" %
           (o.model, cell, budget / GIB))
-    loops = [run_one(cls, reqs, o.model, cell, budget, o)
-             for cls in (StaticStrategy, SlabStrategy)]
+    print("loop: at most %d running, decode reserve %d tokens or %g of the rest, steps of "
+          "%g ms, page size 1; radix prefix cache capped at %g%% of the capacity, LRU "
+          "(the slab's slab-aware, as kvslab-replay's)" % (
+              o.max_running, o.reserve, o.reserve_ratio, o.step_ms, o.cache_max))
+    try:
+        loops = [run_one(cls, reqs, o.model, cell, budget, o)
+                 for cls in (StaticStrategy, SlabStrategy)]
+    except kvslab.Error as e:
+        print("replay.py: %s" % e, file=sys.stderr)
+        return 1
     base_mean, base_peak = summary(loops[0])
     print("\n%-8s %9s %11s %11s %8s %8s %8s %8s %10s %8s" % (
         "pool", "capacity", "mean mapd", "peak mapd", "hit", "done", "preempt", "rejected",
