@@ -19,7 +19,7 @@ generator.  This example asks the same question of the kvslab package:
    order while memory lasts, a prefill that caches the input in a
    kvslab.Radix prefix cache, a decode step that allocates one token a
    running request, finished requests cached, the cache's evictable part
-   capped at --cache-max of the budget.  Once over a "static" pool (a
+   capped at --cache-max per cent of the capacity.  Once over a "static" pool (a
    kvslab.Pool whose whole capacity is allocated at the start and handed
    out from a free list here, as a static allocator holds its memory), once
    over the slab pool itself, which maps slabs as demand grows.
@@ -54,7 +54,10 @@ import kvslab
 #
 # A port of tools/replay/trace_gen.c.  Every draw is the C code's, in the
 # same order and with the same double arithmetic (math.log, exp, sqrt and cos
-# are the C library's), so the same options give the same requests.
+# are the C library's), so the same options give the same requests.  (A C
+# compiler that fused mu + sigma * z into one multiply-add, as on aarch64,
+# could round a length differently when a draw lands on a boundary; the
+# tests compare the two on the machine that builds them.)
 
 RP_BLOCK = 512                  # tokens a block (trace.h)
 RP_MAX_BLOCK_ID = 1 << 22       # block ids stay below this
