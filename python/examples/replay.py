@@ -28,14 +28,10 @@ generator.  This example asks the same question of the kvslab package:
    they cost (the Driver's and Pool's stats dicts), and draws the mapped
    memory over simulated time with matplotlib when it is installed.
 
-What the Python package cannot do yet, and this example therefore does not:
-the binding has no call that runs the slab's release policy
-(kvs_slab_reclaim(3)) or a worker flag, and frees never unmap, so the slab
-pool here gives nothing back before it is closed: its saving is its lazy
-growth alone (it maps the largest demand seen so far, where kvslab-replay's
-slab also gives back empty slabs between steps).  Should the Pool gain a
-``reclaim()`` method, the loop calls it between steps as sim.c calls
-kvs_slab_reclaim().
+The slab pool has kvslab-replay's settings (min_empty 1, max_empty 4,
+shrink_quiet 4096 pages, no time-based give-back), and the loop calls its
+``reclaim()`` between steps as sim.c calls kvs_slab_reclaim(): it maps slabs
+as demand grows and gives empty ones back as it falls.
 
 Run it with the package on the path, e.g. from a built tree:
 ``PYTHONPATH=python-build /usr/bin/python3 python/examples/replay.py``.
@@ -211,10 +207,9 @@ def header(reqs):
 
 # ------------------------------------------------------------- the two pools
 
-# KVS_DRV_F_LAZY from <kvslab/drv.h>: the host driver commits nothing ahead of
-# use, so gigabytes of a model's KV are accounted, never touched (as
-# kvslab-replay opens it).  The package exports no KVS_DRV_F_* constant.
-DRV_F_LAZY = 0x4
+# The host driver commits nothing ahead of use (KVS_DRV_F_LAZY), so gigabytes
+# of a model's KV are accounted, never touched, as kvslab-replay opens it.
+DRV_F_LAZY = kvslab.DRV_F_LAZY
 
 
 def cell_bytes(model):
@@ -227,17 +222,19 @@ def cell_bytes(model):
 
 
 class SlabStrategy:
-    """The slab pool as it is: maps a slab when demand needs one; the radix
-    cache frees what it evicts straight into it."""
+    """The slab pool: maps a slab when demand needs one and gives empty slabs
+    back between steps (kvslab-replay's watermarks); the radix cache frees
+    what it evicts straight into it."""
     name = "slab"
 
     def __init__(self, model, capacity, budget):
         self.driver = kvslab.Driver("host", flags=DRV_F_LAZY)
         self.pool = kvslab.Pool(self.driver, model, page_size=1, max_tokens=capacity,
-                                max_mapped=budget)
+                                max_mapped=budget, min_empty=1, max_empty=4,
+                                shrink_quiet=4096, decay_ms=0)
         self.radix = kvslab.Radix(self.pool, slab_aware=1)
         self.capacity = min(capacity, self.pool.capacity)
-        self._reclaim = getattr(self.pool, "reclaim", None)
+        self._reclaim = self.pool.reclaim
 
     def alloc(self, n):
         """n locations, or None when the pool is short."""
@@ -664,9 +661,6 @@ def main(argv=None):
           "(%.1f%% saved), %.2f GiB at peak (%.2f), for %d driver calls against %d" % (
               mean / GIB, base_mean / GIB, 100.0 * (1 - mean / base_mean) if base_mean else 0.0,
               peak / GIB, base_peak / GIB, slab.slab["drv_calls"], loops[0].slab["drv_calls"]))
-    if not hasattr(kvslab.Pool, "reclaim"):
-        print("note: kvslab.Pool has no reclaim(): the slab grows as demand does but gives "
-              "nothing back before it is closed (kvslab-replay's slab also gives back)")
     print("served in %.1f s (static) and %.1f s (slab), %d steps each" % (
         loops[0].wall_s, slab.wall_s, len(slab.times)))
     if o.no_plot:

@@ -16,7 +16,9 @@ from ._kvslab import Error
 __all__ = ["Error", "Driver", "Pool", "Radix", "Reqtab", "parse_size", "version", "int32_array",
            "EVICT_LRU", "EVICT_LFU", "EVICT_FIFO", "EVICT_PRIORITY", "KV_STORED", "KV_REMOVED",
            "KV_ALL_CLEARED", "MEDIUM_GPU", "MEDIUM_CPU", "KV_K", "KV_V", "KV_LATENT", "View",
-           "HiRadix", "WRITE_THROUGH", "WRITE_THROUGH_SELECTIVE", "WRITE_BACK"]
+           "HiRadix", "WRITE_THROUGH", "WRITE_THROUGH_SELECTIVE", "WRITE_BACK",
+           "DRV_F_SYNC_UNMAP", "DRV_F_NO_POPULATE", "DRV_F_LAZY", "DRV_F_RDMA",
+           "DRV_F_NO_KERNELS", "SLAB_F_WORKER", "SLAB_F_STATIC"]
 
 EVICT_LRU = _kvslab.EVICT_LRU
 EVICT_LFU = _kvslab.EVICT_LFU
@@ -119,15 +121,34 @@ class Driver(_Closing, _kvslab.Driver):
         super().__init__(name, parse_size(granularity), parse_size(mem_limit), flags, device)
 
 
-class Pool(_Closing, _kvslab.Pool):
-    """A KV pool of a model preset ("tiny", "llama3-8b", ...): kvs_pool_create(3).
+DRV_F_SYNC_UNMAP = _kvslab.DRV_F_SYNC_UNMAP
+DRV_F_NO_POPULATE = _kvslab.DRV_F_NO_POPULATE
+DRV_F_LAZY = _kvslab.DRV_F_LAZY
+DRV_F_RDMA = _kvslab.DRV_F_RDMA
+DRV_F_NO_KERNELS = _kvslab.DRV_F_NO_KERNELS
+SLAB_F_WORKER = _kvslab.SLAB_F_WORKER
+SLAB_F_STATIC = _kvslab.SLAB_F_STATIC
 
-    ``max_tokens`` is the capacity; ``max_mapped`` (a size) bounds what is mapped."""
+
+class Pool(_Closing, _kvslab.Pool):
+    """A KV pool of a model preset ("tiny", "llama-3-8b", ...): kvs_pool_create(3).
+
+    ``max_tokens`` is the capacity; ``max_mapped`` (a size) bounds what is
+    mapped.  The slab allocator's settings (kvs_slab_create(3)) pass through:
+    ``slab_flags`` (:data:`SLAB_F_STATIC`: everything mapped at create, as a
+    static pool; :data:`SLAB_F_WORKER`: a thread maps ahead and gives back),
+    ``min_empty``, ``max_empty``, ``shrink_quiet`` and ``decay_ms`` (-1 or
+    None: the library's default).  ``reclaim()`` gives back the empty slabs
+    the policy releases, ``shrink()`` every empty slab above min_empty."""
 
     def __init__(self, driver, model="tiny", page_size=1, max_tokens=0, max_mapped=0,
-                 slab_granules=0):
+                 slab_granules=0, slab_flags=0, min_empty=None, max_empty=None,
+                 shrink_quiet=None, decay_ms=None):
+        def d(v):
+            return -1 if v is None else v
         super().__init__(driver, model, page_size, max_tokens, parse_size(max_mapped),
-                         slab_granules)
+                         slab_granules, slab_flags, d(min_empty), d(max_empty),
+                         d(shrink_quiet), d(decay_ms))
 
     def alloc(self, n):
         """n token locations (all or nothing) as an int32 array."""

@@ -277,16 +277,21 @@ PyTypeObject DriverType = {
 static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"driver", "model", "page_size", "max_tokens", "max_mapped",
-				 "slab_granules", NULL};
+				 "slab_granules", "slab_flags", "min_empty", "max_empty",
+				 "shrink_quiet", "decay_ms", NULL};
 	DriverObject *drv;
 	const char *model = "tiny";
-	unsigned int page_size = 1, granules = 0;
+	unsigned int page_size = 1, granules = 0, slab_flags = 0;
 	unsigned long long max_tokens = 0, max_mapped = 0;
+	int min_empty = -1, max_empty = -1, decay_ms = -1;
+	long long shrink_quiet = -1;
 	kvs_pool_attr_t attr;
 	kvs_pool_t *p;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|sIKKI", kwlist, &DriverType, &drv, &model,
-					 &page_size, &max_tokens, &max_mapped, &granules))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|sIKKIIiiLi", kwlist, &DriverType, &drv,
+					 &model, &page_size, &max_tokens, &max_mapped, &granules,
+					 &slab_flags, &min_empty, &max_empty, &shrink_quiet,
+					 &decay_ms))
 		return -1;
 	if (self->p) {
 		PyErr_SetString(PyExc_RuntimeError, "Pool already initialised");
@@ -304,6 +309,16 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 	attr.max_mapped = max_mapped;
 	if (granules)
 		attr.slab_granules = granules;
+	attr.slab_flags = slab_flags;
+	/* -1: the library's default (kvs_slab_create(3)). */
+	if (min_empty >= 0)
+		attr.min_empty = (uint32_t)min_empty;
+	if (max_empty >= 0)
+		attr.max_empty = (uint32_t)max_empty;
+	if (shrink_quiet >= 0)
+		attr.shrink_quiet = (uint64_t)shrink_quiet;
+	if (decay_ms >= 0)
+		attr.decay_ms = (uint32_t)decay_ms;
 	Py_BEGIN_ALLOW_THREADS
 	p = kvs_pool_create(drv->d, &attr);
 	Py_END_ALLOW_THREADS
@@ -399,6 +414,40 @@ static PyObject *pool_available(PoolObject *self, PyObject *unused)
 	return PyLong_FromUnsignedLongLong(kvs_pool_available(self->p));
 }
 
+/* reclaim() -> slabs given back: empty slabs the give-back policy releases
+ * (kvs_slab_reclaim(3)). */
+static PyObject *pool_reclaim(PoolObject *self, PyObject *unused)
+{
+	int rc;
+
+	(void)unused;
+	if (pool_check(self) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_slab_reclaim(kvs_pool_slab(self->p));
+	Py_END_ALLOW_THREADS
+	if (rc < 0)
+		return kvpy_raise("kvs_slab_reclaim", self->drv->d);
+	return PyLong_FromLong(rc);
+}
+
+/* shrink(): give back every empty slab above min_empty
+ * (kvs_slab_shrink(3)). */
+static PyObject *pool_shrink(PoolObject *self, PyObject *unused)
+{
+	int rc;
+
+	(void)unused;
+	if (pool_check(self) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvs_slab_shrink(kvs_pool_slab(self->p));
+	Py_END_ALLOW_THREADS
+	if (rc < 0)
+		return kvpy_raise("kvs_slab_shrink", self->drv->d);
+	Py_RETURN_NONE;
+}
+
 static PyObject *pool_slab_stats(PoolObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -440,6 +489,10 @@ static PyMethodDef pool_methods[] = {
 	{"available", (PyCFunction)pool_available, METH_NOARGS, "Tokens that can be allocated."},
 	{"slab_stats", (PyCFunction)pool_slab_stats, METH_NOARGS,
 	 "The slab allocator's statistics as a dict."},
+	{"reclaim", (PyCFunction)pool_reclaim, METH_NOARGS,
+	 "reclaim() -> slabs the give-back policy released (kvs_slab_reclaim(3))."},
+	{"shrink", (PyCFunction)pool_shrink, METH_NOARGS,
+	 "shrink(): release every empty slab above min_empty (kvs_slab_shrink(3))."},
 	{"kv_view", (PyCFunction)(void (*)(void))kvpy_pool_kv_view, METH_VARARGS | METH_KEYWORDS,
 	 "kv_view(layer, which=K, dtype=None) -> a View of one layer's K, V or latent buffer: "
 	 "(capacity, heads, width), without a copy."},
@@ -457,7 +510,8 @@ PyTypeObject PoolType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "kvslab._kvslab.Pool",
 	.tp_doc = "Pool(driver, model='tiny', page_size=1, max_tokens=0, max_mapped=0, "
-		  "slab_granules=0): kvs_pool_create(3).",
+		  "slab_granules=0, slab_flags=0, min_empty=-1, max_empty=-1, shrink_quiet=-1, decay_ms=-1): "
+		  "kvs_pool_create(3); -1: the library's default.",
 	.tp_basicsize = sizeof(PoolObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
 	.tp_new = PyType_GenericNew,
@@ -1167,6 +1221,13 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	    PyModule_AddIntConstant(m, "PREFETCH_WAIT_COMPLETE", KVS_PREFETCH_WAIT_COMPLETE) < 0 ||
 	    PyModule_AddIntConstant(m, "PREFETCH_TIMEOUT", KVS_PREFETCH_TIMEOUT) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_K", KVS_KV_K) < 0 ||
+	    PyModule_AddIntConstant(m, "DRV_F_SYNC_UNMAP", KVS_DRV_F_SYNC_UNMAP) < 0 ||
+	    PyModule_AddIntConstant(m, "DRV_F_NO_POPULATE", KVS_DRV_F_NO_POPULATE) < 0 ||
+	    PyModule_AddIntConstant(m, "DRV_F_LAZY", KVS_DRV_F_LAZY) < 0 ||
+	    PyModule_AddIntConstant(m, "DRV_F_RDMA", KVS_DRV_F_RDMA) < 0 ||
+	    PyModule_AddIntConstant(m, "DRV_F_NO_KERNELS", KVS_DRV_F_NO_KERNELS) < 0 ||
+	    PyModule_AddIntConstant(m, "SLAB_F_WORKER", KVS_SLAB_F_WORKER) < 0 ||
+	    PyModule_AddIntConstant(m, "SLAB_F_STATIC", KVS_SLAB_F_STATIC) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_V", KVS_KV_V) < 0 ||
 	    PyModule_AddIntConstant(m, "KV_LATENT", KVS_KV_LATENT) < 0 ||
 	    PyModule_AddIntConstant(m, "HASH_SHA256_CBOR", KVS_HASH_SHA256_CBOR) < 0 ||

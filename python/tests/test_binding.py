@@ -191,3 +191,26 @@ def test_reqtab_view_without_copy():
         t.close()
         with pytest.raises(ValueError):
             t.alloc(1)
+
+
+def test_pool_slab_settings_and_give_back():
+    with kvslab.Driver("host", granularity="64K") as d:
+        # A static pool maps everything at create and never gives back.
+        with kvslab.Pool(d, "tiny", 1, 1 << 20, slab_flags=kvslab.SLAB_F_STATIC) as p:
+            st = p.stats()
+            assert st["bytes_mapped"] >= p.capacity * 2  # tiny: 2 bytes a token
+            mapped = st["bytes_mapped"]
+            assert p.reclaim() == 0
+            p.shrink()
+            assert p.stats()["bytes_mapped"] == mapped
+        # A slab pool keeps max_empty empty slabs; shrink() gives them back.
+        with kvslab.Pool(d, "tiny", 1, 1 << 20, min_empty=0, max_empty=64,
+                         decay_ms=0) as p:
+            locs = p.alloc(200000)
+            p.free(locs)
+            before = p.stats()["bytes_mapped"]
+            assert before > 0 and p.stats()["slabs_empty"] > 0
+            assert p.shrink() is None
+            assert p.stats()["bytes_mapped"] < before
+        with pytest.raises(kvslab.Error):
+            kvslab.Pool(d, "tiny", 1, 1 << 20, min_empty=8, max_empty=2)
