@@ -47,4 +47,45 @@ if grep -q '^install-exec-local:' "$top/Makefile" && [ -n "$pydir" ]; then
 		{ echo "the installed python package does not import"; exit 1; }
 	pyline="; python package imports"
 fi
-echo "install check: pkg-config program linked and ran; man pages installed$pyline"
+# CMake, where it is installed: find_package(kvslab CONFIG) from the
+# installed kvslabConfig.cmake, and the FindPkgConfig recipe the README gives.
+cmline=
+if command -v cmake >/dev/null 2>&1; then
+	for how in config pkgconfig; do
+		proj="$dest/cmake-$how"
+		mkdir -p "$proj"
+		cp "$dest/prog.c" "$proj/prog.c"
+		if [ $how = config ]; then
+			cat > "$proj/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.13)
+project(kvslab_consumer C)
+find_package(kvslab 0.1 CONFIG REQUIRED)
+add_executable(prog prog.c)
+target_link_libraries(prog PRIVATE kvslab::kvslab)
+CM
+		else
+			cat > "$proj/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.13)
+project(kvslab_consumer C)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(KVSLAB REQUIRED IMPORTED_TARGET kvslab)
+add_executable(prog prog.c)
+target_link_libraries(prog PRIVATE PkgConfig::KVSLAB)
+CM
+		fi
+		# The pkg-config recipe as for a custom prefix: kvslab.pc's prefix
+		# moved to where the files lie, no sysroot (it would move the
+		# system's include paths too).
+		mkdir -p "$dest/pc"
+		sed "s|^prefix=.*|prefix=$dest$prefix|" "$dest$libdir/pkgconfig/kvslab.pc" > "$dest/pc/kvslab.pc"
+		PKG_CONFIG_SYSROOT_DIR= PKG_CONFIG_PATH="$dest/pc" \
+		cmake -S "$proj" -B "$proj/build" -DCMAKE_PREFIX_PATH="$dest$prefix" >"$proj/log" 2>&1 &&
+			cmake --build "$proj/build" >>"$proj/log" 2>&1 &&
+			LD_LIBRARY_PATH="$dest$libdir" "$proj/build/prog" >>"$proj/log" 2>&1 ||
+			{ echo "cmake ($how) could not build and run a program against the install:"; cat "$proj/log"; exit 1; }
+	done
+	cmline="; CMake find_package(kvslab CONFIG) and pkg_check_modules programs ran"
+else
+	cmline="; (no cmake: the CMake checks were skipped)"
+fi
+echo "install check: pkg-config program linked and ran; man pages installed$pyline$cmline"

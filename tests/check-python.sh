@@ -25,8 +25,8 @@ cp "$src"/python/kvslab/*.py "$out/kvslab/" || exit 1
 chmod u+w "$out"/kvslab/*.py
 # shellcheck disable=SC2086
 ${CC:-cc} -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -I"$inc" \
-	-I"$src/include" -I"$build/include" "$src/python/kvslab/_kvslab.c" \
+	-I"$src/include" -I"$build/include" "$src"/python/kvslab/_*.c -lpthread \
 	-o "$out/kvslab/_kvslab$suffix" "$lib" -Wl,-rpath,"$build/.libs" || exit 1
 cd "$out" || exit 1
-PYTHONPATH=$out PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
+PYTHONPATH=$out PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -rs -p no:cacheprovider \
 	"$src/python/tests"

@@ -28,19 +28,16 @@
  * themselves are as thread-safe as the library's calls are (see the man
  * pages), and each method holds a reference to its object for the call.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <kvslab.h>
+#include "_kvslab.h"
 
-static PyObject *KvsError;
+PyObject *KvsError;
 
 /* Raise kvslab.Error(errno, "what: strerror[: detail]"); returns NULL. */
-static PyObject *kvs_raise(const char *what, kvs_drv_t *drv)
+PyObject *kvpy_raise(const char *what, kvs_drv_t *drv)
 {
 	int e = errno ? errno : EIO;
 	const char *detail = drv ? kvs_drv_strerror(drv) : NULL;
@@ -60,19 +57,8 @@ static PyObject *kvs_raise(const char *what, kvs_drv_t *drv)
 
 /* ------------------------------------------------------------ int32 keys */
 
-/*
- * An int32 vector from a Python object: a C-contiguous buffer of 4-byte
- * integers (no copy), or any sequence of ints (converted).  release() after.
- */
-struct ivec {
-	Py_buffer view;
-	int has_view;
-	int32_t *own;
-	const int32_t *v;
-	Py_ssize_t n;
-};
 
-static void ivec_release(struct ivec *iv)
+void ivec_release(struct ivec *iv)
 {
 	if (iv->has_view)
 		PyBuffer_Release(&iv->view);
@@ -80,7 +66,7 @@ static void ivec_release(struct ivec *iv)
 	memset(iv, 0, sizeof(*iv));
 }
 
-static int ivec_get(PyObject *o, struct ivec *iv, int writable)
+int ivec_get(PyObject *o, struct ivec *iv, int writable)
 {
 	memset(iv, 0, sizeof(*iv));
 	if (PyObject_CheckBuffer(o)) {
@@ -140,41 +126,22 @@ static int ivec_get(PyObject *o, struct ivec *iv, int writable)
 	}
 }
 
-/* A dict of a stats family: name -> value. */
-#define STATS_DICT(F, U, obj)                                                        \
-	({                                                                        \
-		PyObject *d_ = PyDict_New();                                      \
-		for (int i_ = 0; d_ && i_ < (int)KVS_##U##_STAT__COUNT; i_++) {   \
-			const char *n_ = kvs_##F##_stat_name((enum kvs_##F##_stat)i_);	\
-			PyObject *v_ = PyLong_FromUnsignedLongLong(                   \
-				kvs_##F##_stat((obj), (enum kvs_##F##_stat)i_));      \
-			if (!v_ || PyDict_SetItemString(d_, n_, v_) < 0) {         \
-				Py_XDECREF(v_);                                       \
-				Py_CLEAR(d_);                                         \
-				break;                                                \
-			}                                                             \
-			Py_DECREF(v_);                                                \
-		}                                                                 \
-		d_;                                                               \
-	})
 
 /* ---------------------------------------------------------------- Driver */
 
-typedef struct {
-	PyObject_HEAD
-	kvs_drv_t *d;
-} DriverObject;
 
 static int driver_init(DriverObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"name", "granularity", "mem_limit", "flags", NULL};
+	static char *kwlist[] = {"name", "granularity", "mem_limit", "flags", "device", NULL};
 	const char *name = NULL;
 	unsigned long long gran = 0, limit = 0;
 	unsigned int flags = 0;
+	int device = 0;
 	kvs_drv_attr_t attr;
 	kvs_drv_t *d;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zKKI", kwlist, &name, &gran, &limit, &flags))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zKKIi", kwlist, &name, &gran, &limit, &flags,
+					 &device))
 		return -1;
 	if (self->d) {
 		PyErr_SetString(PyExc_RuntimeError, "Driver already initialised");
@@ -184,6 +151,7 @@ static int driver_init(DriverObject *self, PyObject *args, PyObject *kw)
 	attr.granularity = gran;
 	attr.mem_limit = limit;
 	attr.flags = flags;
+	attr.device = device;
 	Py_BEGIN_ALLOW_THREADS
 	d = kvs_drv_open(name, &attr);
 	Py_END_ALLOW_THREADS
@@ -201,10 +169,11 @@ static int driver_init(DriverObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->d = d;
+	self->device = device;
 	return 0;
 }
 
-static int driver_check(DriverObject *self)
+int driver_check(DriverObject *self)
 {
 	if (!self->d) {
 		PyErr_SetString(PyExc_ValueError, "the driver is closed");
@@ -226,7 +195,7 @@ static PyObject *driver_close(DriverObject *self, PyObject *unused)
 	rc = kvs_drv_close(d);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return kvs_raise("kvs_drv_close", NULL);
+		return kvpy_raise("kvs_drv_close", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -289,7 +258,7 @@ static PyGetSetDef driver_getset[] = {
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject DriverType = {
+PyTypeObject DriverType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "kvslab._kvslab.Driver",
 	.tp_doc = "Driver(name=None, granularity=0, mem_limit=0, flags=0): kvs_drv_open(3).",
@@ -304,11 +273,6 @@ static PyTypeObject DriverType = {
 
 /* ------------------------------------------------------------------ Pool */
 
-typedef struct {
-	PyObject_HEAD
-	kvs_pool_t *p;
-	DriverObject *drv;
-} PoolObject;
 
 static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 {
@@ -332,7 +296,7 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	kvs_pool_attr_init(&attr);
 	if (kvs_model_preset(model, &attr.model) < 0) {
-		kvs_raise("kvs_model_preset", NULL);
+		kvpy_raise("kvs_model_preset", NULL);
 		return -1;
 	}
 	attr.page_size = page_size;
@@ -344,16 +308,18 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 	p = kvs_pool_create(drv->d, &attr);
 	Py_END_ALLOW_THREADS
 	if (!p) {
-		kvs_raise("kvs_pool_create", drv->d);
+		kvpy_raise("kvs_pool_create", drv->d);
 		return -1;
 	}
 	self->p = p;
+	self->model = attr.model;
+	snprintf(self->model_name, sizeof(self->model_name), "%s", model);
 	Py_INCREF(drv);
 	self->drv = drv;
 	return 0;
 }
 
-static int pool_check(PoolObject *self)
+int pool_check(PoolObject *self)
 {
 	if (!self->p) {
 		PyErr_SetString(PyExc_ValueError, "the pool is closed");
@@ -370,13 +336,17 @@ static PyObject *pool_close(PoolObject *self, PyObject *unused)
 	(void)unused;
 	if (!p)
 		Py_RETURN_NONE;
+	if (self->views) {
+		errno = EBUSY;
+		return kvpy_raise("Pool.close: views of its buffers are still alive", NULL);
+	}
 	self->p = NULL;
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_pool_destroy(p);
 	Py_END_ALLOW_THREADS
 	Py_CLEAR(self->drv);
 	if (rc < 0)
-		return kvs_raise("kvs_pool_destroy", NULL);
+		return kvpy_raise("kvs_pool_destroy", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -401,7 +371,7 @@ static PyObject *pool_alloc_into(PoolObject *self, PyObject *arg)
 	Py_END_ALLOW_THREADS
 	ivec_release(&iv);
 	if (rc < 0)
-		return kvs_raise("kvs_pool_alloc", self->drv->d);
+		return kvpy_raise("kvs_pool_alloc", self->drv->d);
 	Py_RETURN_NONE;
 }
 
@@ -417,7 +387,7 @@ static PyObject *pool_free(PoolObject *self, PyObject *arg)
 	Py_END_ALLOW_THREADS
 	ivec_release(&iv);
 	if (rc < 0)
-		return kvs_raise("kvs_pool_free", NULL);
+		return kvpy_raise("kvs_pool_free", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -470,6 +440,9 @@ static PyMethodDef pool_methods[] = {
 	{"available", (PyCFunction)pool_available, METH_NOARGS, "Tokens that can be allocated."},
 	{"slab_stats", (PyCFunction)pool_slab_stats, METH_NOARGS,
 	 "The slab allocator's statistics as a dict."},
+	{"kv_view", (PyCFunction)(void (*)(void))kvpy_pool_kv_view, METH_VARARGS | METH_KEYWORDS,
+	 "kv_view(layer, which=K, dtype=None) -> a View of one layer's K, V or latent buffer: "
+	 "(capacity, heads, width), without a copy."},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -480,7 +453,7 @@ static PyGetSetDef pool_getset[] = {
 	{NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject PoolType = {
+PyTypeObject PoolType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "kvslab._kvslab.Pool",
 	.tp_doc = "Pool(driver, model='tiny', page_size=1, max_tokens=0, max_mapped=0, "
@@ -509,6 +482,8 @@ typedef struct {
 	int32_t *evicted;
 	size_t nevicted, capevicted;
 	int oom;
+	int has_events;
+	struct kvpy_evq events;	/* with events=True */
 } RadixObject;
 
 /* free_cb: collect what eviction frees (called under the writer lock, with
@@ -537,15 +512,16 @@ static void radix_collect(void *arg, const int32_t *locs, size_t n)
 
 static int radix_init(RadixObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"pool", "page_size", "policy", "disabled", "slab_aware", NULL};
+	static char *kwlist[] = {"pool", "page_size", "policy", "disabled", "slab_aware", "events",
+				 NULL};
 	PyObject *pool = Py_None;
 	unsigned int page_size = 0, slab_aware = 0;
-	int policy = KVS_EVICT_LRU, disabled = 0;
+	int policy = KVS_EVICT_LRU, disabled = 0, events = 0;
 	kvs_radix_attr_t attr;
 	kvs_radix_t *r;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OIipI", kwlist, &pool, &page_size, &policy,
-					 &disabled, &slab_aware))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OIipIp", kwlist, &pool, &page_size, &policy,
+					 &disabled, &slab_aware, &events))
 		return -1;
 	if (self->r) {
 		PyErr_SetString(PyExc_RuntimeError, "Radix already initialised");
@@ -569,11 +545,23 @@ static int radix_init(RadixObject *self, PyObject *args, PyObject *kw)
 		attr.free_cb = radix_collect;
 		attr.free_arg = self;
 	}
+	if (events) {
+		if (kvpy_evq_init(&self->events) < 0) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		self->has_events = 1;
+		attr.event_cb = kvpy_evq_kv_cb;
+		attr.event_arg = &self->events;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	r = kvs_radix_create(pool == Py_None ? NULL : ((PoolObject *)pool)->p, &attr);
 	Py_END_ALLOW_THREADS
 	if (!r) {
-		kvs_raise("kvs_radix_create", NULL);
+		kvpy_raise("kvs_radix_create", NULL);
+		if (self->has_events)
+			kvpy_evq_destroy(&self->events);
+		self->has_events = 0;
 		return -1;
 	}
 	self->r = r;
@@ -609,8 +597,11 @@ static PyObject *radix_close(RadixObject *self, PyObject *unused)
 	free(self->evicted);
 	self->evicted = NULL;
 	self->nevicted = self->capevicted = 0;
+	if (self->has_events)
+		kvpy_evq_destroy(&self->events);
+	self->has_events = 0;
 	if (rc < 0)
-		return kvs_raise("kvs_radix_destroy", NULL);
+		return kvpy_raise("kvs_radix_destroy", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -620,6 +611,8 @@ static void radix_dealloc(RadixObject *self)
 		kvs_radix_destroy(self->r);
 	Py_CLEAR(self->pool);
 	free(self->evicted);
+	if (self->has_events)
+		kvpy_evq_destroy(&self->events);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -675,7 +668,7 @@ static PyObject *radix_match(RadixObject *self, PyObject *args, PyObject *kw)
 	ivec_release(&k);
 	ivec_release(&o);
 	if (got < 0)
-		return kvs_raise("kvs_radix_match", NULL);
+		return kvpy_raise("kvs_radix_match", NULL);
 	return Py_BuildValue("(nN)", (Py_ssize_t)got, node_obj(last));
 }
 
@@ -714,7 +707,7 @@ static PyObject *radix_insert(RadixObject *self, PyObject *args, PyObject *kw)
 	ivec_release(&k);
 	ivec_release(&l);
 	if (got < 0)
-		return kvs_raise("kvs_radix_insert", NULL);
+		return kvpy_raise("kvs_radix_insert", NULL);
 	return Py_BuildValue("(nN)", (Py_ssize_t)got, node_obj(last));
 }
 
@@ -738,7 +731,7 @@ static PyObject *radix_lock_common(RadixObject *self, PyObject *arg, int lock)
 	rc = lock ? kvs_radix_lock(self->r, n) : kvs_radix_unlock(self->r, n);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return kvs_raise(lock ? "kvs_radix_lock" : "kvs_radix_unlock", NULL);
+		return kvpy_raise(lock ? "kvs_radix_lock" : "kvs_radix_unlock", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -769,7 +762,7 @@ static PyObject *radix_evict(RadixObject *self, PyObject *arg)
 	got = kvs_radix_evict(self->r, (size_t)want);
 	Py_END_ALLOW_THREADS
 	if (got < 0)
-		return kvs_raise("kvs_radix_evict", NULL);
+		return kvpy_raise("kvs_radix_evict", NULL);
 	if (self->oom)
 		return PyErr_NoMemory();
 	locs = PyBytes_FromStringAndSize((const char *)self->evicted,
@@ -791,7 +784,7 @@ static PyObject *radix_reset(RadixObject *self, PyObject *unused)
 	rc = kvs_radix_reset(self->r);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return kvs_raise("kvs_radix_reset", NULL);
+		return kvpy_raise("kvs_radix_reset", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -801,7 +794,7 @@ static PyObject *radix_validate(RadixObject *self, PyObject *unused)
 	if (radix_check(self) < 0)
 		return NULL;
 	if (kvs_radix_validate(self->r) < 0)
-		return kvs_raise("kvs_radix_validate", NULL);
+		return kvpy_raise("kvs_radix_validate", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -833,7 +826,23 @@ static PyObject *radix_stats(RadixObject *self, PyObject *unused)
 	return d;
 }
 
+/* take_events() -> [(type, hash, parent_hash, token_ids, medium, extra_key)] */
+static PyObject *radix_take_events(RadixObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (radix_check(self) < 0)
+		return NULL;
+	if (!self->has_events) {
+		PyErr_SetString(PyExc_ValueError, "the cache was made without events=True");
+		return NULL;
+	}
+	return kvpy_evq_take(&self->events, 0);
+}
+
 static PyMethodDef radix_methods[] = {
+	{"take_events", (PyCFunction)radix_take_events, METH_NOARGS,
+	 "take_events() -> the KV events queued since the last call, oldest first: "
+	 "(type, hash, parent_hash, token_ids or None, medium, extra_key) each."},
 	{"close", (PyCFunction)radix_close, METH_NOARGS, "Destroy the cache (idempotent)."},
 	{"match", (PyCFunction)(void (*)(void))radix_match, METH_VARARGS | METH_KEYWORDS,
 	 "match(key, out=None, lock=False, extra_key=0) -> (length, node)"},
@@ -855,7 +864,7 @@ static PyMethodDef radix_methods[] = {
 static PyTypeObject RadixType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "kvslab._kvslab.Radix",
-	.tp_doc = "Radix(pool=None, page_size=0, policy=LRU, disabled=False, slab_aware=0): "
+	.tp_doc = "Radix(pool=None, page_size=0, policy=LRU, disabled=False, slab_aware=0, events=False): "
 		  "kvs_radix_create(3).",
 	.tp_basicsize = sizeof(RadixObject),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
@@ -874,13 +883,6 @@ static PyTypeObject RadixType = {
  * matrix (numpy.asarray(tab) is a view, no copy): reads see every write at
  * once; writes go through write() so that the device table follows.
  */
-typedef struct {
-	PyObject_HEAD
-	kvs_reqtab_t *t;
-	DriverObject *drv;
-	Py_ssize_t shape[2], strides[2];
-	Py_ssize_t exports;
-} ReqtabObject;
 
 static int reqtab_init(ReqtabObject *self, PyObject *args, PyObject *kw)
 {
@@ -901,7 +903,7 @@ static int reqtab_init(ReqtabObject *self, PyObject *args, PyObject *kw)
 	t = kvs_reqtab_create(drv->d, reqs, ctx);
 	Py_END_ALLOW_THREADS
 	if (!t) {
-		kvs_raise("kvs_reqtab_create", drv->d);
+		kvpy_raise("kvs_reqtab_create", drv->d);
 		return -1;
 	}
 	self->t = t;
@@ -914,7 +916,7 @@ static int reqtab_init(ReqtabObject *self, PyObject *args, PyObject *kw)
 	return 0;
 }
 
-static int reqtab_check(ReqtabObject *self)
+int reqtab_check(ReqtabObject *self)
 {
 	if (!self->t) {
 		PyErr_SetString(PyExc_ValueError, "the request table is closed");
@@ -941,7 +943,7 @@ static PyObject *reqtab_close(ReqtabObject *self, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	Py_CLEAR(self->drv);
 	if (rc < 0)
-		return kvs_raise("kvs_reqtab_destroy", NULL);
+		return kvpy_raise("kvs_reqtab_destroy", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -1013,7 +1015,7 @@ static PyObject *reqtab_alloc(ReqtabObject *self, PyObject *arg)
 		PyMem_Free(slots);
 		if (errno == ENOMEM)
 			Py_RETURN_NONE;
-		return kvs_raise("kvs_reqtab_alloc", NULL);
+		return kvpy_raise("kvs_reqtab_alloc", NULL);
 	}
 	list = PyList_New(n);
 	for (i = 0; list && i < n; i++)
@@ -1029,7 +1031,7 @@ static PyObject *reqtab_free(ReqtabObject *self, PyObject *arg)
 	if ((slot == (unsigned long)-1 && PyErr_Occurred()) || reqtab_check(self) < 0)
 		return NULL;
 	if (kvs_reqtab_free(self->t, (uint32_t)slot) < 0)
-		return kvs_raise("kvs_reqtab_free", NULL);
+		return kvpy_raise("kvs_reqtab_free", NULL);
 	Py_RETURN_NONE;
 }
 
@@ -1049,7 +1051,7 @@ static PyObject *reqtab_write(ReqtabObject *self, PyObject *args)
 	Py_END_ALLOW_THREADS
 	ivec_release(&iv);
 	if (rc < 0)
-		return kvs_raise("kvs_reqtab_write", self->drv->d);
+		return kvpy_raise("kvs_reqtab_write", self->drv->d);
 	Py_RETURN_NONE;
 }
 
@@ -1064,7 +1066,7 @@ static PyObject *reqtab_sync(ReqtabObject *self, PyObject *unused)
 	rc = kvs_reqtab_sync(self->t);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return kvs_raise("kvs_reqtab_sync", self->drv->d);
+		return kvpy_raise("kvs_reqtab_sync", self->drv->d);
 	Py_RETURN_NONE;
 }
 
@@ -1083,6 +1085,8 @@ static PyMethodDef reqtab_methods[] = {
 	{"write", (PyCFunction)reqtab_write, METH_VARARGS, "write(slot, pos, locs)"},
 	{"sync", (PyCFunction)reqtab_sync, METH_NOARGS, "Wait until the device table is written."},
 	{"available", (PyCFunction)reqtab_available, METH_NOARGS, "Free slots."},
+	{"device_view", (PyCFunction)kvpy_reqtab_device_view, METH_NOARGS,
+	 "device_view() -> a read-only View of the table the kernels read."},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -1100,605 +1104,6 @@ static PyTypeObject ReqtabType = {
 	.tp_as_buffer = &reqtab_as_buffer,
 };
 
-
-/* --------------------------------------------------------------- Hasher */
-
-/* vLLM's block hashes (kvs_block_hasher_create(3)). */
-typedef struct {
-	PyObject_HEAD
-	kvs_block_hasher_t *h;
-	unsigned int block_size;
-} HasherObject;
-
-static int hasher_init(HasherObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"fn", "block_size", "seed", "root", NULL};
-	int fn = KVS_HASH_SHA256_CBOR;
-	unsigned int bs = 16;
-	Py_buffer seed = {0}, root = {0};
-	kvs_block_hasher_attr_t attr;
-	kvs_block_hash_t r;
-	kvs_block_hasher_t *h;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|iIz*z*", kwlist, &fn, &bs, &seed, &root))
-		return -1;
-	kvs_block_hasher_attr_init(&attr);
-	attr.fn = fn;
-	attr.block_size = bs;
-	if (seed.buf) {
-		attr.seed = seed.buf;
-		attr.seed_len = (size_t)seed.len;
-	}
-	if (root.buf) {
-		if (root.len < 1 || root.len > KVS_BLOCK_HASH_MAX) {
-			PyBuffer_Release(&seed);
-			PyBuffer_Release(&root);
-			PyErr_SetString(PyExc_ValueError, "root: 1 to 32 bytes");
-			return -1;
-		}
-		memset(&r, 0, sizeof(r));
-		memcpy(r.bytes, root.buf, (size_t)root.len);
-		r.len = (uint32_t)root.len;
-		attr.root = &r;
-	}
-	h = kvs_block_hasher_create(&attr);
-	PyBuffer_Release(&seed);
-	PyBuffer_Release(&root);
-	if (!h) {
-		kvs_raise("kvs_block_hasher_create", NULL);
-		return -1;
-	}
-	if (self->h)
-		kvs_block_hasher_destroy(self->h);
-	self->h = h;
-	self->block_size = bs;
-	return 0;
-}
-
-static void hasher_dealloc(HasherObject *self)
-{
-	if (self->h)
-		kvs_block_hasher_destroy(self->h);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int hasher_check(HasherObject *self)
-{
-	if (!self->h) {
-		PyErr_SetString(PyExc_ValueError, "the hasher is not initialised");
-		return -1;
-	}
-	return 0;
-}
-
-static PyObject *hash_bytes(const kvs_block_hash_t *x)
-{
-	return PyBytes_FromStringAndSize((const char *)x->bytes, (Py_ssize_t)x->len);
-}
-
-/* hash_request(tokens, lora_name=None, cache_salt=None) -> [bytes]: the
- * hashes of every full block, first block first. */
-static PyObject *hasher_hash_request(HasherObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"tokens", "lora_name", "cache_salt", NULL};
-	PyObject *tokens, *list;
-	const char *lora = NULL, *salt = NULL;
-	kvs_block_extra_t extra;
-	kvs_block_hash_t *hs;
-	struct ivec iv;
-	size_t max, n = 0, i;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zz", kwlist, &tokens, &lora, &salt) ||
-	    hasher_check(self) < 0 || ivec_get(tokens, &iv, 0) < 0)
-		return NULL;
-	memset(&extra, 0, sizeof(extra));
-	extra.lora_name = lora;
-	extra.cache_salt = salt;
-	max = (size_t)iv.n / self->block_size;
-	hs = PyMem_Malloc((max ? max : 1) * sizeof(*hs));
-	if (!hs) {
-		ivec_release(&iv);
-		return PyErr_NoMemory();
-	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_block_hash_request(self->h, iv.v, (size_t)iv.n, &extra, hs, max, &n);
-	Py_END_ALLOW_THREADS
-	ivec_release(&iv);
-	if (rc < 0) {
-		PyMem_Free(hs);
-		return kvs_raise("kvs_block_hash_request", NULL);
-	}
-	list = PyList_New((Py_ssize_t)n);
-	for (i = 0; list && i < n; i++) {
-		PyObject *b = hash_bytes(&hs[i]);
-
-		if (!b) {
-			Py_CLEAR(list);
-			break;
-		}
-		PyList_SET_ITEM(list, (Py_ssize_t)i, b);
-	}
-	PyMem_Free(hs);
-	return list;
-}
-
-/* hash_block(parent, tokens, start=0, lora_name=None, cache_salt=None):
- * the hash of one full block (its block_size tokens) after @parent (bytes,
- * or None for the first block), @start its first token's position. */
-static PyObject *hasher_hash_block(HasherObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"parent", "tokens", "start", "lora_name", "cache_salt", NULL};
-	PyObject *parent, *tokens;
-	unsigned long long start = 0;
-	const char *lora = NULL, *salt = NULL;
-	kvs_block_extra_t extra;
-	kvs_block_hash_t p, out;
-	struct ivec iv;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Kzz", kwlist, &parent, &tokens, &start,
-					 &lora, &salt) || hasher_check(self) < 0)
-		return NULL;
-	memset(&p, 0, sizeof(p));
-	if (parent != Py_None) {
-		char *b;
-		Py_ssize_t len;
-
-		if (PyBytes_AsStringAndSize(parent, &b, &len) < 0)
-			return NULL;
-		if (len < 1 || len > KVS_BLOCK_HASH_MAX) {
-			PyErr_SetString(PyExc_ValueError, "parent: 1 to 32 bytes");
-			return NULL;
-		}
-		memcpy(p.bytes, b, (size_t)len);
-		p.len = (uint32_t)len;
-	}
-	if (ivec_get(tokens, &iv, 0) < 0)
-		return NULL;
-	if ((size_t)iv.n != self->block_size) {
-		ivec_release(&iv);
-		PyErr_Format(PyExc_ValueError, "a block is %u tokens", self->block_size);
-		return NULL;
-	}
-	memset(&extra, 0, sizeof(extra));
-	extra.lora_name = lora;
-	extra.cache_salt = salt;
-	rc = kvs_block_hash(self->h, parent == Py_None ? NULL : &p, iv.v, start, &extra, &out);
-	ivec_release(&iv);
-	if (rc < 0)
-		return kvs_raise("kvs_block_hash", NULL);
-	return hash_bytes(&out);
-}
-
-static PyObject *hasher_get_root(HasherObject *self, void *c)
-{
-	kvs_block_hash_t r;
-
-	(void)c;
-	if (hasher_check(self) < 0)
-		return NULL;
-	if (kvs_block_hasher_root(self->h, &r) < 0)
-		return kvs_raise("kvs_block_hasher_root", NULL);
-	return hash_bytes(&r);
-}
-
-static PyObject *hasher_get_block_size(HasherObject *self, void *c)
-{
-	(void)c;
-	return PyLong_FromUnsignedLong(self->block_size);
-}
-
-static PyMethodDef hasher_methods[] = {
-	{"hash_request", (PyCFunction)(void (*)(void))hasher_hash_request,
-	 METH_VARARGS | METH_KEYWORDS, "hash_request(tokens, lora_name=None, cache_salt=None)"},
-	{"hash_block", (PyCFunction)(void (*)(void))hasher_hash_block,
-	 METH_VARARGS | METH_KEYWORDS,
-	 "hash_block(parent, tokens, start=0, lora_name=None, cache_salt=None)"},
-	{NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef hasher_getset[] = {
-	{"root", (getter)hasher_get_root, NULL, "the root hash (vLLM's NONE_HASH)", NULL},
-	{"block_size", (getter)hasher_get_block_size, NULL, "tokens per block", NULL},
-	{NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject HasherType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "kvslab._kvslab.Hasher",
-	.tp_doc = "Hasher(fn=HASH_SHA256_CBOR, block_size=16, seed=None, root=None): "
-		  "kvs_block_hasher_create(3).",
-	.tp_basicsize = sizeof(HasherObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)hasher_init,
-	.tp_dealloc = (destructor)hasher_dealloc,
-	.tp_methods = hasher_methods,
-	.tp_getset = hasher_getset,
-};
-
-
-/* --------------------------------------------------------------- HCache */
-
-/* vLLM's hashed block cache over a Pool (kvs_hcache_create(3)); blocks are
- * the pool's pages. */
-typedef struct {
-	PyObject_HEAD
-	kvs_hcache_t *hc;
-	PoolObject *pool;
-} HCacheObject;
-
-static int hcache_init(HCacheObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"pool", NULL};
-	PoolObject *pool;
-	kvs_hcache_t *hc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!", kwlist, &PoolType, &pool))
-		return -1;
-	if (self->hc) {
-		PyErr_SetString(PyExc_RuntimeError, "HCache already initialised");
-		return -1;
-	}
-	if (pool_check(pool) < 0)
-		return -1;
-	Py_BEGIN_ALLOW_THREADS
-	hc = kvs_hcache_create(pool->p, NULL);
-	Py_END_ALLOW_THREADS
-	if (!hc) {
-		kvs_raise("kvs_hcache_create", NULL);
-		return -1;
-	}
-	self->hc = hc;
-	Py_INCREF(pool);
-	self->pool = pool;
-	return 0;
-}
-
-static int hcache_check(HCacheObject *self)
-{
-	if (!self->hc) {
-		PyErr_SetString(PyExc_ValueError, "the block cache is closed");
-		return -1;
-	}
-	return 0;
-}
-
-static PyObject *hcache_close(HCacheObject *self, PyObject *unused)
-{
-	kvs_hcache_t *hc = self->hc;
-	int rc;
-
-	(void)unused;
-	if (!hc)
-		Py_RETURN_NONE;
-	self->hc = NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hcache_destroy(hc);
-	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->pool);
-	if (rc < 0)
-		return kvs_raise("kvs_hcache_destroy", NULL);
-	Py_RETURN_NONE;
-}
-
-static void hcache_dealloc(HCacheObject *self)
-{
-	if (self->hc)
-		kvs_hcache_destroy(self->hc);
-	Py_CLEAR(self->pool);
-	Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* A block hash from bytes (1 to 32 of them). */
-static int hash_from(PyObject *o, kvs_block_hash_t *h)
-{
-	char *b;
-	Py_ssize_t len;
-
-	if (PyBytes_AsStringAndSize(o, &b, &len) < 0)
-		return -1;
-	if (len < 1 || len > KVS_BLOCK_HASH_MAX) {
-		PyErr_SetString(PyExc_ValueError, "a block hash is 1 to 32 bytes");
-		return -1;
-	}
-	memset(h, 0, sizeof(*h));
-	memcpy(h->bytes, b, (size_t)len);
-	h->len = (uint32_t)len;
-	return 0;
-}
-
-/* A vector of hashes from a sequence of bytes; PyMem_Free() it. */
-static kvs_block_hash_t *hashes_from(PyObject *seq_in, Py_ssize_t *n)
-{
-	PyObject *seq = PySequence_Fast(seq_in, "expected a sequence of block hashes");
-	kvs_block_hash_t *hs;
-	Py_ssize_t i;
-
-	if (!seq)
-		return NULL;
-	*n = PySequence_Fast_GET_SIZE(seq);
-	hs = PyMem_Malloc((*n ? *n : 1) * sizeof(*hs));
-	if (!hs) {
-		Py_DECREF(seq);
-		return (kvs_block_hash_t *)PyErr_NoMemory();
-	}
-	for (i = 0; i < *n; i++)
-		if (hash_from(PySequence_Fast_GET_ITEM(seq, i), &hs[i]) < 0) {
-			Py_DECREF(seq);
-			PyMem_Free(hs);
-			return NULL;
-		}
-	Py_DECREF(seq);
-	return hs;
-}
-
-static PyObject *int_list(const int32_t *v, size_t n)
-{
-	PyObject *l = PyList_New((Py_ssize_t)n);
-	size_t i;
-
-	for (i = 0; l && i < n; i++)
-		PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromLong(v[i]));
-	return l;
-}
-
-static PyObject *hcache_alloc(HCacheObject *self, PyObject *arg)
-{
-	Py_ssize_t n = PyLong_AsSsize_t(arg);
-	int32_t *b;
-	PyObject *l;
-	int rc;
-
-	if ((n == -1 && PyErr_Occurred()) || hcache_check(self) < 0)
-		return NULL;
-	if (n < 0) {
-		PyErr_SetString(PyExc_ValueError, "negative count");
-		return NULL;
-	}
-	b = PyMem_Malloc((n ? n : 1) * sizeof(*b));
-	if (!b)
-		return PyErr_NoMemory();
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hcache_alloc(self->hc, (size_t)n, b);
-	Py_END_ALLOW_THREADS
-	if (rc < 0) {
-		PyMem_Free(b);
-		return kvs_raise("kvs_hcache_alloc", NULL);
-	}
-	l = int_list(b, (size_t)n);
-	PyMem_Free(b);
-	return l;
-}
-
-static PyObject *hcache_blocks_op(HCacheObject *self, PyObject *arg, int touch)
-{
-	struct ivec iv;
-	int rc;
-
-	if (hcache_check(self) < 0 || ivec_get(arg, &iv, 0) < 0)
-		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = touch ? kvs_hcache_touch(self->hc, iv.v, (size_t)iv.n)
-		   : kvs_hcache_free(self->hc, iv.v, (size_t)iv.n);
-	Py_END_ALLOW_THREADS
-	ivec_release(&iv);
-	if (rc < 0)
-		return kvs_raise(touch ? "kvs_hcache_touch" : "kvs_hcache_free", NULL);
-	Py_RETURN_NONE;
-}
-
-static PyObject *hcache_free(HCacheObject *self, PyObject *arg)
-{
-	return hcache_blocks_op(self, arg, 0);
-}
-
-static PyObject *hcache_touch(HCacheObject *self, PyObject *arg)
-{
-	return hcache_blocks_op(self, arg, 1);
-}
-
-/* find(hash) -> block or None. */
-static PyObject *hcache_find(HCacheObject *self, PyObject *arg)
-{
-	kvs_block_hash_t h;
-	int32_t b;
-
-	if (hcache_check(self) < 0 || hash_from(arg, &h) < 0)
-		return NULL;
-	b = kvs_hcache_find(self->hc, &h);
-	if (b < 0) {
-		if (errno == ENOENT)
-			Py_RETURN_NONE;
-		return kvs_raise("kvs_hcache_find", NULL);
-	}
-	return PyLong_FromLong(b);
-}
-
-/* cache(blocks, hashes, parent=None, extra_key=0) */
-static PyObject *hcache_cache(HCacheObject *self, PyObject *args, PyObject *kw)
-{
-	static char *kwlist[] = {"blocks", "hashes", "parent", "extra_key", NULL};
-	PyObject *blocks, *hashes, *parent = Py_None;
-	unsigned long long extra = 0;
-	kvs_block_hash_t *hs, p;
-	struct ivec iv;
-	Py_ssize_t nh;
-	int rc;
-
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OK", kwlist, &blocks, &hashes, &parent,
-					 &extra) || hcache_check(self) < 0)
-		return NULL;
-	if (parent != Py_None && hash_from(parent, &p) < 0)
-		return NULL;
-	if (!(hs = hashes_from(hashes, &nh)))
-		return NULL;
-	if (ivec_get(blocks, &iv, 0) < 0) {
-		PyMem_Free(hs);
-		return NULL;
-	}
-	if (iv.n != nh) {
-		ivec_release(&iv);
-		PyMem_Free(hs);
-		PyErr_SetString(PyExc_ValueError, "as many hashes as blocks");
-		return NULL;
-	}
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hcache_cache(self->hc, iv.v, (size_t)iv.n, hs, parent == Py_None ? NULL : &p,
-			      extra, NULL);
-	Py_END_ALLOW_THREADS
-	ivec_release(&iv);
-	PyMem_Free(hs);
-	if (rc < 0)
-		return kvs_raise("kvs_hcache_cache", NULL);
-	Py_RETURN_NONE;
-}
-
-/* lookup(hashes, ntokens) -> the hit blocks, referenced. */
-static PyObject *hcache_lookup(HCacheObject *self, PyObject *args)
-{
-	PyObject *hashes, *l;
-	unsigned long long ntok;
-	kvs_block_hash_t *hs;
-	Py_ssize_t nh;
-	int32_t *b;
-	ssize_t got;
-
-	if (!PyArg_ParseTuple(args, "OK", &hashes, &ntok) || hcache_check(self) < 0)
-		return NULL;
-	if (!(hs = hashes_from(hashes, &nh)))
-		return NULL;
-	b = PyMem_Malloc((nh ? nh : 1) * sizeof(*b));
-	if (!b) {
-		PyMem_Free(hs);
-		return PyErr_NoMemory();
-	}
-	Py_BEGIN_ALLOW_THREADS
-	got = kvs_hcache_lookup(self->hc, hs, (size_t)nh, (size_t)ntok, b);
-	Py_END_ALLOW_THREADS
-	PyMem_Free(hs);
-	if (got < 0) {
-		PyMem_Free(b);
-		return kvs_raise("kvs_hcache_lookup", NULL);
-	}
-	l = int_list(b, (size_t)got);
-	PyMem_Free(b);
-	return l;
-}
-
-static PyObject *hcache_evict(HCacheObject *self, PyObject *arg)
-{
-	Py_ssize_t n = PyLong_AsSsize_t(arg);
-	ssize_t got;
-
-	if ((n == -1 && PyErr_Occurred()) || hcache_check(self) < 0)
-		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	got = kvs_hcache_evict(self->hc, (size_t)n);
-	Py_END_ALLOW_THREADS
-	if (got < 0)
-		return kvs_raise("kvs_hcache_evict", NULL);
-	return PyLong_FromSsize_t(got);
-}
-
-static PyObject *hcache_reset(HCacheObject *self, PyObject *unused)
-{
-	int rc;
-
-	(void)unused;
-	if (hcache_check(self) < 0)
-		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hcache_reset(self->hc);
-	Py_END_ALLOW_THREADS
-	if (rc < 0)
-		return kvs_raise("kvs_hcache_reset", NULL);
-	Py_RETURN_NONE;
-}
-
-/* block(id) -> (refcount, hash or None) */
-static PyObject *hcache_block(HCacheObject *self, PyObject *arg)
-{
-	long id = PyLong_AsLong(arg);
-	kvs_block_hash_t h;
-	uint32_t ref;
-	int has;
-
-	if ((id == -1 && PyErr_Occurred()) || hcache_check(self) < 0)
-		return NULL;
-	if (id < INT32_MIN || id > INT32_MAX) {
-		PyErr_SetString(PyExc_OverflowError, "block id out of range");
-		return NULL;
-	}
-	has = kvs_hcache_block(self->hc, (int32_t)id, &ref, &h);
-	if (has < 0)
-		return kvs_raise("kvs_hcache_block", NULL);
-	if (!has)
-		return Py_BuildValue("(kO)", (unsigned long)ref, Py_None);
-	return Py_BuildValue("(kN)", (unsigned long)ref, hash_bytes(&h));
-}
-
-static PyObject *hcache_stats(HCacheObject *self, PyObject *unused)
-{
-	kvs_hcache_stats_t st;
-
-	(void)unused;
-	if (hcache_check(self) < 0)
-		return NULL;
-	if (kvs_hcache_stats(self->hc, &st) < 0)
-		return kvs_raise("kvs_hcache_stats", NULL);
-	return Py_BuildValue(
-		"{sKsKsKsdsKsKsKsKsKsKsK}", "queries", (unsigned long long)st.queries,
-		"query_blocks", (unsigned long long)st.query_blocks, "hit_blocks",
-		(unsigned long long)st.hit_blocks, "window_hit_ratio", st.window_hit_ratio,
-		"cached_blocks", (unsigned long long)st.cached_blocks, "free_queue_blocks",
-		(unsigned long long)st.free_queue_blocks, "used_blocks",
-		(unsigned long long)st.used_blocks, "evictions", (unsigned long long)st.evictions,
-		"query_tokens", (unsigned long long)st.query_tokens, "hit_tokens",
-		(unsigned long long)st.hit_tokens, "window_query_tokens",
-		(unsigned long long)st.window_query_tokens);
-}
-
-static PyObject *hcache_validate(HCacheObject *self, PyObject *unused)
-{
-	(void)unused;
-	if (hcache_check(self) < 0)
-		return NULL;
-	if (kvs_hcache_validate(self->hc) < 0)
-		return kvs_raise("kvs_hcache_validate", NULL);
-	Py_RETURN_NONE;
-}
-
-static PyMethodDef hcache_methods[] = {
-	{"close", (PyCFunction)hcache_close, METH_NOARGS, "Destroy the cache (idempotent)."},
-	{"alloc", (PyCFunction)hcache_alloc, METH_O, "alloc(n) -> new blocks, all or none."},
-	{"free", (PyCFunction)hcache_free, METH_O, "Drop a reference of each block."},
-	{"touch", (PyCFunction)hcache_touch, METH_O, "Reference cached blocks."},
-	{"find", (PyCFunction)hcache_find, METH_O, "find(hash) -> block or None."},
-	{"cache", (PyCFunction)(void (*)(void))hcache_cache, METH_VARARGS | METH_KEYWORDS,
-	 "cache(blocks, hashes, parent=None, extra_key=0)"},
-	{"lookup", (PyCFunction)hcache_lookup, METH_VARARGS,
-	 "lookup(hashes, ntokens) -> hit blocks (referenced)"},
-	{"evict", (PyCFunction)hcache_evict, METH_O, "evict(n) -> blocks evicted"},
-	{"reset", (PyCFunction)hcache_reset, METH_NOARGS, "Forget every hash (none in use)."},
-	{"block", (PyCFunction)hcache_block, METH_O, "block(id) -> (refcount, hash or None)"},
-	{"stats", (PyCFunction)hcache_stats, METH_NOARGS, "kvs_hcache_stats() as a dict."},
-	{"validate", (PyCFunction)hcache_validate, METH_NOARGS, "Check the invariants."},
-	{NULL, NULL, 0, NULL},
-};
-
-static PyTypeObject HCacheType = {
-	PyVarObject_HEAD_INIT(NULL, 0)
-	.tp_name = "kvslab._kvslab.HCache",
-	.tp_doc = "HCache(pool): kvs_hcache_create(3).",
-	.tp_basicsize = sizeof(HCacheObject),
-	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-	.tp_new = PyType_GenericNew,
-	.tp_init = (initproc)hcache_init,
-	.tp_dealloc = (destructor)hcache_dealloc,
-	.tp_methods = hcache_methods,
-};
 
 /* ---------------------------------------------------------------- module */
 
@@ -1725,7 +1130,8 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 
 	if (PyType_Ready(&DriverType) < 0 || PyType_Ready(&PoolType) < 0 ||
 	    PyType_Ready(&RadixType) < 0 || PyType_Ready(&ReqtabType) < 0 ||
-	    PyType_Ready(&HasherType) < 0 || PyType_Ready(&HCacheType) < 0)
+	    PyType_Ready(&HasherType) < 0 || PyType_Ready(&HCacheType) < 0 ||
+	    PyType_Ready(&ViewType) < 0 || PyType_Ready(&HiRadixType) < 0)
 		return NULL;
 	m = PyModule_Create(&kvslab_module);
 	if (!m)
@@ -1739,6 +1145,8 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	Py_INCREF(&ReqtabType);
 	Py_INCREF(&HasherType);
 	Py_INCREF(&HCacheType);
+	Py_INCREF(&ViewType);
+	Py_INCREF(&HiRadixType);
 	if (!KvsError || PyModule_AddObject(m, "Error", KvsError) < 0 ||
 	    PyModule_AddObject(m, "Driver", (PyObject *)&DriverType) < 0 ||
 	    PyModule_AddObject(m, "Pool", (PyObject *)&PoolType) < 0 ||
@@ -1746,13 +1154,33 @@ PyMODINIT_FUNC PyInit__kvslab(void)
 	    PyModule_AddObject(m, "Reqtab", (PyObject *)&ReqtabType) < 0 ||
 	    PyModule_AddObject(m, "Hasher", (PyObject *)&HasherType) < 0 ||
 	    PyModule_AddObject(m, "HCache", (PyObject *)&HCacheType) < 0 ||
+	    PyModule_AddObject(m, "View", (PyObject *)&ViewType) < 0 ||
+	    PyModule_AddObject(m, "HiRadix", (PyObject *)&HiRadixType) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_THROUGH", KVS_WRITE_THROUGH) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_THROUGH_SELECTIVE", KVS_WRITE_THROUGH_SELECTIVE) < 0 ||
+	    PyModule_AddIntConstant(m, "WRITE_BACK", KVS_WRITE_BACK) < 0 ||
+	    PyModule_AddIntConstant(m, "HIRADIX_DEFER", KVS_HIRADIX_DEFER) < 0 ||
+	    PyModule_AddIntConstant(m, "HIRADIX_THREAD", KVS_HIRADIX_THREAD) < 0 ||
+	    PyModule_AddIntConstant(m, "HPOOL_LAYER_FIRST", KVS_HPOOL_LAYER_FIRST) < 0 ||
+	    PyModule_AddIntConstant(m, "HPOOL_PAGE_FIRST", KVS_HPOOL_PAGE_FIRST) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_BEST_EFFORT", KVS_PREFETCH_BEST_EFFORT) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_WAIT_COMPLETE", KVS_PREFETCH_WAIT_COMPLETE) < 0 ||
+	    PyModule_AddIntConstant(m, "PREFETCH_TIMEOUT", KVS_PREFETCH_TIMEOUT) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_K", KVS_KV_K) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_V", KVS_KV_V) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_LATENT", KVS_KV_LATENT) < 0 ||
 	    PyModule_AddIntConstant(m, "HASH_SHA256_CBOR", KVS_HASH_SHA256_CBOR) < 0 ||
 	    PyModule_AddIntConstant(m, "HASH_SHA256_CBOR_64", KVS_HASH_SHA256_CBOR_64) < 0 ||
 	    PyModule_AddIntConstant(m, "HASH_XXH3_128", KVS_HASH_XXH3_128) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LRU", KVS_EVICT_LRU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_LFU", KVS_EVICT_LFU) < 0 ||
 	    PyModule_AddIntConstant(m, "EVICT_FIFO", KVS_EVICT_FIFO) < 0 ||
-	    PyModule_AddIntConstant(m, "EVICT_PRIORITY", KVS_EVICT_PRIORITY) < 0) {
+	    PyModule_AddIntConstant(m, "EVICT_PRIORITY", KVS_EVICT_PRIORITY) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_STORED", KVS_KV_STORED) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_REMOVED", KVS_KV_REMOVED) < 0 ||
+	    PyModule_AddIntConstant(m, "KV_ALL_CLEARED", KVS_KV_ALL_CLEARED) < 0 ||
+	    PyModule_AddIntConstant(m, "MEDIUM_GPU", KVS_MEDIUM_GPU) < 0 ||
+	    PyModule_AddIntConstant(m, "MEDIUM_CPU", KVS_MEDIUM_CPU) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}
