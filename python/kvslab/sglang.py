@@ -292,7 +292,8 @@ def _hex_to_int64(hex_str):
 class _EventTranslator:
     """Turns the library's per-page events (kvslab's 64-bit chain) into
     SGLang's event objects with SGLang's hashes: a map from kvslab's hash of
-    each cached page to SGLang's hex digest of it gives the parents."""
+    each page stored (on any tier) to SGLang's hex digest of it, and how many
+    tiers hold it, gives the parents."""
 
     def __init__(self, medium_names):
         self.sg = {}
@@ -301,21 +302,26 @@ class _EventTranslator:
     def translate(self, raw):
         out = []
         sg = self.sg
-        for ev in raw:
-            kind, h, parent, tokens, medium, _extra = ev
+        for kind, h, parent, tokens, medium, _extra in raw:
             medium = self.medium_names.get(medium, MEDIUM_GPU)
             if kind == _kvslab.KV_STORED:
-                phex = sg.get(parent) if parent else None
-                hx = _sglang_page_hash(tokens, phex)
-                sg[h] = hx
-                out.append(BlockStored(block_hashes=[_hex_to_int64(hx)],
+                phex = sg[parent][0] if parent in sg else None
+                ent = sg.get(h)
+                if ent is None:
+                    ent = sg[h] = [_sglang_page_hash(tokens, phex), 0]
+                ent[1] += 1
+                out.append(BlockStored(block_hashes=[_hex_to_int64(ent[0])],
                                        parent_block_hash=None if phex is None
                                        else _hex_to_int64(phex),
                                        token_ids=list(tokens), block_size=len(tokens),
                                        lora_id=None, medium=medium))
             elif kind == _kvslab.KV_REMOVED:
-                hx = sg.pop(h, None)
-                out.append(BlockRemoved(block_hashes=[_hex_to_int64(hx) if hx else h],
+                ent = sg.get(h)
+                if ent is not None:
+                    ent[1] -= 1
+                    if ent[1] <= 0:
+                        del sg[h]
+                out.append(BlockRemoved(block_hashes=[_hex_to_int64(ent[0]) if ent else h],
                                         medium=medium))
             elif kind == _kvslab.KV_ALL_CLEARED:
                 sg.clear()
@@ -404,7 +410,7 @@ class RadixCache:
         targs = (pool, self.page_size, _POLICIES[policy], self.disable, p["slab_aware"])
         self._tree = _kvslab.Radix(*(targs + (True,) if events else targs))
         self._epoch = 0
-        self._root = TreeNode(self._tree.match([], None)[1])
+        self._root = TreeNode(self._tmatch([], None, 0)[1])
         self._next_fake = 1 << 24  # placeholder locations of insert(key)
         self._events = _EventTranslator({getattr(_kvslab, "MEDIUM_GPU", 0): MEDIUM_GPU,
                                          getattr(_kvslab, "MEDIUM_CPU", 1): MEDIUM_CPU})
@@ -461,7 +467,7 @@ class RadixCache:
         if self.disable or n == 0:
             return MatchResult(_indices(()), self._root, self._root)
         out = _np.empty(n, dtype=_np.int32)
-        got, node = self._tree.match(ids, out, extra_key=extra)
+        got, node = self._tmatch(ids, out, extra)
         node = TreeNode(node, self._epoch, ids, got, extra)
         return MatchResult(_indices(out[:got]), node, node)
 
@@ -487,8 +493,27 @@ class RadixCache:
             value = _np.arange(self._next_fake, self._next_fake + len(ids), dtype=_np.int32)
             self._next_fake += (len(ids) + ps - 1) // ps * ps
         vals = _as_int32(value)
-        prefix, _ = self._tree.insert(ids, vals, priority=priority or 0, extra_key=extra)
-        return prefix
+        return self._tinsert(ids, vals, priority or 0, extra)
+
+    # -- the tree's calls, which HiRadixCache replaces
+    def _tmatch(self, ids, out, extra):
+        return self._tree.match(ids, out, extra_key=extra)
+
+    def _tinsert(self, ids, vals, priority, extra):
+        return self._tree.insert(ids, vals, priority=priority, extra_key=extra)[0]
+
+    def _tevict(self, n):
+        return self._tree.evict(n)
+
+    def _tlock(self, node):
+        before = self.protected_size()
+        self._tree.lock(node._h)
+        return before - self.protected_size()
+
+    def _tunlock(self, node):
+        before = self.protected_size()
+        self._tree.unlock(node._h)
+        return before - self.protected_size()
 
     # -- requests (SGLang's Req: req_pool_idx, origin_input_ids, output_ids,
     #    fill_ids, prefix_indices, last_node, cache_protected_len, extra_key)
@@ -573,7 +598,7 @@ class RadixCache:
         n = num_tokens.num_tokens if params else num_tokens
         got = 0
         if not self.disable and n > 0:
-            got, raw = self._tree.evict(n)
+            got, raw = self._tevict(n)
             if got:
                 self._epoch += 1
             if raw and self._free_to is not None:
@@ -587,7 +612,7 @@ class RadixCache:
             raise TypeError("kvslab.sglang: not a node of this cache: %r" % (node,))
         if node._h == self._root._h or node._epoch == self._epoch:
             return node._h
-        got, h = self._tree.match(node._key[:node._len], None, extra_key=node._extra) \
+        got, h = self._tmatch(node._key[:node._len], None, node._extra) \
             if node._key is not None else (-1, None)
         if got != node._len or h != node._h:
             raise ValueError("kvslab.sglang: %r is no longer in the cache" % (node,))
@@ -599,22 +624,21 @@ class RadixCache:
         evictable size (0 or negative), as SGLang's."""
         if self.disable:
             return 0
-        h = self._node(node)
-        before = self._tree.protected()
-        self._tree.lock(h)
-        return before - self._tree.protected()
+        self._node(node)
+        return self._tlock(node)
 
     def dec_lock_ref(self, node, *args, **kwargs):
         """Unlock ``node`` and its ancestors; returns the change of the
         evictable size (0 or positive), as SGLang's."""
         if self.disable:
             return 0
-        h = self._node(node)
-        before = self._tree.protected()
-        self._tree.unlock(h)
-        return before - self._tree.protected()
+        self._node(node)
+        return self._tunlock(node)
 
     # -- sizes
+    def _nodes(self):
+        return self._tree.nodes()
+
     def evictable_size(self):
         return self._tree.evictable()
 
@@ -627,7 +651,7 @@ class RadixCache:
     def pretty_print(self):
         """Print the cache's sizes (kvslab's tree is not walked from Python)."""
         print("#tokens: %d, #nodes: %d, evictable: %d, protected: %d" %
-              (self.total_size(), self._tree.nodes(), self.evictable_size(),
+              (self.total_size(), self._nodes(), self.evictable_size(),
                self.protected_size()))
 
     # -- KV events
@@ -646,6 +670,270 @@ class RadixCache:
         self._pending = []
         out.extend(self._drain())
         return out
+
+
+_HI_LAYOUTS = {"layer_first": "layer_first", "page_first": "page_first",
+               "page_first_direct": "page_first"}
+
+
+def _storage_uri(backend, extra):
+    """A kvslab store URI from SGLang's --hicache-storage-backend: "file"
+    (its directory from SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR, as SGLang's
+    HiCacheFile, default /tmp/hicache), or a kvslab URI (file://, redis://)."""
+    import os
+    if backend is None or backend == "":
+        return None
+    if "://" in backend:
+        return backend
+    if backend == "file":
+        d = (extra or {}).get("storage_dir") if isinstance(extra, dict) else None
+        d = d or os.environ.get("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "/tmp/hicache")
+        os.makedirs(d, exist_ok=True)
+        return "file://" + os.path.abspath(d)
+    raise ValueError("kvslab.sglang: storage backend %r is not offered (file, or a kvslab "
+                     "URI: file:///dir, redis://host:port)" % backend)
+
+
+class HiRadixCache(RadixCache):
+    """SGLang's HiRadixCache (hiradix_cache.py) on kvslab's hierarchical
+    cache (kvs_hiradix_create(3)): device pool (L1), host pool (L2) of
+    ``hicache_ratio`` times the device pool or ``hicache_size`` GB, and an
+    optional store (L3).
+
+    ``HiRadixCache(params_or_req_to_token_pool, token_to_kv_pool_allocator,
+    page_size=1, ..., hicache_ratio=2.0, hicache_size=0,
+    hicache_write_policy="write_through", hicache_io_backend="kernel",
+    hicache_mem_layout="layer_first", hicache_storage_backend=None,
+    hicache_storage_prefetch_policy="best_effort",
+    hicache_storage_backend_extra_config=None, threaded=False)``; the
+    allocator must be this module's (the tree holds device pages of its
+    kvslab pool).  ``match_prefix`` returns the device prefix and, as
+    ``host_hit_length`` and ``last_host_node``, what the host adds;
+    ``init_load_back(last_host_node, host_hit_length, mem_quota)`` brings it
+    onto the device and returns ``(its device indices, last node)``;
+    ``evict`` evicts from the device (write-through nodes stay on the host),
+    ``evict_host`` from the host; ``prefetch_from_storage`` /
+    ``check_prefetch_progress`` / ``terminate_prefetch`` run L3 prefetches.
+
+    What differs, and why: the copies run on kvslab's host pool (``poll()``
+    from ``check_hicache_events``/``ready_to_load_host_cache``, or a
+    background thread with ``threaded=True``), not SGLang's cache
+    controller; ``hicache_io_backend`` is ignored; storage backends are
+    kvslab's stores (file, redis); the protected size is counted in Python
+    over the locked paths (the library's hierarchical tree keeps no such
+    counter), which gives SGLang's numbers; ``reset`` is not offered;
+    priority and eviction policy other than LRU are not offered.
+    """
+
+    def __init__(self, *args, hicache_ratio=2.0, hicache_size=0,
+                 hicache_write_policy="write_through", hicache_io_backend="kernel",
+                 hicache_mem_layout="layer_first", hicache_storage_backend=None,
+                 hicache_storage_prefetch_policy="best_effort",
+                 hicache_storage_backend_extra_config=None, threaded=False,
+                 load_back_threshold=10, prefetch_threshold=256, **kwargs):
+        from . import HiRadix
+        p = _tree_params(args, kwargs)
+        if str(p["eviction_policy"]).lower() != "lru":
+            raise ValueError("kvslab.sglang.HiRadixCache: LRU eviction only")
+        alloc = p["token_to_kv_pool_allocator"]
+        pool = getattr(alloc, "_kvslab_pool", None)
+        if pool is None:
+            raise TypeError("HiRadixCache needs this module's TokenToKVPoolAllocator")
+        if hicache_mem_layout not in _HI_LAYOUTS:
+            raise ValueError("hicache_mem_layout is one of %s" % ", ".join(_HI_LAYOUTS))
+        if p["is_eagle"]:
+            raise NotImplementedError("kvslab.sglang: EAGLE bigram keys are not offered")
+        if p["page_size"] != pool.page_size:
+            raise ValueError("page_size %d is not the pool's %d" % (p["page_size"],
+                                                                  pool.page_size))
+        self.req_to_token_pool = p["req_to_token_pool"]
+        self.token_to_kv_pool_allocator = alloc
+        self.page_size = p["page_size"]
+        self.disable = bool(p["disable"])
+        if self.disable:
+            raise ValueError("kvslab.sglang.HiRadixCache: a disabled cache is RadixCache's")
+        self.enable_kv_cache_events = bool(p["enable_kv_cache_events"])
+        self.disable_finished_insert = bool(p["disable_finished_insert"])
+        self.eviction_policy = "lru"
+        self.is_eagle = False
+        self.device = getattr(alloc, "device", "cpu")
+        self.hicache_write_policy = hicache_write_policy
+        self.hicache_storage_backend = hicache_storage_backend
+        self._free_to = None
+        self._pooled = True
+        self._tree = HiRadix(pool, host_ratio=hicache_ratio,
+                             host_size="%dG" % hicache_size if hicache_size else 0,
+                             layout=_HI_LAYOUTS[hicache_mem_layout],
+                             write_policy=hicache_write_policy,
+                             load_back_threshold=load_back_threshold,
+                             storage=_storage_uri(hicache_storage_backend,
+                                                  hicache_storage_backend_extra_config),
+                             prefetch_policy=hicache_storage_prefetch_policy,
+                             prefetch_threshold=prefetch_threshold, threaded=threaded,
+                             events=self.enable_kv_cache_events)
+        self._epoch = 0
+        self._root = TreeNode(self._tree.root())
+        self._events = _EventTranslator({getattr(_kvslab, "MEDIUM_GPU", 0): MEDIUM_GPU,
+                                         getattr(_kvslab, "MEDIUM_CPU", 1): MEDIUM_CPU})
+        self._pending = [AllBlocksCleared()] if self.enable_kv_cache_events else []
+        self._locked = {}  # (extra, path tuple) -> lock count
+        self._protected = 0
+        self._prefetch_ids = {}
+        self._next_prefetch = 1
+
+    # -- the tree's calls
+    def _tmatch(self, ids, out, extra):
+        got, _host, last_dev = self._tree.match(ids, out, extra_key=extra)[:3]
+        return got, last_dev
+
+    def _tinsert(self, ids, vals, priority, extra):
+        return self._tree.insert(ids, vals, extra_key=extra)[0]
+
+    def _tevict(self, n):
+        return self._tree.evict_device(n), b""
+
+    def _nodes(self):
+        return self._tree.usage()["nodes"]
+
+    @staticmethod
+    def _union(paths):
+        """Distinct non-empty prefixes of a set of token paths (per extra key)."""
+        total = 0
+        prev = None
+        for extra, path in sorted(paths):
+            n = len(path)
+            if prev is not None and prev[0] == extra:
+                q = prev[1]
+                m = min(n, len(q))
+                i = 0
+                while i < m and path[i] == q[i]:
+                    i += 1
+                n -= i
+            total += n
+            prev = (extra, path)
+        return total
+
+    def _path(self, node):
+        return (node._extra, tuple(int(t) for t in node._key[:node._len]))
+
+    def _tlock(self, node):
+        self._tree.lock(node._h)
+        if node._h == self._root._h:
+            return 0
+        k = self._path(node)
+        self._locked[k] = self._locked.get(k, 0) + 1
+        before, self._protected = self._protected, self._union(self._locked)
+        return before - self._protected
+
+    def _tunlock(self, node):
+        self._tree.unlock(node._h)
+        if node._h == self._root._h:
+            return 0
+        k = self._path(node)
+        c = self._locked.get(k, 0) - 1
+        if c > 0:
+            self._locked[k] = c
+        else:
+            self._locked.pop(k, None)
+        before, self._protected = self._protected, self._union(self._locked)
+        return before - self._protected
+
+    # -- SGLang's HiRadixCache calls
+    def match_prefix(self, key, **kwargs):
+        """The device prefix (indices, last device node) and what the host
+        adds past it (host_hit_length, last_host_node)."""
+        if hasattr(key, "key") and not hasattr(key, "token_ids"):
+            key = key.key
+        ids, extra = _key_of(key)
+        n = len(ids)
+        if n == 0:
+            return MatchResult(_indices(()), self._root, self._root, 0)
+        out = _np.empty(n, dtype=_np.int32)
+        got, host_hit, last_dev, last_node, _last_host = self._tree.match(ids, out,
+                                                                          extra_key=extra)
+        dev = TreeNode(last_dev, self._epoch, ids, got, extra)
+        host = TreeNode(last_node, self._epoch, ids, got + host_hit, extra) \
+            if host_hit else dev
+        return MatchResult(_indices(out[:got]), dev, host, host_hit)
+
+    def init_load_back(self, last_node, host_hit_length=0, mem_quota=None, **kwargs):
+        """Load the host part ending at ``last_node`` onto the device; returns
+        (the device indices of what was loaded, the node to lock)."""
+        if hasattr(last_node, "best_match_node"):  # InitLoadBackParams
+            last_node, host_hit_length, mem_quota = (last_node.best_match_node,
+                                                     last_node.host_hit_length,
+                                                     last_node.mem_quota)
+        if not isinstance(last_node, TreeNode) or last_node._key is None:
+            return _indices(()), last_node
+        got = self._tree.load_back(last_node._h, quota=mem_quota or 0, wait=True)
+        key = RadixKey(list(last_node._key[:last_node._len]), None)
+        ids = key.token_ids
+        out = _np.empty(len(ids), dtype=_np.int32)
+        dlen, _host, last_dev = self._tree.match(ids, out, extra_key=last_node._extra)[:3]
+        node = TreeNode(last_dev, self._epoch, ids, dlen, last_node._extra)
+        start = last_node._len - host_hit_length if host_hit_length else dlen
+        if got <= 0 or dlen <= start:
+            return _indices(()), node
+        return _indices(out[start:dlen]), node
+
+    def ready_to_load_host_cache(self):
+        """Start the loads queued (SGLang's cache controller's producer index: 0)."""
+        self._tree.submit()
+        return 0
+
+    def check_hicache_events(self):
+        """Take in the copies that completed (write-through backups, loads)."""
+        self._tree.poll()
+
+    def evict_host(self, num_tokens):
+        """Evict at least ``num_tokens`` host tokens of nodes not on the device."""
+        return self._tree.evict_host(num_tokens)
+
+    def total_size(self):
+        return self._tree.usage()["device_tokens"]
+
+    def protected_size(self):
+        return self._protected
+
+    def evictable_size(self):
+        return self.total_size() - self._protected
+
+    def reset(self):
+        raise NotImplementedError("kvslab.sglang.HiRadixCache: reset is not offered; "
+                                  "close it and make another")
+
+    # -- L3 (storage) prefetch
+    def prefetch_from_storage(self, req_id, last_host_node, new_input_tokens, last_hash=None,
+                              prefix_keys=None):
+        """Start reading from the store what follows ``last_host_node``:
+        ``new_input_tokens`` are the tokens past it.  Returns the tokens
+        the store will read."""
+        if self._tree is None:
+            return 0
+        pid = self._next_prefetch
+        self._next_prefetch += 1
+        self._prefetch_ids[req_id] = pid
+        head = list(last_host_node._key[:last_host_node._len]) \
+            if isinstance(last_host_node, TreeNode) and last_host_node._key is not None else []
+        return self._tree.prefetch(pid, head + list(new_input_tokens))
+
+    def check_prefetch_progress(self, req_id):
+        """True when the request's prefetch is done (its pages are on the host)."""
+        pid = self._prefetch_ids.get(req_id)
+        if pid is None:
+            return True
+        done, _tokens = self._tree.prefetch_done(pid)
+        if done:
+            del self._prefetch_ids[req_id]
+        return bool(done)
+
+    def terminate_prefetch(self, req_id):
+        pid = self._prefetch_ids.pop(req_id, None)
+        if pid is not None:
+            self._tree.prefetch_revoke(pid)
+
+    release_aborted_request = terminate_prefetch
+
 
 
 class _GroupedFrees:
@@ -975,5 +1263,6 @@ class ReqToTokenPool:
 __all__ = ["RadixCache", "RadixKey", "BaseKey", "TreeNode", "MatchResult", "MatchPrefixParams",
            "InsertParams", "InsertResult", "EvictParams", "EvictResult", "CacheInitParams",
            "BlockStored", "BlockRemoved", "AllBlocksCleared", "MEDIUM_GPU", "MEDIUM_CPU",
-           "TokenToKVPoolAllocator", "PagedTokenToKVPoolAllocator", "ReqToTokenPool"]
+           "TokenToKVPoolAllocator", "PagedTokenToKVPoolAllocator", "ReqToTokenPool",
+           "HiRadixCache"]
 

@@ -699,3 +699,151 @@ def test_refcounts_of_returned_objects():
             return x
         _refcount_steady(cycle)
         a.close()
+
+
+# -- HiRadixCache (hiradix_cache.py): the host tier under the device tree
+
+def _settle(tree, rounds=20000):
+    """Poll until no copy is pending (write-through backups, loads)."""
+    import time
+    for _ in range(rounds):
+        tree.check_hicache_events()
+        u = tree._tree.usage()
+        if not u["backups_pending"] and not u["loads_pending"]:
+            return
+        time.sleep(0.0005)
+    raise AssertionError("copies never completed")
+
+
+@pytest.fixture
+def hicache():
+    d = kvslab.Driver("host", granularity="64K")
+    made = []
+
+    def make(page_size=1, **kw):
+        p = kvslab.Pool(d, "tiny", page_size=page_size, max_tokens=4096)
+        a = TokenToKVPoolAllocator(p)
+        t = sglang.HiRadixCache(CacheInitParams(token_to_kv_pool_allocator=a,
+                                                page_size=page_size,
+                                                enable_kv_cache_events=kw.pop("events",
+                                                                              False)),
+                                **kw)
+        made.append((t, a, p))
+        return t, a
+    yield make
+    for t, a, p in made:  # left to the collector after a failure (see host_driver)
+        t.close()
+        a.close()
+        p.close()
+    d.close()
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_hiradix_device_eviction_then_host_hit_and_load_back(hicache, ps):
+    """SGLang's HiCache path: a write-through node evicted from the device is
+    still matched on the host (host_hit_length, last_host_node); loading it
+    back gives new device indices, and then the device match has it all."""
+    t, a = hicache(ps, hicache_ratio=2.0, hicache_write_policy="write_through")
+    key = list(range(300, 340))
+    n = len(key) // ps * ps
+    locs = a.alloc(n)
+    assert t.insert(RadixKey(key[:n]), locs) == 0
+    _settle(t)
+    free = a.available_size()
+    assert t.evict(n) == n and t.total_size() == 0
+    assert a.available_size() == free + n  # the device pages went back
+    m = t.match_prefix(RadixKey(key))
+    assert len(m.device_indices) == 0 and m.host_hit_length == n
+    assert m.last_device_node == t.root_node and m.last_host_node != t.root_node
+    loaded, node = t.init_load_back(m.last_host_node, m.host_hit_length)
+    _settle(t)
+    assert len(loaded) == n and a.available_size() == free
+    m2 = t.match_prefix(RadixKey(key))
+    assert L(m2.device_indices) == L(loaded) and m2.host_hit_length == 0
+    assert node == m2.last_device_node
+    # Locks count what SGLang counts.
+    assert t.inc_lock_ref(node) == -n and t.protected_size() == n
+    assert t.evictable_size() == 0
+    assert t.evict(n) == 0  # locked
+    assert t.dec_lock_ref(node) == n and t.evictable_size() == n
+
+
+def test_hiradix_lock_accounting_over_shared_paths(hicache):
+    t, a = hicache(1)
+    t.insert([1, 2, 3, 4], a.alloc(4))
+    t.insert([1, 2, 5], np.concatenate([L(t.match_prefix([1, 2]).device_indices),
+                                        L(a.alloc(1))]))
+    n1 = t.match_prefix([1, 2, 3, 4]).last_device_node
+    n2 = t.match_prefix([1, 2, 5]).last_device_node
+    assert t.inc_lock_ref(n1) == -4
+    assert t.inc_lock_ref(n2) == -1  # [1, 2] protected already
+    assert t.inc_lock_ref(n2) == 0
+    assert t.protected_size() == 5 and t.evictable_size() == 0
+    assert t.dec_lock_ref(n1) == 2
+    assert t.dec_lock_ref(n2) == 0
+    assert t.dec_lock_ref(n2) == 3 and t.protected_size() == 0
+
+
+def test_hiradix_host_eviction_and_events(hicache):
+    """evict_host drops host copies of nodes not on the device; events
+    come from both tiers (GPU for device pages, CPU for host copies)."""
+    t, a = hicache(1, events=True)
+    assert [type(e) for e in t.take_events()] == [sglang.AllBlocksCleared]
+    t.insert([7, 8, 9], a.alloc(3))
+    _settle(t)
+    t.evict(3)
+    assert t.evict_host(3) == 3
+    assert t.match_prefix([7, 8, 9]).host_hit_length == 0
+    ev = t.take_events()
+    media = {(type(e).__name__, e.medium) for e in ev}
+    assert media == {("BlockStored", "GPU"), ("BlockStored", "CPU"),
+                     ("BlockRemoved", "GPU"), ("BlockRemoved", "CPU")}
+    # One SGLang hash per page on both tiers.
+    st = {e.medium: [x.block_hashes[0] for x in ev
+                     if isinstance(x, sglang.BlockStored) and x.medium == e.medium]
+          for e in ev}
+    assert st["GPU"] == st["CPU"] and len(st["GPU"]) == 3
+
+
+def test_hiradix_storage_prefetch(hicache, tmp_path):
+    """--hicache-storage-backend file: a second cache finds the pages in
+    the store, prefetches them to the host, then loads them."""
+    t1, a1 = hicache(1, hicache_storage_backend="file",
+                     hicache_storage_backend_extra_config={"storage_dir": str(tmp_path)},
+                     hicache_storage_prefetch_policy="wait_complete", prefetch_threshold=16)
+    key = list(range(9000, 9064))
+    t1.insert(key, a1.alloc(64))
+    _settle(t1)
+    t1._tree.l3_wait()
+    t2, a2 = hicache(1, hicache_storage_backend="file://%s" % tmp_path,
+                     hicache_storage_prefetch_policy="wait_complete", prefetch_threshold=16)
+    m = t2.match_prefix(key)
+    assert len(m.device_indices) == 0 and m.host_hit_length == 0
+    assert t2.prefetch_from_storage("rid-1", m.last_host_node, key) == 64
+    import time
+    end = time.monotonic() + 60
+    while not t2.check_prefetch_progress("rid-1"):
+        assert time.monotonic() < end
+        time.sleep(0.001)
+    m = t2.match_prefix(key)
+    assert m.host_hit_length == 64
+    loaded, node = t2.init_load_back(m.last_host_node, m.host_hit_length)
+    _settle(t2)
+    assert len(loaded) == 64
+
+
+def test_hiradix_argument_errors():
+    d = kvslab.Driver("host", granularity="64K")
+    p = kvslab.Pool(d, "tiny", max_tokens=4096)
+    with pytest.raises(TypeError):
+        sglang.HiRadixCache(None, None)  # no kvslab allocator
+    a = TokenToKVPoolAllocator(p)
+    with pytest.raises(ValueError):
+        sglang.HiRadixCache(None, a, hicache_storage_backend="mooncake")
+    with pytest.raises(ValueError):
+        sglang.HiRadixCache(None, a, hicache_write_policy="write_sometimes")
+    with pytest.raises(ValueError):
+        sglang.HiRadixCache(None, a, eviction_policy="lfu")
+    a.close()
+    p.close()
+    d.close()
