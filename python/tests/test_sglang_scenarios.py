@@ -357,6 +357,14 @@ def test_allocator_sizes_and_padded_slot(pool):
     assert a.available_size() == 1000
     a.free(got[:0])  # an empty free is nothing
     a.close()
+    # Over a whole pool: every location but the padded slot's page.
+    p = pool()
+    a = TokenToKVPoolAllocator(p)
+    assert a.size == p.capacity - 1
+    got = a.alloc(a.size)
+    assert len(got) == a.size and 0 not in set(L(got)) and a.alloc(1) is None
+    a.free(got)
+    a.close()
 
 
 def test_allocator_free_group(pool):
