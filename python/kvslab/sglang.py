@@ -22,9 +22,26 @@ Covered, with SGLang's return types: ``RadixCache`` (``match_prefix``,
 ``clear``, ``size``, ``page_size``, ``device``) and, with ``page_size > 1``,
 ``PagedTokenToKVPoolAllocator`` (the same plus ``alloc_extend`` and
 ``alloc_decode``); ``ReqToTokenPool`` (``alloc``, ``free``, ``write``,
-``available_size``, ``clear``, ``req_to_token``).  Defaults are SGLang's:
-LRU eviction, no slab-aware reordering (pass ``slab_aware=1`` for kvslab's),
-location 0 (page 0) never handed out (SGLang's padded slot).
+``available_size``, ``clear``, ``req_to_token``); ``HiRadixCache`` (see its
+docstring).  Defaults are SGLang's: LRU eviction, no slab-aware reordering
+(pass ``slab_aware=1`` for kvslab's), location 0 (page 0) never handed out
+(SGLang's padded slot).  Not offered: ``all_values_flatten``, the "mru" and
+"filo" policies, EAGLE bigram keys, the SWA / Mamba / unified caches,
+``get_cpu_copy`` / ``load_cpu_copy`` (KV bytes go through the pool).
+
+Example (what SGLang's scheduler does for one request)::
+
+    drv = kvslab.Driver("host")           # or Driver("cuda")
+    pool = kvslab.Pool(drv, "llama-3-8b", page_size=16, max_tokens=1 << 20)
+    alloc = PagedTokenToKVPoolAllocator(kvcache=pool, page_size=16)
+    rtp = ReqToTokenPool(256, 8192, drv)
+    tree = RadixCache(CacheInitParams(req_to_token_pool=rtp,
+                                      token_to_kv_pool_allocator=alloc, page_size=16))
+    m = tree.match_prefix(MatchPrefixParams(key=RadixKey(req.fill_ids)))
+    req.prefix_indices, req.last_node = m.device_indices, m.last_device_node
+    tree.inc_lock_ref(req.last_node)
+    ... alloc.alloc_extend(...) / alloc.alloc_decode(...), rtp.write(...) ...
+    tree.cache_finished_req(req); rtp.free(req.req_pool_idx)
 
 What differs, and why:
 

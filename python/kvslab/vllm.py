@@ -36,6 +36,23 @@ Covered of ``BlockPool``: ``get_cached_block``, ``cache_full_blocks``,
 only; dropping the hash of a named block needs a library call it lacks),
 ``cache_partial_block``, ``move_block_hashes``, ``emit_cached_block_events``,
 more than one KV cache group.  See :class:`BlockPool` for what differs.
+
+Example (vLLM's KVCacheManager calls, one request)::
+
+    pool = BlockPool(num_gpu_blocks, True, enable_kv_cache_events=True, block_size=16)
+    hasher = RequestBlockHasher(16, "sha256_cbor", seed="0")
+    req.block_hashes = hasher(req)
+    hits = []
+    for h in req.block_hashes:
+        b = pool.get_cached_block(h, [0])
+        if b is None:
+            break
+        hits.append(b[0])
+    pool.touch((hits,))
+    blocks = hits + pool.get_new_blocks(n_needed - len(hits))
+    pool.cache_full_blocks(req, blocks, len(hits), n_full, 16, 0)
+    ...
+    pool.free_blocks(reversed(blocks)); events = pool.take_events()
 """
 import os as _os
 
