@@ -427,6 +427,7 @@ class RadixCache:
         targs = (pool, self.page_size, _POLICIES[policy], self.disable, p["slab_aware"])
         self._tree = _kvslab.Radix(*(targs + (True,) if events else targs))
         self._epoch = 0
+        self._held_locks = {}  # handle -> locks taken through this object
         self._root = TreeNode(self._tmatch([], None, 0)[1])
         self._next_fake = 1 << 24  # placeholder locations of insert(key)
         self._events = _EventTranslator({getattr(_kvslab, "MEDIUM_GPU", 0): MEDIUM_GPU,
@@ -449,6 +450,7 @@ class RadixCache:
             self._pending.extend(self._drain())
         self._tree.reset()
         self._epoch += 1
+        self._held_locks.clear()
         if self.enable_kv_cache_events:
             # SGLang queues AllBlocksCleared alone, no removal per page.
             self._tree.take_events()
@@ -627,8 +629,9 @@ class RadixCache:
         an eviction or reset came after it was returned."""
         if not isinstance(node, TreeNode):
             raise TypeError("kvslab.sglang: not a node of this cache: %r" % (node,))
-        if node._h == self._root._h or node._epoch == self._epoch:
-            return node._h
+        if node._epoch == self._epoch or node._h in self._held_locks or \
+                node._h == self._root._h:
+            return node._h  # a locked node cannot have been evicted
         got, h = self._tmatch(node._key[:node._len], None, node._extra) \
             if node._key is not None else (-1, None)
         if got != node._len or h != node._h:
@@ -642,7 +645,9 @@ class RadixCache:
         if self.disable:
             return 0
         self._node(node)
-        return self._tlock(node)
+        delta = self._tlock(node)
+        self._held_locks[node._h] = self._held_locks.get(node._h, 0) + 1
+        return delta
 
     def dec_lock_ref(self, node, *args, **kwargs):
         """Unlock ``node`` and its ancestors; returns the change of the
@@ -650,7 +655,13 @@ class RadixCache:
         if self.disable:
             return 0
         self._node(node)
-        return self._tunlock(node)
+        delta = self._tunlock(node)
+        c = self._held_locks.get(node._h, 0) - 1
+        if c > 0:
+            self._held_locks[node._h] = c
+        else:
+            self._held_locks.pop(node._h, None)
+        return delta
 
     # -- sizes
     def _nodes(self):
@@ -789,6 +800,7 @@ class HiRadixCache(RadixCache):
                              prefetch_threshold=prefetch_threshold, threaded=threaded,
                              events=self.enable_kv_cache_events)
         self._epoch = 0
+        self._held_locks = {}  # handle -> locks taken through this object
         self._root = TreeNode(self._tree.root())
         self._events = _EventTranslator({getattr(_kvslab, "MEDIUM_GPU", 0): MEDIUM_GPU,
                                          getattr(_kvslab, "MEDIUM_CPU", 1): MEDIUM_CPU})
