@@ -93,13 +93,13 @@ def test_block_pool_prefix_caching_like_vllm():
     the free queue's tail, a reset is refused while blocks are in use."""
     pool = vllm.BlockPool(64, enable_caching=True, block_size=4)
     h = vllm.RequestBlockHasher(4, "sha256_cbor", seed="0")
-    n = pool.num_gpu_blocks
-    assert n >= 64 and pool.get_num_free_blocks() == n
+    n = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
+    assert pool.num_gpu_blocks == 64 and pool.get_num_free_blocks() == n
     a = FakeRequest(range(10), h)  # 2 full blocks + 2 tokens
     blocks = pool.get_new_blocks(3)
     assert [b.ref_cnt for b in blocks] == [1, 1, 1]
     pool.cache_full_blocks(a, blocks, 0, 2, 4, 0)
-    assert blocks[0].block_hash == a.block_hashes[0]
+    assert vllm.get_block_hash(blocks[0].block_hash) == a.block_hashes[0]
     assert blocks[2].block_hash is None
     # B: the same first 8 tokens.
     b = FakeRequest(list(range(8)) + [99, 98, 97, 96, 95], h)
