@@ -276,8 +276,7 @@ static int hcache_init(HCacheObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->hc = hc;
-	Py_INCREF(pool);
-	self->pool = pool;
+	KVPY_HOLD(self->pool, pool);
 	return 0;
 }
 
@@ -302,7 +301,7 @@ static PyObject *hcache_close(HCacheObject *self, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_hcache_destroy(hc);
 	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	if (self->has_events)
 		kvpy_evq_destroy(&self->events);
 	self->has_events = 0;
@@ -315,7 +314,7 @@ static void hcache_dealloc(HCacheObject *self)
 {
 	if (self->hc)
 		kvs_hcache_destroy(self->hc);
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	if (self->has_events)
 		kvpy_evq_destroy(&self->events);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -369,8 +368,14 @@ static PyObject *int_list(const int32_t *v, size_t n)
 	PyObject *l = PyList_New((Py_ssize_t)n);
 	size_t i;
 
-	for (i = 0; l && i < n; i++)
-		PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromLong(v[i]));
+	for (i = 0; l && i < n; i++) {
+		PyObject *x = PyLong_FromLong(v[i]);
+
+		if (!x)
+			Py_CLEAR(l);
+		else
+			PyList_SET_ITEM(l, (Py_ssize_t)i, x);
+	}
 	return l;
 }
 
@@ -398,6 +403,11 @@ static PyObject *hcache_alloc(HCacheObject *self, PyObject *arg)
 		return kvpy_raise("kvs_hcache_alloc", NULL);
 	}
 	l = int_list(b, (size_t)n);
+	if (!l) { /* loses nothing: the blocks go back */
+		Py_BEGIN_ALLOW_THREADS
+		kvs_hcache_free(self->hc, b, (size_t)n);
+		Py_END_ALLOW_THREADS
+	}
 	PyMem_Free(b);
 	return l;
 }
@@ -513,6 +523,11 @@ static PyObject *hcache_lookup(HCacheObject *self, PyObject *args)
 		return kvpy_raise("kvs_hcache_lookup", NULL);
 	}
 	l = int_list(b, (size_t)got);
+	if (!l) { /* the references the lookup took go back */
+		Py_BEGIN_ALLOW_THREADS
+		kvs_hcache_free(self->hc, b, (size_t)got);
+		Py_END_ALLOW_THREADS
+	}
 	PyMem_Free(b);
 	return l;
 }
@@ -524,6 +539,10 @@ static PyObject *hcache_evict(HCacheObject *self, PyObject *arg)
 
 	if ((n == -1 && PyErr_Occurred()) || hcache_check(self) < 0)
 		return NULL;
+	if (n < 0) {
+		PyErr_SetString(PyExc_ValueError, "blocks to evict must be >= 0");
+		return NULL;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	got = kvs_hcache_evict(self->hc, (size_t)n);
 	Py_END_ALLOW_THREADS

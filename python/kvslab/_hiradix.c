@@ -140,8 +140,7 @@ static int hiradix_init(HiRadixObject *self, PyObject *args, PyObject *kw)
 		kvpy_raise(what, pool->drv->d);
 		return -1;
 	}
-	Py_INCREF(pool);
-	self->pool = pool;
+	KVPY_HOLD(self->pool, pool);
 	return 0;
 }
 
@@ -162,14 +161,14 @@ static PyObject *hiradix_close(HiRadixObject *self, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	hiradix_release(self);
 	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	Py_RETURN_NONE;
 }
 
 static void hiradix_dealloc(HiRadixObject *self)
 {
 	hiradix_release(self);
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -190,6 +190,11 @@ static PyObject *driver_close(DriverObject *self, PyObject *unused)
 	(void)unused;
 	if (!d)
 		Py_RETURN_NONE;
+	if (self->users) {
+		errno = EBUSY;
+		return kvpy_raise("Driver.close: pools or request tables over it are still open",
+				  NULL);
+	}
 	self->d = NULL;
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_drv_close(d);
@@ -329,8 +334,7 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kw)
 	self->p = p;
 	self->model = attr.model;
 	snprintf(self->model_name, sizeof(self->model_name), "%s", model);
-	Py_INCREF(drv);
-	self->drv = drv;
+	KVPY_HOLD(self->drv, drv);
 	return 0;
 }
 
@@ -355,11 +359,15 @@ static PyObject *pool_close(PoolObject *self, PyObject *unused)
 		errno = EBUSY;
 		return kvpy_raise("Pool.close: views of its buffers are still alive", NULL);
 	}
+	if (self->users) {
+		errno = EBUSY;
+		return kvpy_raise("Pool.close: caches over it are still open", NULL);
+	}
 	self->p = NULL;
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_pool_destroy(p);
 	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->drv);
+	KVPY_RELEASE(self->drv);
 	if (rc < 0)
 		return kvpy_raise("kvs_pool_destroy", NULL);
 	Py_RETURN_NONE;
@@ -369,7 +377,7 @@ static void pool_dealloc(PoolObject *self)
 {
 	if (self->p)
 		kvs_pool_destroy(self->p);
-	Py_CLEAR(self->drv);
+	KVPY_RELEASE(self->drv);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -620,8 +628,7 @@ static int radix_init(RadixObject *self, PyObject *args, PyObject *kw)
 	}
 	self->r = r;
 	if (pool != Py_None) {
-		Py_INCREF(pool);
-		self->pool = (PoolObject *)pool;
+		KVPY_HOLD(self->pool, (PoolObject *)pool);
 	}
 	return 0;
 }
@@ -647,7 +654,7 @@ static PyObject *radix_close(RadixObject *self, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_radix_destroy(r);
 	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	free(self->evicted);
 	self->evicted = NULL;
 	self->nevicted = self->capevicted = 0;
@@ -663,7 +670,7 @@ static void radix_dealloc(RadixObject *self)
 {
 	if (self->r)
 		kvs_radix_destroy(self->r);
-	Py_CLEAR(self->pool);
+	KVPY_RELEASE(self->pool);
 	free(self->evicted);
 	if (self->has_events)
 		kvpy_evq_destroy(&self->events);
@@ -961,8 +968,7 @@ static int reqtab_init(ReqtabObject *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->t = t;
-	Py_INCREF(drv);
-	self->drv = drv;
+	KVPY_HOLD(self->drv, drv);
 	self->shape[0] = reqs;
 	self->shape[1] = ctx;
 	self->strides[0] = (Py_ssize_t)ctx * 4;
@@ -995,7 +1001,7 @@ static PyObject *reqtab_close(ReqtabObject *self, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_reqtab_destroy(t);
 	Py_END_ALLOW_THREADS
-	Py_CLEAR(self->drv);
+	KVPY_RELEASE(self->drv);
 	if (rc < 0)
 		return kvpy_raise("kvs_reqtab_destroy", NULL);
 	Py_RETURN_NONE;
@@ -1005,7 +1011,7 @@ static void reqtab_dealloc(ReqtabObject *self)
 {
 	if (self->t)
 		kvs_reqtab_destroy(self->t);
-	Py_CLEAR(self->drv);
+	KVPY_RELEASE(self->drv);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1072,8 +1078,17 @@ static PyObject *reqtab_alloc(ReqtabObject *self, PyObject *arg)
 		return kvpy_raise("kvs_reqtab_alloc", NULL);
 	}
 	list = PyList_New(n);
-	for (i = 0; list && i < n; i++)
-		PyList_SET_ITEM(list, i, PyLong_FromUnsignedLong(slots[i]));
+	for (i = 0; list && i < n; i++) {
+		PyObject *x = PyLong_FromUnsignedLong(slots[i]);
+
+		if (!x)
+			Py_CLEAR(list);
+		else
+			PyList_SET_ITEM(list, i, x);
+	}
+	if (!list) /* loses nothing: the slots go back */
+		for (i = 0; i < n; i++)
+			kvs_reqtab_free(self->t, slots[i]);
 	PyMem_Free(slots);
 	return list;
 }

@@ -62,6 +62,7 @@ typedef struct {
 	PyObject_HEAD
 	kvs_drv_t *d;
 	int device;		/* cuda: the ordinal it was opened on */
+	Py_ssize_t users;	/* Pools and Reqtabs over it: close() waits for none */
 } DriverObject;
 
 typedef struct {
@@ -71,7 +72,28 @@ typedef struct {
 	kvs_model_t model;
 	char model_name[64];	/* the preset's name: a store's namespace */
 	Py_ssize_t views;	/* live Views of its buffers: close() waits for none */
+	Py_ssize_t users;	/* caches over it (Radix, HCache, HiRadix), likewise */
 } PoolObject;
+
+/*
+ * A dependent object's strong reference to the Driver or Pool it hangs on,
+ * counted in the owner's users: the owner's close() refuses (EBUSY) while
+ * one is open, so that nothing is destroyed under a live handle.  RELEASE
+ * at the dependent's close or dealloc.
+ */
+#define KVPY_HOLD(field, obj)                                                  \
+	do {                                                                   \
+		Py_INCREF(obj);                                                \
+		(obj)->users++;                                                \
+		(field) = (obj);                                               \
+	} while (0)
+#define KVPY_RELEASE(field)                                                    \
+	do {                                                                   \
+		if (field) {                                                   \
+			(field)->users--;                                      \
+			Py_CLEAR(field);                                       \
+		}                                                              \
+	} while (0)
 
 /*
  * The request table: its host mirror is the object's read-only buffer

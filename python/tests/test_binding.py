@@ -214,3 +214,29 @@ def test_pool_slab_settings_and_give_back():
             assert p.stats()["bytes_mapped"] < before
         with pytest.raises(kvslab.Error):
             kvslab.Pool(d, "tiny", 1, 1 << 20, min_empty=8, max_empty=2)
+
+
+def test_owner_close_refuses_while_dependents_are_open():
+    d = kvslab.Driver("host")
+    p = kvslab.Pool(d, "tiny", 1, 4096)
+    t = kvslab.Reqtab(d, 2, 8)
+    r = kvslab.Radix(p)
+    for owner, errs in ((d, "pools or request tables"), (p, "caches")):
+        with pytest.raises(kvslab.Error) as e:
+            owner.close()
+        assert e.value.errno == errno.EBUSY and errs in str(e.value)
+    assert not d.closed and p.available() > 0  # nothing changed
+    r.close()
+    p.close()           # its cache is closed now
+    with pytest.raises(kvslab.Error):
+        d.close()       # the table is still open
+    t.close()
+    d.close()
+    assert d.closed
+    # Dependents collected without close() release their owner too.
+    d = kvslab.Driver("host")
+    p = kvslab.Pool(d, "tiny", 1, 4096)
+    kvslab.Radix(p)     # dropped at once
+    del p
+    gc.collect()
+    d.close()
