@@ -6,7 +6,7 @@ set -eu
 pkgs="build-essential autoconf automake libtool pkg-config check liburcu-dev \
 libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox \
 libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack python3-cbor2 python3-xxhash \
-python3-dev python3-setuptools python3-pytest python3-numpy $*"
+python3-dev python3-setuptools python3-pytest python3-numpy libmicrohttpd-dev $*"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -46,6 +46,12 @@
  * wrote the labels into its copy), so there is nothing to count, and a
  * remove waits for at most one snapshot pass, never for a write_cb.
  * kvs_metrics_add() takes m->lock only.
+ *
+ * kvs_metrics_serve() answers GET /metrics over HTTP
+ * (lib/ops/metrics_http.c): each request is a kvs_metrics_write() on a
+ * thread of the HTTP library.  m->serve guards the server pointer only;
+ * no scrape takes it, so stopping the server under it (which waits for the
+ * requests in progress) cannot wait for itself.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,6 +65,7 @@
 
 #include "internal.h"
 #include "mem/cacheops.h"
+#include "ops/metrics_http.h"
 #include "kvslab/metrics.h"
 
 struct entry {
@@ -72,6 +79,8 @@ struct kvs_metrics {
 	pthread_mutex_t lock;	/* the list; a leaf */
 	pthread_mutex_t scrape;	/* reading the objects; before lock */
 	struct entry *head, **tail;
+	pthread_mutex_t serve;	/* the HTTP server; never taken by a scrape */
+	struct kvsi_http *http;	/* kvs_metrics_serve()'s, or NULL */
 };
 
 /* The pool's own numbers: a family of the metrics only. */
@@ -145,12 +154,14 @@ KVS_EXPORT kvs_metrics_t *kvs_metrics_create(void)
 	}
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_mutex_init(&m->scrape, NULL);
+	pthread_mutex_init(&m->serve, NULL);
 	m->tail = &m->head;
 	return m;
 }
 
 /**
- * kvs_metrics_destroy() - free a registry; the objects are not touched.
+ * kvs_metrics_destroy() - free a registry, stopping its HTTP server first;
+ * the objects are not touched.
  * @m: the registry, or NULL (nothing done).
  *
  * Context: no other call on @m may run or follow.
@@ -162,6 +173,7 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 
 	if (!m)
 		return 0;
+	kvsi_http_stop(m->http);
 	for (e = m->head; e; e = n) {
 		n = e->next;
 		free(e->label);
@@ -169,6 +181,7 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 	}
 	pthread_mutex_destroy(&m->lock);
 	pthread_mutex_destroy(&m->scrape);
+	pthread_mutex_destroy(&m->serve);
 	free(m);
 	return 0;
 }
@@ -570,4 +583,69 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 	snaps_free(sn, n);
 	free(o.b.buf);
 	return o.b.nomem ? kvs_fail(ENOMEM) : 0;
+}
+
+/* ----------------------------------------------------------------- HTTP */
+
+/**
+ * kvs_metrics_serve() - answer GET /metrics over HTTP with
+ * kvs_metrics_write()'s text, from a thread of libmicrohttpd, until
+ * kvs_metrics_serve_stop() or kvs_metrics_destroy().
+ * @m: the registry.
+ * @addr: "HOST:PORT" or "[IPV6]:PORT"; "PORT" or ":PORT" is the loopback
+ * address (127.0.0.1), "*:PORT" every interface (lib/ops/metrics_http.c).
+ * @port: receives the port bound (port 0 asks for an ephemeral one), or NULL.
+ *
+ * Context: any thread; takes m->serve, which no scrape takes.
+ * Return: 0, or -1 with errno EINVAL (NULL @m or @addr, a malformed
+ * @addr), EBUSY (@m serves already), ENOTSUP (built without
+ * libmicrohttpd), EADDRINUSE, EACCES, EADDRNOTAVAIL (bind() and
+ * getaddrinfo()), ENOMEM; nothing is left listening.
+ */
+KVS_EXPORT int kvs_metrics_serve(kvs_metrics_t *m, const char *addr, uint16_t *port)
+{
+	struct kvsi_http *h = NULL;
+	uint16_t got = 0;
+	int rc;
+
+	if (!m || !addr)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&m->serve);
+	if (m->http) {
+		pthread_mutex_unlock(&m->serve);
+		return kvs_fail(EBUSY);
+	}
+	rc = kvsi_http_start(m, addr, &h, &got);
+	if (rc == 0)
+		m->http = h;
+	pthread_mutex_unlock(&m->serve);
+	if (rc < 0)
+		return -1;	/* errno from kvsi_http_start() */
+	if (port)
+		*port = got;
+	return 0;
+}
+
+/**
+ * kvs_metrics_serve_stop() - stop kvs_metrics_serve()'s server: the
+ * requests being answered finish, the socket is closed.
+ * @m: the registry.
+ *
+ * Context: any thread, not a write_cb of a scrape the server answers.
+ * Return: 0, or -1 with errno EINVAL (NULL @m) or ENOENT (not serving).
+ */
+KVS_EXPORT int kvs_metrics_serve_stop(kvs_metrics_t *m)
+{
+	struct kvsi_http *h;
+
+	if (!m)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&m->serve);
+	h = m->http;
+	m->http = NULL;
+	pthread_mutex_unlock(&m->serve);
+	if (!h)
+		return kvs_fail(ENOENT);
+	kvsi_http_stop(h);
+	return 0;
 }

@@ -5,10 +5,18 @@
  * a hierarchical cache and a file store, checked line by line by a strict
  * parser (tests/prom_check.py) and sample by sample against each object's
  * own kvs_*_stat(); the escaping of a label with a quote, a backslash and a
- * newline; the registry's refusals and removal.
+ * newline; the registry's refusals and removal; kvs_metrics_serve(): a
+ * real HTTP GET over a socket, the body through the same checker, a second
+ * server on the port refused, the loopback address by default, every
+ * socket and thread gone after the stop (skipped, with the reason, when
+ * built without libmicrohttpd).
  */
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pthread.h>
 #include <time.h>
 #include <stdio.h>
@@ -575,6 +583,272 @@ START_TEST(test_checker_strict)
 }
 END_TEST
 
+/* ------------------------------------------------------------ HTTP */
+
+#ifdef KVS_HAVE_MICROHTTPD
+/* One HTTP/1.0 request to 127.0.0.1:@port; the whole answer (status line,
+ * headers, body), or NULL when the connection was refused (errno). */
+static char *http_get(uint16_t port, const char *method, const char *path)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct buf b = {0};
+	char req[256], chunk[4096];
+	ssize_t n;
+	int fd, e;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", method, path);
+	ck_assert_int_eq(write(fd, req, (size_t)n), n);
+	b.p = strdup("");
+	b.cap = 1;
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
+		if (b.len + (size_t)n + 1 > b.cap) {
+			b.cap = (b.len + (size_t)n + 1) * 2;
+			b.p = realloc(b.p, b.cap);
+			ck_assert_ptr_nonnull(b.p);
+		}
+		memcpy(b.p + b.len, chunk, (size_t)n);
+		b.len += (size_t)n;
+		b.p[b.len] = 0;
+	}
+	ck_assert_int_eq(n, 0);
+	close(fd);
+	return b.p;
+}
+
+/* The open descriptors of this process. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;	/* the directory's own */
+}
+
+/* The threads of this process. */
+static int count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The local address (hex, as /proc/net/tcp writes it) of the socket
+ * listening on @port, or "" when none. */
+static void listen_addr(uint16_t port, char *out, size_t size)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512], addr[64];
+	unsigned p, st;
+
+	ck_assert_ptr_nonnull(f);
+	*out = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, " %*d: %63[0-9A-F]:%X %*[0-9A-F]:%*X %X", addr, &p, &st) == 3 &&
+		    p == port && st == 0x0A)
+			snprintf(out, size, "%s", addr);
+	fclose(f);
+}
+
+START_TEST(test_http)
+{
+	char dir[] = "/tmp/kvs_metrics_XXXXXX", addr[64], la[64];
+	struct objs o = {0};
+	kvs_metrics_t *m, *m2;
+	uint16_t port = 0, port2 = 1;
+	char *ans, *body, *samples;
+	int status, fds, threads;
+	static const char *const bad[] = {"", "abc", ":", ":65536", ":-1", "::1:80", "[::1]",
+					  "[]:80", "[::1:80", "127.0.0.1:8x", ":123456"};
+
+	open_all(&o, dir);
+	o.ld = "host0";
+	o.lp = "gpu0";
+	o.lp2 = "gpu1";
+	o.lr = "r";
+	o.lhc = "hc";
+	o.lhp = "hp";
+	o.lh = "h";
+	o.lst = "file";
+	m = kvs_metrics_create();
+	m2 = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_nonnull(m2);
+	ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, o.ld), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p, o.lp), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p2, o.lp2), 0);
+	ck_assert_int_eq(kvs_metrics_add_radix(m, o.r, o.lr), 0);
+	ck_assert_int_eq(kvs_metrics_add_hcache(m, o.hc, o.lhc), 0);
+	ck_assert_int_eq(kvs_metrics_add_hpool(m, o.hp, o.lhp), 0);
+	ck_assert_int_eq(kvs_metrics_add_hiradix(m, o.h, o.lh), 0);
+	ck_assert_int_eq(kvs_metrics_add_store(m, o.st, o.lst), 0);
+
+	/* Refusals change nothing. */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		ck_assert_msg(kvs_metrics_serve(m, bad[i], &port) == -1 && errno == EINVAL,
+			      "address \"%s\" accepted (errno %d)", bad[i], errno);
+	}
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(NULL, ":0", &port), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, NULL, &port), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, "no-such-host.invalid:0", &port), -1);
+	ck_assert_int_ne(errno, 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_metrics_serve_stop(NULL), -1);
+	ck_assert_uint_eq(port, 0);
+
+	fds = count_fds();
+	threads = count_threads();
+	/* ":0": an ephemeral port on the loopback address only. */
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port), 0);
+	ck_assert_uint_ne(port, 0);
+	listen_addr(port, la, sizeof(la));
+	ck_assert_str_eq(la, "0100007F");
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port2), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_uint_eq(port2, 1);
+
+	/* A real GET: status, Content-Type, and a body the checker takes,
+	 * with every registered object's series. */
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_msg(!strncmp(ans, "HTTP/1.1 200 ", 13) || !strncmp(ans, "HTTP/1.0 200 ", 13),
+		      "%s", ans);
+	ck_assert_ptr_nonnull(strcasestr(ans, "\r\nContent-Type: " KVS_METRICS_CONTENT_TYPE "\r\n"));
+	body = strstr(ans, "\r\n\r\n");
+	ck_assert_ptr_nonnull(body);
+	body += 4;
+	samples = prom_check(body, strlen(body), &status);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prom_check.py failed on:\n%s",
+		      body);
+	for (const char *fam = "drv\0slab\0pool\0radix\0hcache\0hpool\0hiradix\0store\0"; *fam;
+	     fam += strlen(fam) + 1) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "kvslab_%s_", fam);
+		ck_assert_msg(strstr(samples, want) != NULL, "no %s series", fam);
+	}
+	free(samples);
+	free(ans);
+	/* HEAD: the headers only. */
+	ans = http_get(port, "HEAD", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	ck_assert_ptr_nonnull(strstr(ans, "\r\n\r\n"));
+	ck_assert_str_eq(strstr(ans, "\r\n\r\n"), "\r\n\r\n");
+	free(ans);
+	/* Another path, another method. */
+	ans = http_get(port, "GET", "/");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "404", 3), 0);
+	free(ans);
+	ans = http_get(port, "GET", "/metrics/x");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "404", 3), 0);
+	free(ans);
+	ans = http_get(port, "POST", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "405", 3), 0);
+	free(ans);
+
+	/* A second server on the port fails cleanly; the first still answers. */
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m2, addr, &port2), -1);
+	ck_assert_int_eq(errno, EADDRINUSE);
+	ck_assert_uint_eq(port2, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m2), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	free(ans);
+
+	/* Removing an object shows in the next scrape. */
+	ck_assert_int_eq(kvs_metrics_remove(m, o.st), 0);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_ptr_null(strstr(ans, "kvslab_store_"));
+	ck_assert_ptr_nonnull(strstr(ans, "kvslab_hiradix_"));
+	free(ans);
+
+	/* The stop closes the socket and ends the thread. */
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), 0);
+	ck_assert_ptr_null(http_get(port, "GET", "/metrics"));
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_threads(), threads);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	/* The port is free again: the other registry takes it. */
+	ck_assert_int_eq(kvs_metrics_serve(m2, addr, &port2), 0);
+	ck_assert_uint_eq(port2, port);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	/* An empty registry: an empty body. */
+	ck_assert_str_eq(strstr(ans, "\r\n\r\n"), "\r\n\r\n");
+	free(ans);
+	/* Destroying a serving registry stops its server. */
+	ck_assert_int_eq(kvs_metrics_destroy(m2), 0);
+	ck_assert_ptr_null(http_get(port, "GET", "/metrics"));
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_threads(), threads);
+
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	close_all(&o, dir);
+}
+END_TEST
+#else /* !KVS_HAVE_MICROHTTPD */
+START_TEST(test_http)
+{
+	kvs_metrics_t *m = kvs_metrics_create();
+	uint16_t port = 1;
+
+	ck_assert_ptr_nonnull(m);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port), -1);
+	ck_assert_int_eq(errno, ENOTSUP);
+	ck_assert_uint_eq(port, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	tu_skip(__func__, "built without libmicrohttpd (configure: metrics http: no): "
+			  "kvs_metrics_serve() fails with ENOTSUP, checked; no HTTP test");
+}
+END_TEST
+#endif /* KVS_HAVE_MICROHTTPD */
+
 static Suite *metrics_suite(void)
 {
 	Suite *s = suite_create("metrics");
@@ -585,6 +859,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, test_write_cb_unlocked);
 	tcase_add_test(tc, test_checker_strict);
 	tcase_add_test(tc, test_label_utf8);
+	tcase_add_test(tc, test_http);
 	suite_add_tcase(s, tc);
 	return s;
 }
