@@ -2,7 +2,7 @@
 /*
  * kvslab/metrics.h - every statistic of the library in the Prometheus text
  * exposition format (version 0.0.4), through a write callback: a registry of
- * objects, each with an optional "instance" label, written in one call, so
+ * objects, each with an optional "object" label, written in one call, so
  * an engine's /metrics endpoint is one call, or kvs_metrics_serve() serves it
  * over HTTP.  See kvs_metrics_create(3).
  */
@@ -26,6 +26,10 @@ extern "C" {
 #endif
 
 typedef struct kvs_metrics kvs_metrics_t;
+
+/* The label that tells two objects of a family apart (not "instance", which
+ * a Prometheus server sets to the target it scraped). */
+#define KVS_METRICS_LABEL "object"
 
 /* The Content-Type an HTTP endpoint serving kvs_metrics_write()'s text sends. */
 #define KVS_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"

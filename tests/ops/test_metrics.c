@@ -61,15 +61,57 @@ struct exps {
 	size_t n;
 };
 
+/*
+ * The names kvs_metrics_write(3) gives where they are not
+ * kvslab_FAMILY_STATISTIC (Prometheus's conventions: the unit last, no
+ * word twice), and the times it writes in seconds: the documented
+ * contract, written out here so that a change to it fails.
+ */
+static const struct {
+	const char *fam, *stat, *name;
+	int ns;
+} renames[] = {
+	{"drv", "bytes_reserved", "drv_reserved_bytes", 0},
+	{"drv", "bytes_created", "drv_created_bytes", 0},
+	{"drv", "bytes_created_peak", "drv_created_peak_bytes", 0},
+	{"drv", "bytes_mapped", "drv_mapped_bytes", 0},
+	{"drv", "bytes_mapped_peak", "drv_mapped_peak_bytes", 0},
+	{"drv", "bytes_copied", "drv_copied_bytes", 0},
+	{"drv", "bytes_host", "drv_host_bytes", 0},
+	{"drv", "ns_in_calls", "drv_call_seconds", 1},
+	{"slab", "bytes_mapped", "slab_mapped_bytes", 0},
+	{"slab", "bytes_mapped_peak", "slab_mapped_peak_bytes", 0},
+	{"slab", "bytes_live", "slab_live_bytes", 0},
+	{"slab", "bytes_pooled", "slab_pooled_bytes", 0},
+	{"slab", "slab_maps", "slab_maps", 0},
+	{"slab", "slab_unmaps", "slab_unmaps", 0},
+	{"slab", "drv_ns", "slab_drv_call_seconds", 1},
+	{"hpool", "bytes_copied", "hpool_copied_bytes", 0},
+	{"store", "bytes_read", "store_read_bytes", 0},
+	{"store", "bytes_written", "store_written_bytes", 0},
+	{"store", "bytes_stored", "store_stored_bytes", 0},
+};
+
 static void expect(struct exps *x, const char *fam, const char *stat, int counter,
 		   const char *label, uint64_t v)
 {
 	struct exp *e = &x->e[x->n++];
+	int ns = 0;
 
 	ck_assert_uint_lt(x->n, 1024);
 	snprintf(e->name, sizeof(e->name), "kvslab_%s_%s%s", fam, stat, counter ? "_total" : "");
+	for (size_t i = 0; i < sizeof(renames) / sizeof(renames[0]); i++)
+		if (!strcmp(renames[i].fam, fam) && !strcmp(renames[i].stat, stat)) {
+			snprintf(e->name, sizeof(e->name), "kvslab_%s%s", renames[i].name,
+				 counter ? "_total" : "");
+			ns = renames[i].ns;
+		}
 	e->label = label;
-	snprintf(e->value, sizeof(e->value), "%" PRIu64, v);
+	if (ns)
+		snprintf(e->value, sizeof(e->value), "%" PRIu64 ".%09" PRIu64, v / 1000000000u,
+			 v % 1000000000u);
+	else
+		snprintf(e->value, sizeof(e->value), "%" PRIu64, v);
 	e->found = 0;
 }
 
@@ -133,6 +175,24 @@ static void expect_all(struct exps *x, const struct objs *o)
 	expect(x, "pool", "caches", 0, o->lp2, 1);
 	expect(x, "pool", "evictable_tokens", 0, o->lp2,
 	       (uint64_t)kvs_hcache_free_queue(o->hc, NULL, 0) * kvs_pool_page_size(o->p2));
+	/* KV usage as vLLM and SGLang count it: neither free nor evictable. */
+	for (int i = 0; i < 2; i++) {
+		kvs_pool_t *p = i ? o->p2 : o->p;
+		const char *l = i ? o->lp2 : o->lp;
+		uint64_t cap = (uint64_t)kvs_pool_capacity(p) * kvs_pool_page_size(p);
+		uint64_t idle = (uint64_t)kvs_pool_available(p) * kvs_pool_page_size(p) +
+				(i ? (uint64_t)kvs_hcache_free_queue(o->hc, NULL, 0) *
+					     kvs_pool_page_size(p)
+				   : kvs_radix_evictable(o->r) + hr_evictable(o->h));
+		uint64_t used = idle < cap ? cap - idle : 0;
+		struct exp *e;
+
+		expect(x, "pool", "capacity_tokens", 0, l, cap);
+		expect(x, "pool", "used_tokens", 0, l, used);
+		expect(x, "pool", "usage_ratio", 0, l, 0);
+		e = &x->e[x->n - 1];
+		snprintf(e->value, sizeof(e->value), "%.17g", cap ? (double)used / (double)cap : 0.0);
+	}
 	for (int i = 0; i < KVS_RADIX_STAT__COUNT; i++)
 		expect(x, "radix", kvs_radix_stat_name(i), radix_kind[i], o->lr,
 		       kvs_radix_stat(o->r, i));
@@ -321,6 +381,11 @@ START_TEST(test_write_all)
 	ck_assert_int_eq(kvs_pool_alloc(o.p, 8, locs), 0);
 	ck_assert_int_eq(kvs_radix_insert(o.r, 0, key, 8, locs, 0, NULL), 0);
 	ck_assert_int_eq(kvs_radix_match(o.r, 0, key, 8, got, NULL), 8);
+	/* Queries count the whole key, hits whole pages (4 tokens): a hit
+	 * rate over tokens as vLLM and SGLang give it. */
+	ck_assert_int_eq(kvs_radix_match(o.r, 0, key, 7, got, NULL), 4);
+	ck_assert_uint_eq(kvs_radix_stat(o.r, KVS_RADIX_STAT_query_tokens), 8 + 7);
+	ck_assert_uint_eq(kvs_radix_stat(o.r, KVS_RADIX_STAT_hit_tokens), 8 + 4);
 
 	m = kvs_metrics_create();
 	ck_assert_ptr_nonnull(m);
@@ -362,7 +427,7 @@ START_TEST(test_write_all)
 	ck_assert_int_lt(tries, 50);
 	ck_assert_int_ge(b.calls, 1);
 	/* The label's escapes, as the format spells them. */
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_radix_matches_total{instance=\"r\\\"q\\\\x\\ny\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_radix_matches_total{object=\"r\\\"q\\\\x\\ny\"} 2\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_alloc_fast_total counter\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_objects gauge\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_hiradix_nodes 0\n"));
@@ -389,8 +454,8 @@ START_TEST(test_write_all)
 	ck_assert_int_eq(errno, EEXIST);
 	b.len = 0;
 	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_slab_objects{instance=\"gpu1\"} 0\n"));
-	ck_assert_ptr_null(strstr(b.p, "kvslab_pool_capacity_pages{instance=\"gpu1\"}"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_slab_objects{object=\"gpu1\"} 0\n"));
+	ck_assert_ptr_null(strstr(b.p, "kvslab_pool_capacity_pages{object=\"gpu1\"}"));
 	samples = prom_check(b.p, b.len, &status);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	free(samples);
@@ -474,18 +539,18 @@ START_TEST(test_write_cb_unlocked)
 	h[1].bytes[0] = 1;
 	ck_assert_int_eq(kvs_hcache_lookup(o.hc, h, 2, 12, blk), 0);
 	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_drv_reserve_calls_total{instance=\"host1\"} "));
-	ck_assert_ptr_null(strstr(b.p, "instance=\"host0\""));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_drv_reserve_calls_total{object=\"host1\"} "));
+	ck_assert_ptr_null(strstr(b.p, "object=\"host0\""));
 	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_store_exists_calls_total "));
-	p = strstr(b.p, "kvslab_hcache_window_hit_blocks{instance=\"hc\"} 0\n");
+	p = strstr(b.p, "kvslab_hcache_window_hit_blocks{object=\"hc\"} 0\n");
 	q = strstr(b.p, "# HELP kvslab_hcache_window_hit_ratio window_hit_blocks / "
 		       "window_query_blocks, 0 if none\n# TYPE kvslab_hcache_window_hit_ratio gauge\n"
-		       "kvslab_hcache_window_hit_ratio{instance=\"hc\"} 0\n"
+		       "kvslab_hcache_window_hit_ratio{object=\"hc\"} 0\n"
 		       "# HELP kvslab_hcache_cached_blocks ");
 	ck_assert_ptr_nonnull(p);
 	ck_assert_ptr_nonnull(q);
 	ck_assert_ptr_eq(strchr(p, '#'), q);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_hcache_query_blocks_total{instance=\"hc\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_hcache_query_blocks_total{object=\"hc\"} 2\n"));
 	samples = prom_check(b.p, b.len, &status);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	free(samples);
@@ -560,14 +625,23 @@ START_TEST(test_checker_strict)
 		"kvslab_x 1\n",					   /* no HELP/TYPE */
 		"# HELP kvslab_x d\n# TYPE kvslab_x counter\nkvslab_x 1\n", /* no _total */
 		"# HELP kvslab_x_total d\n# TYPE kvslab_x_total gauge\nkvslab_x_total 1\n",
-		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\"b\"} 1\n",
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{object=\"a\"b\"} 1\n",
+		/* Prometheus's naming: no "instance" label, no stutter, base
+		 * units last, a ratio within 0..1. */
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\"} 1\n",
+		"# HELP kvslab_slab_slab_maps_total d\n# TYPE kvslab_slab_slab_maps_total counter\n"
+		"kvslab_slab_slab_maps_total 1\n",
+		"# HELP kvslab_x_bytes_mapped d\n# TYPE kvslab_x_bytes_mapped gauge\n"
+		"kvslab_x_bytes_mapped 1\n",
+		"# HELP kvslab_x_ns_total d\n# TYPE kvslab_x_ns_total counter\nkvslab_x_ns_total 1\n",
+		"# HELP kvslab_x_ratio d\n# TYPE kvslab_x_ratio gauge\nkvslab_x_ratio 1.5\n",
 		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x 1\nkvslab_x 2\n",
 		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x one\n",
 		"# HELP 9x d\n# TYPE 9x gauge\n9x 1\n",
 		"# TYPE kvslab_x gauge\n# HELP kvslab_x d\nkvslab_x 1\n",
 	};
 	static const char good[] =
-		"# HELP kvslab_x d \\\\ \\n\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\\\"\\\\\\n\"} 1\n";
+		"# HELP kvslab_x d \\\\ \\n\n# TYPE kvslab_x gauge\nkvslab_x{object=\"a\\\"\\\\\\n\"} 1\n";
 	int status;
 	char *s;
 
