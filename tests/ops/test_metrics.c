@@ -16,7 +16,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <time.h>
 #include <stdio.h>
@@ -902,7 +904,90 @@ START_TEST(test_http)
 	close_all(&o, dir);
 }
 END_TEST
+
+/* The value of the first sample of @name{object="@obj"} in @text, or -1. */
+static double sample_of(const char *text, const char *name, const char *obj)
+{
+	char want[256];
+	const char *p;
+
+	snprintf(want, sizeof(want), "\n%s{object=\"%s\"} ", name, obj);
+	p = strstr(text, want);
+	return p ? strtod(p + strlen(want), NULL) : -1;
+}
+
+/*
+ * kvslab-replay --metrics: while a replay runs (a long one, killed once
+ * seen), its objects are scraped over HTTP under the strategy's name, the
+ * text passes the checker, and the prefix cache's query tokens grow.
+ */
+START_TEST(test_replay_metrics)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char tool[1024], line[512], *ans = NULL;
+	double q = -1, q0 = -1;
+	unsigned port = 0;
+	int fds[2], status, tries;
+	FILE *err;
+	pid_t pid;
+
+	snprintf(tool, sizeof(tool), "%s/tools/kvslab-replay", top && *top ? top : ".");
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fds[1], 2);
+		close(fds[0]);
+		close(fds[1]);
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(126);
+		execl(tool, tool, "-q", "--no-progress", "-m", "tiny", "--requests", "100000",
+		      "-s", "slab:16", "--metrics", "127.0.0.1:0", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	err = fdopen(fds[0], "r");
+	ck_assert_ptr_nonnull(err);
+	while (fgets(line, sizeof(line), err))
+		if (sscanf(line, "kvslab-replay: metrics on 127.0.0.1:0 (port %u)", &port) == 1)
+			break;
+	ck_assert_msg(port > 0 && port < 65536, "no port from kvslab-replay --metrics");
+	/* Scrape until the run's cache has been queried twice apart. */
+	for (tries = 0; tries < 600 && !(q0 > 0 && q > q0); tries++) {
+		free(ans);
+		ans = http_get((uint16_t)port, "GET", "/metrics");
+		ck_assert_msg(ans != NULL, "the replay stopped serving: %s", strerror(errno));
+		ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+		q = sample_of(ans, "kvslab_radix_query_tokens_total", "slab:16");
+		if (q0 <= 0)
+			q0 = q;
+		usleep(100000);
+	}
+	ck_assert_msg(q0 > 0 && q > q0, "query tokens did not grow: %g then %g", q0, q);
+	{
+		char *body = strstr(ans, "\r\n\r\n") + 4, *samples;
+
+		samples = prom_check(body, strlen(body), &status);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "prom_check.py failed on:\n%s", body);
+		free(samples);
+		ck_assert(sample_of(body, "kvslab_pool_usage_ratio", "slab:16") >= 0);
+		ck_assert(sample_of(body, "kvslab_slab_mapped_bytes", "slab:16") >= 0);
+		ck_assert(sample_of(body, "kvslab_drv_map_calls_total", "slab:16") >= 0);
+	}
+	free(ans);
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	fclose(err);
+}
+END_TEST
 #else /* !KVS_HAVE_MICROHTTPD */
+START_TEST(test_replay_metrics)
+{
+	tu_skip(__func__, "built without libmicrohttpd: kvslab-replay --metrics has no server");
+}
+END_TEST
+
 START_TEST(test_http)
 {
 	kvs_metrics_t *m = kvs_metrics_create();
@@ -934,6 +1019,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, test_checker_strict);
 	tcase_add_test(tc, test_label_utf8);
 	tcase_add_test(tc, test_http);
+	tcase_add_test(tc, test_replay_metrics);
 	suite_add_tcase(s, tc);
 	return s;
 }
