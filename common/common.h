@@ -83,6 +83,12 @@
  *                                                  never held across
  *                                                  write_cb; never taken
  *                                                  under pool->elastic
+ *  -    metrics->serve      lib/ops/metrics.c      nothing; stopping the
+ *                                                  HTTP server under it
+ *                                                  waits for its scrapes
+ *                                                  (metrics->scrape and
+ *                                                  below), which never take
+ *                                                  it
  *  1    flow->lock          lib/flow/flow.c        2-6
  *  2    radix->wlock        lib/cache/radix.c      kvpub->qlock, sc->lock,
  *                                                  3-6

@@ -16,7 +16,8 @@ fi
 pkgs="build-essential autoconf automake libtool pkg-config check liburcu-dev \
 libssl-dev libxxhash-dev libhiredis-dev redis-server mandoc valgrind gnuplot-nox \
 libzmq3-dev libmsgpack-dev|libmsgpack-c-dev python3-zmq python3-msgpack python3-cbor2 \
-python3-xxhash python3-dev python3-setuptools python3-pytest python3-numpy cmake $*"
+python3-xxhash python3-dev python3-setuptools python3-pytest python3-numpy cmake \
+libmicrohttpd-dev prometheus $*"
 
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

@@ -6,13 +6,20 @@ kvs_metrics_write() writes it (tests/ops/test_metrics.c, test_ctl.c).
 Reads FILE (or stdin); every line must be a # HELP, a # TYPE or a sample,
 each metric's HELP then TYPE come once and before its samples, which
 follow them contiguously; counters end in _total and gauges do not; label
-values use only the three escapes; no series repeats.  Prints one line a
+values use only the three escapes; no series repeats.  Prometheus's naming
+conventions too: the only label is "object" (never "instance", which the
+server sets itself), no word twice in a row (kvslab_slab_slab_maps), base
+units only (bytes, seconds; no ns, ms, KiB ...) and as the name's last word
+(before _total), a _ratio gauge within 0..1.  When promtool is on the PATH,
+`promtool check metrics` must find nothing either.  Prints one line a
 sample, "NAME<TAB>INSTANCE-AS-HEX or -<TAB>VALUE", and exits 0; on the
 first fault prints "line N: why" to stderr and exits 1.  Uses
 prometheus_client's parser as a second opinion when it is installed.
 """
 import math
 import re
+import shutil
+import subprocess
 import sys
 
 NAME = r'[a-zA-Z_:][a-zA-Z0-9_:]*'
@@ -29,6 +36,39 @@ def unescape(s):
 def fail(n, why):
     sys.stderr.write('line %d: %s\n' % (n, why))
     sys.exit(1)
+
+
+# Units a name may not use (not base units), and the base units, which end it.
+NOT_BASE = {'ns', 'us', 'ms', 'nanoseconds', 'microseconds', 'milliseconds', 'minutes',
+            'hours', 'kb', 'mb', 'gb', 'kib', 'mib', 'gib', 'percent', 'perc', 'pct'}
+BASE_LAST = {'bytes', 'seconds', 'ratio'}
+
+
+def name_rules(n, name, kind):
+    words = name.split('_')
+    if kind == 'counter':
+        words = words[:-1]
+    for a, b in zip(words, words[1:]):
+        if a == b:
+            fail(n, 'stutter in %s: %s_%s' % (name, a, b))
+    for i, w in enumerate(words):
+        if w in NOT_BASE:
+            fail(n, '%s: %s is not a base unit (bytes, seconds)' % (name, w))
+        if w in BASE_LAST and i != len(words) - 1:
+            fail(n, '%s: the unit %s must be the last word%s' %
+                 (name, w, ' before _total' if kind == 'counter' else ''))
+    if words[-1] == 'ratio' and kind != 'gauge':
+        fail(n, '%s: a ratio is a gauge' % name)
+
+
+def promtool(text):
+    tool = shutil.which('promtool')
+    if not tool:
+        return
+    p = subprocess.run([tool, 'check', 'metrics'], input=text.encode(),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if p.returncode != 0 or p.stdout.strip():
+        fail(0, 'promtool check metrics: %s' % p.stdout.decode(errors='replace').strip())
 
 
 def main():
@@ -61,6 +101,7 @@ def main():
                     fail(n, 'unexpected type ' + kind)
                 if (kind == 'counter') != name.endswith('_total'):
                     fail(n, '%s %s: counters, and only counters, end in _total' % (kind, name))
+                name_rules(n, name, kind)
                 typed[name] = kind
                 current = ('type', name)
                 continue
@@ -73,14 +114,16 @@ def main():
             fail(n, 'sample before its TYPE: ' + name)
         if current != ('type', name):
             fail(n, 'sample away from its family: ' + name)
-        if lname is not None and lname != 'instance':
-            fail(n, 'unexpected label ' + lname)
+        if lname is not None and lname != 'object':
+            fail(n, 'unexpected label %s (the only one is object)' % lname)
         try:
             v = float(value)
         except ValueError:
             fail(n, 'bad value %r' % value)
         if math.isnan(v) or (typed[name] == 'counter' and v < 0):
             fail(n, 'bad value %r for a %s' % (value, typed[name]))
+        if name.endswith('_ratio') and not 0 <= v <= 1:
+            fail(n, 'a ratio out of 0..1: %r' % value)
         inst = None if lval is None else unescape(lval)
         key = (name, inst)
         if key in seen:
@@ -96,6 +139,7 @@ def main():
             fail(0, 'prometheus_client counts %d samples, we %d' % (count, len(out)))
     except ImportError:
         pass
+    promtool(text)
     sys.stdout.write(''.join(s + '\n' for s in out))
 
 

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <kvslab/metrics.h>
+
 #include "ctl_client.h"
 
 struct sample {
@@ -40,7 +42,8 @@ static void snap_free(struct snap *sn)
 	memset(sn, 0, sizeof(*sn));
 }
 
-/* One sample line: name, then an optional {instance="..."}, then a value. */
+/* One sample line: name, then an optional {object="..."} (KVS_METRICS_LABEL),
+ * then a value. */
 static void parse_line(struct snap *sn, char *l)
 {
 	char *name = l, *inst = NULL, *p = l, *end;
@@ -52,9 +55,11 @@ static void parse_line(struct snap *sn, char *l)
 		char *q, *w;
 
 		*p++ = 0;
-		if (strncmp(p, "instance=\"", 10))
+		static const char lab[] = KVS_METRICS_LABEL "=\"";
+
+		if (strncmp(p, lab, sizeof(lab) - 1))
 			return;
-		q = w = inst = p + 10;
+		q = w = inst = p + sizeof(lab) - 1;
 		while (*q && *q != '"') {
 			if (*q == '\\' && q[1]) {
 				q++;
@@ -193,8 +198,8 @@ static void show(const struct snap *sn, const struct snap *prev)
 		printf("%-12s %9s %9s %9s %8s %8s %8s %10s %10s %6s\n", "SLAB", "MAPPED", "LIVE",
 		       "POOLED", "PAGES", "FULL", "PARTIAL", "ALLOCS/S", "FREES/S", "FRAG");
 		for (size_t i = 0; i < k; i++) {
-			double mapped = get(sn, "kvslab_slab_bytes_mapped", in[i]);
-			double live = get(sn, "kvslab_slab_bytes_live", in[i]);
+			double mapped = get(sn, "kvslab_slab_mapped_bytes", in[i]);
+			double live = get(sn, "kvslab_slab_live_bytes", in[i]);
 			char frag[16];
 
 			fmt_rate(rate(sn, prev, "kvslab_slab_alloc_fast_total",
@@ -207,7 +212,7 @@ static void show(const struct snap *sn, const struct snap *prev)
 				snprintf(frag, sizeof(frag), "-");
 			printf("%-12s %9s %9s %9s %8.0f %8.0f %8.0f %10s %10s %6s\n", NAME_OR(in[i]),
 			       human(mapped, b1, sizeof(b1)), human(live, b2, sizeof(b2)),
-			       human(get(sn, "kvslab_slab_bytes_pooled", in[i]), b3, sizeof(b3)),
+			       human(get(sn, "kvslab_slab_pooled_bytes", in[i]), b3, sizeof(b3)),
 			       get(sn, "kvslab_slab_objects", in[i]),
 			       get(sn, "kvslab_slab_slabs_full", in[i]),
 			       get(sn, "kvslab_slab_slabs_partial", in[i]), r1, r2, frag);
@@ -255,21 +260,21 @@ static void show(const struct snap *sn, const struct snap *prev)
 		       get(sn, "kvslab_hpool_pages_used", in[i]),
 		       get(sn, "kvslab_hpool_pages_used_peak", in[i]),
 		       get(sn, "kvslab_hpool_pages_busy", in[i]),
-		       human(get(sn, "kvslab_hpool_bytes_copied_total", in[i]), b1, sizeof(b1)));
+		       human(get(sn, "kvslab_hpool_copied_bytes_total", in[i]), b1, sizeof(b1)));
 	k = instances(sn, "kvslab_store_get_pages_total", in, 64);
 	for (size_t i = 0; i < k; i++)
 		printf("store %-6s get hits %.0f misses %.0f set stored %.0f stored %s errors %.0f\n",
 		       NAME_OR(in[i]), get(sn, "kvslab_store_get_hits_total", in[i]),
 		       get(sn, "kvslab_store_get_misses_total", in[i]),
 		       get(sn, "kvslab_store_set_stored_total", in[i]),
-		       human(get(sn, "kvslab_store_bytes_stored", in[i]), b1, sizeof(b1)),
+		       human(get(sn, "kvslab_store_stored_bytes", in[i]), b1, sizeof(b1)),
 		       get(sn, "kvslab_store_io_errors_total", in[i]));
-	k = instances(sn, "kvslab_drv_bytes_mapped", in, 64);
+	k = instances(sn, "kvslab_drv_mapped_bytes", in, 64);
 	for (size_t i = 0; i < k; i++)
 		printf("drv %-8s mapped %s (peak %s) chunks %.0f map calls %.0f unmap calls %.0f "
 		       "failed %.0f\n",
-		       NAME_OR(in[i]), human(get(sn, "kvslab_drv_bytes_mapped", in[i]), b1, sizeof(b1)),
-		       human(get(sn, "kvslab_drv_bytes_mapped_peak", in[i]), b2, sizeof(b2)),
+		       NAME_OR(in[i]), human(get(sn, "kvslab_drv_mapped_bytes", in[i]), b1, sizeof(b1)),
+		       human(get(sn, "kvslab_drv_mapped_peak_bytes", in[i]), b2, sizeof(b2)),
 		       get(sn, "kvslab_drv_chunks", in[i]), get(sn, "kvslab_drv_map_calls_total", in[i]),
 		       get(sn, "kvslab_drv_unmap_calls_total", in[i]),
 		       get(sn, "kvslab_drv_failed_calls_total", in[i]));

@@ -125,7 +125,8 @@
 	X(evicted_tokens, counter, "tokens evicted")                                           \
 	X(reader_retries, counter, "lock-free reads started over because the tree changed") \
 	X(reader_fallbacks, counter, "lock-free reads that gave up and read under the writer lock") \
-	X(resets, counter, "kvs_radix_reset() calls that emptied the tree")
+	X(resets, counter, "kvs_radix_reset() calls that emptied the tree")              \
+	X(query_tokens, counter, "tokens asked of kvs_radix_match() and kvs_radix_match_lock()")
 /* Its enum constants, KVS_RADIX_STAT_name. */
 #define KVS_RADIX_STAT_ITEM(n, k, d) KVS_RADIX_STAT_##n,
 
@@ -176,7 +177,9 @@
 	X(copies, counter, "driver copies submitted, after merging runs of pages")       \
 	X(bytes_copied, counter, "bytes of those copies")                                \
 	X(submit_fail, counter, "transfers undone because a copy could not be submitted") \
-	X(xfer_fail, counter, "transfers whose completion reported an error")
+	X(xfer_fail, counter, "transfers whose completion reported an error")           \
+	X(backup_bytes, counter, "bytes of the backups' copies, device to host")         \
+	X(load_bytes, counter, "bytes of the loads' copies, host to device")
 /* Its enum constants, KVS_HPOOL_STAT_name. */
 #define KVS_HPOOL_STAT_ITEM(n, k, d) KVS_HPOOL_STAT_##n,
 
@@ -217,7 +220,8 @@
 	X(prefetches, counter, "prefetches started")                                       \
 	X(prefetch_skipped, counter, "prefetches skipped: below the threshold or no room") \
 	X(prefetch_tokens, counter, "tokens prefetches put on the host")                  \
-	X(prefetch_revoked, counter, "prefetches revoked")
+	X(prefetch_revoked, counter, "prefetches revoked")                                 \
+	X(query_tokens, counter, "tokens asked of the matches that succeeded")
 /* Its enum constants, KVS_HIRADIX_STAT_name. */
 #define KVS_HIRADIX_STAT_ITEM(n, k, d) KVS_HIRADIX_STAT_##n,
 

@@ -579,13 +579,14 @@ ssize_t hr_match(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n,
 		 kvs_hiradix_match_t *m, bool lock)
 {
 	node_t *x, *y, *z, *c;
-	size_t pos, dev = 0, hit = 0;
+	size_t pos, dev = 0, hit = 0, asked;
 
 	if (!h || (n && !key)) {
 		errno = EINVAL;
 		return -1;
 	}
 	pthread_mutex_lock(&h->lock);
+	asked = n;
 	n -= n % h->ps;
 	x = hr_walk(h, extra, key, n, &pos);
 	if (!x) {
@@ -611,6 +612,7 @@ ssize_t hr_match(kvs_hiradix_t *h, uint64_t extra, const int32_t *key, size_t n,
 	if (lock)
 		ulock_path(h, x, 1);
 	ST(h, matches, 1);
+	ST(h, query_tokens, asked);
 	ST(h, match_device_tokens, dev);
 	ST(h, match_host_tokens, hit);
 	if (m) {

@@ -126,7 +126,7 @@ struct slab_hist {
 };
 
 #define W_STATS(X) X(matches) X(hit_tokens) X(inserts) X(inserted_tokens) X(splits) \
-	X(evictions) X(evicted_tokens) X(resets)
+	X(evictions) X(evicted_tokens) X(resets) X(query_tokens)
 
 struct kvs_radix {
 	kvs_pool_t *pool;

@@ -28,6 +28,7 @@ static ssize_t match_locked(struct kvs_radix *r, uint64_t extra, const int32_t *
 	*last = node;
 	if (r->disabled)
 		return 0;
+	r->st.query_tokens += n;
 	n = n / r->ps * r->ps;
 	r->clock++;
 	r->st.matches++;

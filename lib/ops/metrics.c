@@ -5,14 +5,14 @@
  *
  * A registry (kvs_metrics_t) holds a list of objects, each with its family
  * (drv, slab, pool, radix, hcache, hpool, hiradix, store) and an optional
- * label, the value of an "instance" label telling two objects of a family
+ * label, the value of an "object" label telling two objects of a family
  * apart.  kvs_metrics_write() walks the families in a fixed order and, for
  * each statistic of a family, writes its # HELP and # TYPE lines once and
  * then one sample per registered object of that family:
  *
  *	# HELP kvslab_slab_alloc_fast_total pages allocated from a per-thread cache
  *	# TYPE kvslab_slab_alloc_fast_total counter
- *	kvslab_slab_alloc_fast_total{instance="gpu0"} 1234
+ *	kvslab_slab_alloc_fast_total{object="gpu0"} 1234
  *
  * The statistics come from the families of lib/stats.h (each one's
  * X-macro list, KVS_SLAB_STATS and the others: name, kind, description,
@@ -20,7 +20,9 @@
  * below: a statistic added to a list appears in the output with no change
  * to this file, and a new family is one row of that table and one
  * kvs_metrics_add_* call.  A counter's name gets the "_total" suffix
- * Prometheus asks for.  The hashed cache's window_hit_ratio, a double, is
+ * Prometheus asks for; a name with a unit before its last word (bytes_mapped)
+ * or a word said twice (slab_slab_maps) is renamed by the table renames[]
+ * below, and a time in nanoseconds is written in seconds.  The hashed cache's window_hit_ratio, a double, is
  * its family's ratio (struct kvsi_stat_ratio), written after
  * window_hit_blocks.
  *
@@ -46,6 +48,12 @@
  * wrote the labels into its copy), so there is nothing to count, and a
  * remove waits for at most one snapshot pass, never for a write_cb.
  * kvs_metrics_add() takes m->lock only.
+ *
+ * kvs_metrics_serve() answers GET /metrics over HTTP
+ * (lib/ops/metrics_http.c): each request is a kvs_metrics_write() on a
+ * thread of the HTTP library.  m->serve guards the server pointer only;
+ * no scrape takes it, so stopping the server under it (which waits for the
+ * requests in progress) cannot wait for itself.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,12 +67,13 @@
 
 #include "internal.h"
 #include "mem/cacheops.h"
+#include "ops/metrics_http.h"
 #include "kvslab/metrics.h"
 
 struct entry {
 	const struct kvsi_stat_family *fam;
 	void *obj;
-	char *label;		/* NULL: no instance label */
+	char *label;		/* NULL: no object label */
 	struct entry *next;
 };
 
@@ -72,6 +81,8 @@ struct kvs_metrics {
 	pthread_mutex_t lock;	/* the list; a leaf */
 	pthread_mutex_t scrape;	/* reading the objects; before lock */
 	struct entry *head, **tail;
+	pthread_mutex_t serve;	/* the HTTP server; never taken by a scrape */
+	struct kvsi_http *http;	/* kvs_metrics_serve()'s, or NULL */
 };
 
 /* The pool's own numbers: a family of the metrics only. */
@@ -80,33 +91,94 @@ struct kvs_metrics {
 	X(available_pages, gauge, "pages free to allocate now")                         \
 	X(page_size_tokens, gauge, "tokens per page")                                   \
 	X(caches, gauge, "caches over the pool (radix, hashed, tiered)")                \
-	X(evictable_tokens, gauge, "tokens those caches could evict now")
+	X(evictable_tokens, gauge, "tokens those caches could evict now")               \
+	X(capacity_tokens, gauge, "tokens the pool can hold")                           \
+	X(used_tokens, gauge, "tokens in use: neither free nor evictable")
+enum { P_CAP, P_AVAIL, P_PS, P_CACHES, P_EVICTABLE, P_CAP_TOKENS, P_USED };
 
 /* The pool's numbers, and its registered caches' (lib/mem/cacheops.h),
  * under the pool's elastic mutex: taken under metrics->scrape, never the
- * other way round. */
+ * other way round.  The tokens in use are what vLLM's and SGLang's KV
+ * usage counts: not free and not evictable (a cached page no request
+ * holds is free to them); the pool and its caches are read one after the
+ * other, so the difference is clamped at 0. */
 static void pool_fill(void *obj, uint64_t *v)
 {
 	pthread_mutex_t *lk = kvsi_pool_elastic(obj);
+	uint64_t idle;
 	unsigned i, n;
 
-	v[0] = kvs_pool_capacity(obj);
-	v[1] = kvs_pool_available(obj);
-	v[2] = kvs_pool_page_size(obj);
-	v[4] = 0;
+	v[P_CAP] = kvs_pool_capacity(obj);
+	v[P_AVAIL] = kvs_pool_available(obj);
+	v[P_PS] = kvs_pool_page_size(obj);
+	v[P_EVICTABLE] = 0;
 	pthread_mutex_lock(lk);
 	n = kvsi_pool_ncaches(obj);
 	for (i = 0; i < n; i++) {
 		const struct kvsi_cache_ops *ops;
 		void *c = kvsi_pool_cache(obj, i, &ops);
 
-		v[4] += ops->evictable(c);
+		v[P_EVICTABLE] += ops->evictable(c);
 	}
 	pthread_mutex_unlock(lk);
-	v[3] = n;
+	v[P_CACHES] = n;
+	v[P_CAP_TOKENS] = v[P_CAP] * v[P_PS];
+	idle = v[P_AVAIL] * v[P_PS] + v[P_EVICTABLE];
+	v[P_USED] = idle < v[P_CAP_TOKENS] ? v[P_CAP_TOKENS] - idle : 0;
 }
 
-KVSI_STATS_DESCRIPTOR(pool, POOL_STATS, pool_fill, NULL, &kvsi_style_desc, NULL);
+/* KV usage as a ratio (0 to 1), as vLLM's kv_cache_usage_perc and
+ * SGLang's token_usage give it. */
+static const struct kvsi_stat_ratio pool_usage = {
+	"usage_ratio", "share of the pool's tokens in use (used_tokens / capacity_tokens)",
+	P_USED, P_USED, P_CAP_TOKENS,
+};
+
+KVSI_STATS_DESCRIPTOR(pool, POOL_STATS, pool_fill, NULL, &kvsi_style_desc, &pool_usage);
+
+/*
+ * The names Prometheus sees, where they are not kvslab_FAMILY_STATISTIC:
+ * its conventions want base units as the last word of the name (bytes,
+ * seconds; "_total" after it for a counter), and no word said twice in a
+ * row.  The families' own names (kvs_slab_stat_name() and the others, the
+ * prints, the control socket's JSON) are not changed.  @name is the
+ * metric's name less "kvslab_" and "_total"; @ns: the value is in
+ * nanoseconds and is written in seconds.  tests/prom_check.py refuses a
+ * name that breaks these rules, so a statistic added to a list with a
+ * unit before its last word fails the suite until it gets a row here.
+ */
+static const struct rename {
+	const char *fam, *stat, *name;
+	bool ns;
+} renames[] = {
+	{"drv", "bytes_reserved", "drv_reserved_bytes", false},
+	{"drv", "bytes_created", "drv_created_bytes", false},
+	{"drv", "bytes_created_peak", "drv_created_peak_bytes", false},
+	{"drv", "bytes_mapped", "drv_mapped_bytes", false},
+	{"drv", "bytes_mapped_peak", "drv_mapped_peak_bytes", false},
+	{"drv", "bytes_copied", "drv_copied_bytes", false},
+	{"drv", "bytes_host", "drv_host_bytes", false},
+	{"drv", "ns_in_calls", "drv_call_seconds", true},
+	{"slab", "bytes_mapped", "slab_mapped_bytes", false},
+	{"slab", "bytes_mapped_peak", "slab_mapped_peak_bytes", false},
+	{"slab", "bytes_live", "slab_live_bytes", false},
+	{"slab", "bytes_pooled", "slab_pooled_bytes", false},
+	{"slab", "slab_maps", "slab_maps", false},
+	{"slab", "slab_unmaps", "slab_unmaps", false},
+	{"slab", "drv_ns", "slab_drv_call_seconds", true},
+	{"hpool", "bytes_copied", "hpool_copied_bytes", false},
+	{"store", "bytes_read", "store_read_bytes", false},
+	{"store", "bytes_written", "store_written_bytes", false},
+	{"store", "bytes_stored", "store_stored_bytes", false},
+};
+
+static const struct rename *renamed(const char *fam, const char *stat)
+{
+	for (size_t i = 0; i < sizeof(renames) / sizeof(renames[0]); i++)
+		if (!strcmp(renames[i].fam, fam) && !strcmp(renames[i].stat, stat))
+			return &renames[i];
+	return NULL;
+}
 
 /* The registry of families, in the order they are written. */
 static const struct kvsi_stat_family *const families[] = {
@@ -145,12 +217,14 @@ KVS_EXPORT kvs_metrics_t *kvs_metrics_create(void)
 	}
 	pthread_mutex_init(&m->lock, NULL);
 	pthread_mutex_init(&m->scrape, NULL);
+	pthread_mutex_init(&m->serve, NULL);
 	m->tail = &m->head;
 	return m;
 }
 
 /**
- * kvs_metrics_destroy() - free a registry; the objects are not touched.
+ * kvs_metrics_destroy() - free a registry, stopping its HTTP server first;
+ * the objects are not touched.
  * @m: the registry, or NULL (nothing done).
  *
  * Context: no other call on @m may run or follow.
@@ -162,6 +236,7 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 
 	if (!m)
 		return 0;
+	kvsi_http_stop(m->http);
 	for (e = m->head; e; e = n) {
 		n = e->next;
 		free(e->label);
@@ -169,6 +244,7 @@ KVS_EXPORT int kvs_metrics_destroy(kvs_metrics_t *m)
 	}
 	pthread_mutex_destroy(&m->lock);
 	pthread_mutex_destroy(&m->scrape);
+	pthread_mutex_destroy(&m->serve);
 	free(m);
 	return 0;
 }
@@ -286,7 +362,7 @@ static int add(kvs_metrics_t *m, const struct kvsi_stat_family *fam, void *obj,
  * @m: the registry.
  * @obj: the object (a kvs_drv_t for kvs_metrics_add_drv()); it must outlive
  * its registration.
- * @label: the value of its "instance" label (copied), or NULL for none.
+ * @label: the value of its "object" label (copied), or NULL for none.
  *
  * Context: any thread; takes m->lock.
  * Return: 0, or -1 with errno EINVAL (NULL @m or object, a @label that is
@@ -473,12 +549,14 @@ static struct snap *snapshot(kvs_metrics_t *m, size_t *n, bool *nomem)
 	return sn;
 }
 
-/* One sample line: NAME{instance="LABEL"} VALUE. */
+/* One sample line: NAME{object="LABEL"} VALUE.  Not "instance": a
+ * Prometheus server sets that label to the target it scraped, and renames
+ * a scraped one exported_instance. */
 static void out_sample(struct out *o, const char *name, const char *label)
 {
 	out_str(o, name);
 	if (label) {
-		out_str(o, "{instance=\"");
+		out_str(o, "{" KVS_METRICS_LABEL "=\"");
 		out_escaped(o, label, true);
 		out_str(o, "\"}");
 	}
@@ -488,16 +566,21 @@ static void out_sample(struct out *o, const char *name, const char *label)
 /* The # HELP and # TYPE lines of a metric, and its full name in @name;
  * false when the name is not one the format allows. */
 static bool out_head(struct out *o, char *name, size_t size, const char *prefix, const char *stat,
-		     bool counter, const char *desc)
+		     bool counter, const char *desc, bool *ns)
 {
-	int n = snprintf(name, size, "kvslab_%s_%s%s", prefix, stat, counter ? "_total" : "");
+	const struct rename *r = renamed(prefix, stat);
+	int n = r ? snprintf(name, size, "kvslab_%s%s", r->name, counter ? "_total" : "")
+		  : snprintf(name, size, "kvslab_%s_%s%s", prefix, stat, counter ? "_total" : "");
 
+	*ns = r && r->ns;
 	if (n <= 0 || (size_t)n >= size || !name_ok(name))
 		return false;
 	out_str(o, "# HELP ");
 	out_str(o, name);
 	out_str(o, " ");
 	out_escaped(o, desc, false);
+	if (*ns)
+		out_str(o, " (seconds)");
 	out_str(o, "\n# TYPE ");
 	out_str(o, name);
 	out_str(o, counter ? " counter\n" : " gauge\n");
@@ -509,15 +592,20 @@ static void out_stat(struct out *o, const struct kvsi_stat_family *f, const stru
 		     size_t a, size_t b, unsigned i)
 {
 	const struct kvsi_stat_ratio *r = f->ratio;
-	bool counter = kvsi_stat_counter(f, i);
+	bool counter = kvsi_stat_counter(f, i), ns;
 	char name[160];
 
-	if (out_head(o, name, sizeof(name), f->prefix, f->names[i], counter, f->descs[i]))
+	if (out_head(o, name, sizeof(name), f->prefix, f->names[i], counter, f->descs[i], &ns))
 		for (size_t k = a; k < b; k++) {
 			out_sample(o, name, sn[k].label);
-			kvsi_buf_fmt(&o->b, "%" PRIu64 "\n", sn[k].v[i]);
+			if (ns)
+				kvsi_buf_fmt(&o->b, "%" PRIu64 ".%09" PRIu64 "\n",
+					     sn[k].v[i] / 1000000000u, sn[k].v[i] % 1000000000u);
+			else
+				kvsi_buf_fmt(&o->b, "%" PRIu64 "\n", sn[k].v[i]);
 		}
-	if (r && r->after == i && out_head(o, name, sizeof(name), f->prefix, r->name, false, r->desc))
+	if (r && r->after == i &&
+	    out_head(o, name, sizeof(name), f->prefix, r->name, false, r->desc, &ns))
 		for (size_t k = a; k < b; k++) {
 			const uint64_t *v = sn[k].v;
 
@@ -570,4 +658,69 @@ KVS_EXPORT int kvs_metrics_write(kvs_metrics_t *m,
 	snaps_free(sn, n);
 	free(o.b.buf);
 	return o.b.nomem ? kvs_fail(ENOMEM) : 0;
+}
+
+/* ----------------------------------------------------------------- HTTP */
+
+/**
+ * kvs_metrics_serve() - answer GET /metrics over HTTP with
+ * kvs_metrics_write()'s text, from a thread of libmicrohttpd, until
+ * kvs_metrics_serve_stop() or kvs_metrics_destroy().
+ * @m: the registry.
+ * @addr: "HOST:PORT" or "[IPV6]:PORT"; "PORT" or ":PORT" is the loopback
+ * address (127.0.0.1), "*:PORT" every interface (lib/ops/metrics_http.c).
+ * @port: receives the port bound (port 0 asks for an ephemeral one), or NULL.
+ *
+ * Context: any thread; takes m->serve, which no scrape takes.
+ * Return: 0, or -1 with errno EINVAL (NULL @m or @addr, a malformed
+ * @addr), EBUSY (@m serves already), ENOTSUP (built without
+ * libmicrohttpd), EADDRINUSE, EACCES, EADDRNOTAVAIL (bind() and
+ * getaddrinfo()), ENOMEM; nothing is left listening.
+ */
+KVS_EXPORT int kvs_metrics_serve(kvs_metrics_t *m, const char *addr, uint16_t *port)
+{
+	struct kvsi_http *h = NULL;
+	uint16_t got = 0;
+	int rc;
+
+	if (!m || !addr)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&m->serve);
+	if (m->http) {
+		pthread_mutex_unlock(&m->serve);
+		return kvs_fail(EBUSY);
+	}
+	rc = kvsi_http_start(m, addr, &h, &got);
+	if (rc == 0)
+		m->http = h;
+	pthread_mutex_unlock(&m->serve);
+	if (rc < 0)
+		return -1;	/* errno from kvsi_http_start() */
+	if (port)
+		*port = got;
+	return 0;
+}
+
+/**
+ * kvs_metrics_serve_stop() - stop kvs_metrics_serve()'s server: the
+ * requests being answered finish, the socket is closed.
+ * @m: the registry.
+ *
+ * Context: any thread, not a write_cb of a scrape the server answers.
+ * Return: 0, or -1 with errno EINVAL (NULL @m) or ENOENT (not serving).
+ */
+KVS_EXPORT int kvs_metrics_serve_stop(kvs_metrics_t *m)
+{
+	struct kvsi_http *h;
+
+	if (!m)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&m->serve);
+	h = m->http;
+	m->http = NULL;
+	pthread_mutex_unlock(&m->serve);
+	if (!h)
+		return kvs_fail(ENOENT);
+	kvsi_http_stop(h);
+	return 0;
 }

@@ -886,6 +886,7 @@ static int xfer_start(struct kvs_hpool *hp, const int32_t *dev, const int32_t *h
 	pthread_mutex_lock(&hp->lock);
 	hp->st[to_host ? KVS_HPOOL_STAT_backups : KVS_HPOOL_STAT_loads]++;
 	hp->st[to_host ? KVS_HPOOL_STAT_backup_pages : KVS_HPOOL_STAT_load_pages] += n;
+	hp->st[to_host ? KVS_HPOOL_STAT_backup_bytes : KVS_HPOOL_STAT_load_bytes] += bytes;
 	hp->st[KVS_HPOOL_STAT_copies] += copies;
 	hp->st[KVS_HPOOL_STAT_bytes_copied] += bytes;
 	pthread_mutex_unlock(&hp->lock);

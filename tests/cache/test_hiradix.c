@@ -1051,6 +1051,7 @@ START_TEST(test_stats)
 	settle_all(&e);
 	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_inserts), 2);
 	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_matches), 2);
+	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_query_tokens), 8 + 16);
 	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_match_device_tokens), 8);
 	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backups), 2);
 	ck_assert_uint_eq(st(&e, KVS_HIRADIX_STAT_backup_tokens), 16);

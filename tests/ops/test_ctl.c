@@ -267,7 +267,7 @@ START_TEST(test_tools)
 		usleep(20000);
 	}
 	ck_assert_int_lt(tries, 50);
-	ck_assert_ptr_nonnull(strstr(out, "kvslab_slab_objects{instance=\"gpu0\"}"));
+	ck_assert_ptr_nonnull(strstr(out, "kvslab_slab_objects{object=\"gpu0\"}"));
 	free(want.p);
 
 	/* kvslab-stat, one snapshot. */

@@ -5,10 +5,20 @@
  * a hierarchical cache and a file store, checked line by line by a strict
  * parser (tests/prom_check.py) and sample by sample against each object's
  * own kvs_*_stat(); the escaping of a label with a quote, a backslash and a
- * newline; the registry's refusals and removal.
+ * newline; the registry's refusals and removal; kvs_metrics_serve(): a
+ * real HTTP GET over a socket, the body through the same checker, a second
+ * server on the port refused, the loopback address by default, every
+ * socket and thread gone after the stop (skipped, with the reason, when
+ * built without libmicrohttpd).
  */
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <pthread.h>
 #include <time.h>
 #include <stdio.h>
@@ -53,15 +63,57 @@ struct exps {
 	size_t n;
 };
 
+/*
+ * The names kvs_metrics_write(3) gives where they are not
+ * kvslab_FAMILY_STATISTIC (Prometheus's conventions: the unit last, no
+ * word twice), and the times it writes in seconds: the documented
+ * contract, written out here so that a change to it fails.
+ */
+static const struct {
+	const char *fam, *stat, *name;
+	int ns;
+} renames[] = {
+	{"drv", "bytes_reserved", "drv_reserved_bytes", 0},
+	{"drv", "bytes_created", "drv_created_bytes", 0},
+	{"drv", "bytes_created_peak", "drv_created_peak_bytes", 0},
+	{"drv", "bytes_mapped", "drv_mapped_bytes", 0},
+	{"drv", "bytes_mapped_peak", "drv_mapped_peak_bytes", 0},
+	{"drv", "bytes_copied", "drv_copied_bytes", 0},
+	{"drv", "bytes_host", "drv_host_bytes", 0},
+	{"drv", "ns_in_calls", "drv_call_seconds", 1},
+	{"slab", "bytes_mapped", "slab_mapped_bytes", 0},
+	{"slab", "bytes_mapped_peak", "slab_mapped_peak_bytes", 0},
+	{"slab", "bytes_live", "slab_live_bytes", 0},
+	{"slab", "bytes_pooled", "slab_pooled_bytes", 0},
+	{"slab", "slab_maps", "slab_maps", 0},
+	{"slab", "slab_unmaps", "slab_unmaps", 0},
+	{"slab", "drv_ns", "slab_drv_call_seconds", 1},
+	{"hpool", "bytes_copied", "hpool_copied_bytes", 0},
+	{"store", "bytes_read", "store_read_bytes", 0},
+	{"store", "bytes_written", "store_written_bytes", 0},
+	{"store", "bytes_stored", "store_stored_bytes", 0},
+};
+
 static void expect(struct exps *x, const char *fam, const char *stat, int counter,
 		   const char *label, uint64_t v)
 {
 	struct exp *e = &x->e[x->n++];
+	int ns = 0;
 
 	ck_assert_uint_lt(x->n, 1024);
 	snprintf(e->name, sizeof(e->name), "kvslab_%s_%s%s", fam, stat, counter ? "_total" : "");
+	for (size_t i = 0; i < sizeof(renames) / sizeof(renames[0]); i++)
+		if (!strcmp(renames[i].fam, fam) && !strcmp(renames[i].stat, stat)) {
+			snprintf(e->name, sizeof(e->name), "kvslab_%s%s", renames[i].name,
+				 counter ? "_total" : "");
+			ns = renames[i].ns;
+		}
 	e->label = label;
-	snprintf(e->value, sizeof(e->value), "%" PRIu64, v);
+	if (ns)
+		snprintf(e->value, sizeof(e->value), "%" PRIu64 ".%09" PRIu64, v / 1000000000u,
+			 v % 1000000000u);
+	else
+		snprintf(e->value, sizeof(e->value), "%" PRIu64, v);
 	e->found = 0;
 }
 
@@ -125,6 +177,24 @@ static void expect_all(struct exps *x, const struct objs *o)
 	expect(x, "pool", "caches", 0, o->lp2, 1);
 	expect(x, "pool", "evictable_tokens", 0, o->lp2,
 	       (uint64_t)kvs_hcache_free_queue(o->hc, NULL, 0) * kvs_pool_page_size(o->p2));
+	/* KV usage as vLLM and SGLang count it: neither free nor evictable. */
+	for (int i = 0; i < 2; i++) {
+		kvs_pool_t *p = i ? o->p2 : o->p;
+		const char *l = i ? o->lp2 : o->lp;
+		uint64_t cap = (uint64_t)kvs_pool_capacity(p) * kvs_pool_page_size(p);
+		uint64_t idle = (uint64_t)kvs_pool_available(p) * kvs_pool_page_size(p) +
+				(i ? (uint64_t)kvs_hcache_free_queue(o->hc, NULL, 0) *
+					     kvs_pool_page_size(p)
+				   : kvs_radix_evictable(o->r) + hr_evictable(o->h));
+		uint64_t used = idle < cap ? cap - idle : 0;
+		struct exp *e;
+
+		expect(x, "pool", "capacity_tokens", 0, l, cap);
+		expect(x, "pool", "used_tokens", 0, l, used);
+		expect(x, "pool", "usage_ratio", 0, l, 0);
+		e = &x->e[x->n - 1];
+		snprintf(e->value, sizeof(e->value), "%.17g", cap ? (double)used / (double)cap : 0.0);
+	}
 	for (int i = 0; i < KVS_RADIX_STAT__COUNT; i++)
 		expect(x, "radix", kvs_radix_stat_name(i), radix_kind[i], o->lr,
 		       kvs_radix_stat(o->r, i));
@@ -313,6 +383,11 @@ START_TEST(test_write_all)
 	ck_assert_int_eq(kvs_pool_alloc(o.p, 8, locs), 0);
 	ck_assert_int_eq(kvs_radix_insert(o.r, 0, key, 8, locs, 0, NULL), 0);
 	ck_assert_int_eq(kvs_radix_match(o.r, 0, key, 8, got, NULL), 8);
+	/* Queries count the whole key, hits whole pages (4 tokens): a hit
+	 * rate over tokens as vLLM and SGLang give it. */
+	ck_assert_int_eq(kvs_radix_match(o.r, 0, key, 7, got, NULL), 4);
+	ck_assert_uint_eq(kvs_radix_stat(o.r, KVS_RADIX_STAT_query_tokens), 8 + 7);
+	ck_assert_uint_eq(kvs_radix_stat(o.r, KVS_RADIX_STAT_hit_tokens), 8 + 4);
 
 	m = kvs_metrics_create();
 	ck_assert_ptr_nonnull(m);
@@ -354,7 +429,7 @@ START_TEST(test_write_all)
 	ck_assert_int_lt(tries, 50);
 	ck_assert_int_ge(b.calls, 1);
 	/* The label's escapes, as the format spells them. */
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_radix_matches_total{instance=\"r\\\"q\\\\x\\ny\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_radix_matches_total{object=\"r\\\"q\\\\x\\ny\"} 2\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_alloc_fast_total counter\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "# TYPE kvslab_slab_objects gauge\n"));
 	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_hiradix_nodes 0\n"));
@@ -381,8 +456,8 @@ START_TEST(test_write_all)
 	ck_assert_int_eq(errno, EEXIST);
 	b.len = 0;
 	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_slab_objects{instance=\"gpu1\"} 0\n"));
-	ck_assert_ptr_null(strstr(b.p, "kvslab_pool_capacity_pages{instance=\"gpu1\"}"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_slab_objects{object=\"gpu1\"} 0\n"));
+	ck_assert_ptr_null(strstr(b.p, "kvslab_pool_capacity_pages{object=\"gpu1\"}"));
 	samples = prom_check(b.p, b.len, &status);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	free(samples);
@@ -466,18 +541,18 @@ START_TEST(test_write_cb_unlocked)
 	h[1].bytes[0] = 1;
 	ck_assert_int_eq(kvs_hcache_lookup(o.hc, h, 2, 12, blk), 0);
 	ck_assert_int_eq(kvs_metrics_write(m, buf_cb, &b), 0);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_drv_reserve_calls_total{instance=\"host1\"} "));
-	ck_assert_ptr_null(strstr(b.p, "instance=\"host0\""));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_drv_reserve_calls_total{object=\"host1\"} "));
+	ck_assert_ptr_null(strstr(b.p, "object=\"host0\""));
 	ck_assert_ptr_nonnull(strstr(b.p, "\nkvslab_store_exists_calls_total "));
-	p = strstr(b.p, "kvslab_hcache_window_hit_blocks{instance=\"hc\"} 0\n");
+	p = strstr(b.p, "kvslab_hcache_window_hit_blocks{object=\"hc\"} 0\n");
 	q = strstr(b.p, "# HELP kvslab_hcache_window_hit_ratio window_hit_blocks / "
 		       "window_query_blocks, 0 if none\n# TYPE kvslab_hcache_window_hit_ratio gauge\n"
-		       "kvslab_hcache_window_hit_ratio{instance=\"hc\"} 0\n"
+		       "kvslab_hcache_window_hit_ratio{object=\"hc\"} 0\n"
 		       "# HELP kvslab_hcache_cached_blocks ");
 	ck_assert_ptr_nonnull(p);
 	ck_assert_ptr_nonnull(q);
 	ck_assert_ptr_eq(strchr(p, '#'), q);
-	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_hcache_query_blocks_total{instance=\"hc\"} 2\n"));
+	ck_assert_ptr_nonnull(strstr(b.p, "kvslab_hcache_query_blocks_total{object=\"hc\"} 2\n"));
 	samples = prom_check(b.p, b.len, &status);
 	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	free(samples);
@@ -552,14 +627,23 @@ START_TEST(test_checker_strict)
 		"kvslab_x 1\n",					   /* no HELP/TYPE */
 		"# HELP kvslab_x d\n# TYPE kvslab_x counter\nkvslab_x 1\n", /* no _total */
 		"# HELP kvslab_x_total d\n# TYPE kvslab_x_total gauge\nkvslab_x_total 1\n",
-		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\"b\"} 1\n",
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{object=\"a\"b\"} 1\n",
+		/* Prometheus's naming: no "instance" label, no stutter, base
+		 * units last, a ratio within 0..1. */
+		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\"} 1\n",
+		"# HELP kvslab_slab_slab_maps_total d\n# TYPE kvslab_slab_slab_maps_total counter\n"
+		"kvslab_slab_slab_maps_total 1\n",
+		"# HELP kvslab_x_bytes_mapped d\n# TYPE kvslab_x_bytes_mapped gauge\n"
+		"kvslab_x_bytes_mapped 1\n",
+		"# HELP kvslab_x_ns_total d\n# TYPE kvslab_x_ns_total counter\nkvslab_x_ns_total 1\n",
+		"# HELP kvslab_x_ratio d\n# TYPE kvslab_x_ratio gauge\nkvslab_x_ratio 1.5\n",
 		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x 1\nkvslab_x 2\n",
 		"# HELP kvslab_x d\n# TYPE kvslab_x gauge\nkvslab_x one\n",
 		"# HELP 9x d\n# TYPE 9x gauge\n9x 1\n",
 		"# TYPE kvslab_x gauge\n# HELP kvslab_x d\nkvslab_x 1\n",
 	};
 	static const char good[] =
-		"# HELP kvslab_x d \\\\ \\n\n# TYPE kvslab_x gauge\nkvslab_x{instance=\"a\\\"\\\\\\n\"} 1\n";
+		"# HELP kvslab_x d \\\\ \\n\n# TYPE kvslab_x gauge\nkvslab_x{object=\"a\\\"\\\\\\n\"} 1\n";
 	int status;
 	char *s;
 
@@ -575,6 +659,355 @@ START_TEST(test_checker_strict)
 }
 END_TEST
 
+/* ------------------------------------------------------------ HTTP */
+
+#ifdef KVS_HAVE_MICROHTTPD
+/* One HTTP/1.0 request to 127.0.0.1:@port; the whole answer (status line,
+ * headers, body), or NULL when the connection was refused (errno). */
+static char *http_get(uint16_t port, const char *method, const char *path)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct buf b = {0};
+	char req[256], chunk[4096];
+	ssize_t n;
+	int fd, e;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", method, path);
+	ck_assert_int_eq(write(fd, req, (size_t)n), n);
+	b.p = strdup("");
+	b.cap = 1;
+	while ((n = read(fd, chunk, sizeof(chunk))) > 0) {
+		if (b.len + (size_t)n + 1 > b.cap) {
+			b.cap = (b.len + (size_t)n + 1) * 2;
+			b.p = realloc(b.p, b.cap);
+			ck_assert_ptr_nonnull(b.p);
+		}
+		memcpy(b.p + b.len, chunk, (size_t)n);
+		b.len += (size_t)n;
+		b.p[b.len] = 0;
+	}
+	ck_assert_int_eq(n, 0);
+	close(fd);
+	return b.p;
+}
+
+/* The open descriptors of this process. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;	/* the directory's own */
+}
+
+/* The threads of this process. */
+static int count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* The local address (hex, as /proc/net/tcp writes it) of the socket
+ * listening on @port, or "" when none. */
+static void listen_addr(uint16_t port, char *out, size_t size)
+{
+	FILE *f = fopen("/proc/net/tcp", "r");
+	char line[512], addr[64];
+	unsigned p, st;
+
+	ck_assert_ptr_nonnull(f);
+	*out = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, " %*d: %63[0-9A-F]:%X %*[0-9A-F]:%*X %X", addr, &p, &st) == 3 &&
+		    p == port && st == 0x0A)
+			snprintf(out, size, "%s", addr);
+	fclose(f);
+}
+
+START_TEST(test_http)
+{
+	char dir[] = "/tmp/kvs_metrics_XXXXXX", addr[64], la[64];
+	struct objs o = {0};
+	kvs_metrics_t *m, *m2;
+	uint16_t port = 0, port2 = 1;
+	char *ans, *body, *samples;
+	int status, fds, threads;
+	static const char *const bad[] = {"", "abc", ":", ":65536", ":-1", "::1:80", "[::1]",
+					  "[]:80", "[::1:80", "127.0.0.1:8x", ":123456"};
+
+	open_all(&o, dir);
+	o.ld = "host0";
+	o.lp = "gpu0";
+	o.lp2 = "gpu1";
+	o.lr = "r";
+	o.lhc = "hc";
+	o.lhp = "hp";
+	o.lh = "h";
+	o.lst = "file";
+	m = kvs_metrics_create();
+	m2 = kvs_metrics_create();
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_nonnull(m2);
+	ck_assert_int_eq(kvs_metrics_add_drv(m, o.d, o.ld), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p, o.lp), 0);
+	ck_assert_int_eq(kvs_metrics_add_pool(m, o.p2, o.lp2), 0);
+	ck_assert_int_eq(kvs_metrics_add_radix(m, o.r, o.lr), 0);
+	ck_assert_int_eq(kvs_metrics_add_hcache(m, o.hc, o.lhc), 0);
+	ck_assert_int_eq(kvs_metrics_add_hpool(m, o.hp, o.lhp), 0);
+	ck_assert_int_eq(kvs_metrics_add_hiradix(m, o.h, o.lh), 0);
+	ck_assert_int_eq(kvs_metrics_add_store(m, o.st, o.lst), 0);
+
+	/* Refusals change nothing. */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		ck_assert_msg(kvs_metrics_serve(m, bad[i], &port) == -1 && errno == EINVAL,
+			      "address \"%s\" accepted (errno %d)", bad[i], errno);
+	}
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(NULL, ":0", &port), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, NULL, &port), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, "no-such-host.invalid:0", &port), -1);
+	ck_assert_int_ne(errno, 0);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_metrics_serve_stop(NULL), -1);
+	ck_assert_uint_eq(port, 0);
+
+	fds = count_fds();
+	threads = count_threads();
+	/* ":0": an ephemeral port on the loopback address only. */
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port), 0);
+	ck_assert_uint_ne(port, 0);
+	listen_addr(port, la, sizeof(la));
+	ck_assert_str_eq(la, "0100007F");
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port2), -1);
+	ck_assert_int_eq(errno, EBUSY);
+	ck_assert_uint_eq(port2, 1);
+
+	/* A real GET: status, Content-Type, and a body the checker takes,
+	 * with every registered object's series. */
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_msg(!strncmp(ans, "HTTP/1.1 200 ", 13) || !strncmp(ans, "HTTP/1.0 200 ", 13),
+		      "%s", ans);
+	ck_assert_ptr_nonnull(strcasestr(ans, "\r\nContent-Type: " KVS_METRICS_CONTENT_TYPE "\r\n"));
+	body = strstr(ans, "\r\n\r\n");
+	ck_assert_ptr_nonnull(body);
+	body += 4;
+	samples = prom_check(body, strlen(body), &status);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "prom_check.py failed on:\n%s",
+		      body);
+	for (const char *fam = "drv\0slab\0pool\0radix\0hcache\0hpool\0hiradix\0store\0"; *fam;
+	     fam += strlen(fam) + 1) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "kvslab_%s_", fam);
+		ck_assert_msg(strstr(samples, want) != NULL, "no %s series", fam);
+	}
+	free(samples);
+	free(ans);
+	/* HEAD: the headers only. */
+	ans = http_get(port, "HEAD", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	ck_assert_ptr_nonnull(strstr(ans, "\r\n\r\n"));
+	ck_assert_str_eq(strstr(ans, "\r\n\r\n"), "\r\n\r\n");
+	free(ans);
+	/* Another path, another method. */
+	ans = http_get(port, "GET", "/");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "404", 3), 0);
+	free(ans);
+	ans = http_get(port, "GET", "/metrics/x");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "404", 3), 0);
+	free(ans);
+	ans = http_get(port, "POST", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "405", 3), 0);
+	free(ans);
+
+	/* A second server on the port fails cleanly; the first still answers. */
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m2, addr, &port2), -1);
+	ck_assert_int_eq(errno, EADDRINUSE);
+	ck_assert_uint_eq(port2, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m2), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	free(ans);
+
+	/* Removing an object shows in the next scrape. */
+	ck_assert_int_eq(kvs_metrics_remove(m, o.st), 0);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_ptr_null(strstr(ans, "kvslab_store_"));
+	ck_assert_ptr_nonnull(strstr(ans, "kvslab_hiradix_"));
+	free(ans);
+
+	/* The stop closes the socket and ends the thread. */
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), 0);
+	ck_assert_ptr_null(http_get(port, "GET", "/metrics"));
+	ck_assert_int_eq(errno, ECONNREFUSED);
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_threads(), threads);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	/* The port is free again: the other registry takes it. */
+	ck_assert_int_eq(kvs_metrics_serve(m2, addr, &port2), 0);
+	ck_assert_uint_eq(port2, port);
+	ans = http_get(port, "GET", "/metrics");
+	ck_assert_ptr_nonnull(ans);
+	ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+	/* An empty registry: an empty body. */
+	ck_assert_str_eq(strstr(ans, "\r\n\r\n"), "\r\n\r\n");
+	free(ans);
+	/* Destroying a serving registry stops its server. */
+	ck_assert_int_eq(kvs_metrics_destroy(m2), 0);
+	ck_assert_ptr_null(http_get(port, "GET", "/metrics"));
+	ck_assert_int_eq(count_fds(), fds);
+	ck_assert_int_eq(count_threads(), threads);
+
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	close_all(&o, dir);
+}
+END_TEST
+
+/* The value of the first sample of @name{object="@obj"} in @text, or -1. */
+static double sample_of(const char *text, const char *name, const char *obj)
+{
+	char want[256];
+	const char *p;
+
+	snprintf(want, sizeof(want), "\n%s{object=\"%s\"} ", name, obj);
+	p = strstr(text, want);
+	return p ? strtod(p + strlen(want), NULL) : -1;
+}
+
+/*
+ * kvslab-replay --metrics: while a replay runs (a long one, killed once
+ * seen), its objects are scraped over HTTP under the strategy's name, the
+ * text passes the checker, and the prefix cache's query tokens grow.
+ */
+START_TEST(test_replay_metrics)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char tool[1024], line[512], *ans = NULL;
+	double q = -1, q0 = -1;
+	unsigned port = 0;
+	int fds[2], status, tries;
+	FILE *err;
+	pid_t pid;
+
+	snprintf(tool, sizeof(tool), "%s/tools/kvslab-replay", top && *top ? top : ".");
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(fds[1], 2);
+		close(fds[0]);
+		close(fds[1]);
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(126);
+		execl(tool, tool, "-q", "--no-progress", "-m", "tiny", "--requests", "100000",
+		      "-s", "slab:16", "--metrics", "127.0.0.1:0", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	err = fdopen(fds[0], "r");
+	ck_assert_ptr_nonnull(err);
+	while (fgets(line, sizeof(line), err))
+		if (sscanf(line, "kvslab-replay: metrics on 127.0.0.1:0 (port %u)", &port) == 1)
+			break;
+	ck_assert_msg(port > 0 && port < 65536, "no port from kvslab-replay --metrics");
+	/* Scrape until the run's cache has been queried twice apart. */
+	for (tries = 0; tries < 600 && !(q0 > 0 && q > q0); tries++) {
+		free(ans);
+		ans = http_get((uint16_t)port, "GET", "/metrics");
+		ck_assert_msg(ans != NULL, "the replay stopped serving: %s", strerror(errno));
+		ck_assert_int_eq(strncmp(ans + 9, "200", 3), 0);
+		q = sample_of(ans, "kvslab_radix_query_tokens_total", "slab:16");
+		if (q0 <= 0)
+			q0 = q;
+		usleep(100000);
+	}
+	ck_assert_msg(q0 > 0 && q > q0, "query tokens did not grow: %g then %g", q0, q);
+	{
+		char *body = strstr(ans, "\r\n\r\n") + 4, *samples;
+
+		samples = prom_check(body, strlen(body), &status);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "prom_check.py failed on:\n%s", body);
+		free(samples);
+		ck_assert(sample_of(body, "kvslab_pool_usage_ratio", "slab:16") >= 0);
+		ck_assert(sample_of(body, "kvslab_slab_mapped_bytes", "slab:16") >= 0);
+		ck_assert(sample_of(body, "kvslab_drv_map_calls_total", "slab:16") >= 0);
+	}
+	free(ans);
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	fclose(err);
+}
+END_TEST
+#else /* !KVS_HAVE_MICROHTTPD */
+START_TEST(test_replay_metrics)
+{
+	tu_skip(__func__, "built without libmicrohttpd: kvslab-replay --metrics has no server");
+}
+END_TEST
+
+START_TEST(test_http)
+{
+	kvs_metrics_t *m = kvs_metrics_create();
+	uint16_t port = 1;
+
+	ck_assert_ptr_nonnull(m);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve(m, ":0", &port), -1);
+	ck_assert_int_eq(errno, ENOTSUP);
+	ck_assert_uint_eq(port, 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_metrics_serve_stop(m), -1);
+	ck_assert_int_eq(errno, ENOENT);
+	ck_assert_int_eq(kvs_metrics_destroy(m), 0);
+	tu_skip(__func__, "built without libmicrohttpd (configure: metrics http: no): "
+			  "kvs_metrics_serve() fails with ENOTSUP, checked; no HTTP test");
+}
+END_TEST
+#endif /* KVS_HAVE_MICROHTTPD */
+
 static Suite *metrics_suite(void)
 {
 	Suite *s = suite_create("metrics");
@@ -585,6 +1018,8 @@ static Suite *metrics_suite(void)
 	tcase_add_test(tc, test_write_cb_unlocked);
 	tcase_add_test(tc, test_checker_strict);
 	tcase_add_test(tc, test_label_utf8);
+	tcase_add_test(tc, test_http);
+	tcase_add_test(tc, test_replay_metrics);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -452,6 +452,9 @@ static void round_trip(int i, uint32_t ps, int layout, int mla)
 	ck_assert_uint_eq(hstat(&e, KVS_HPOOL_STAT_load_pages), RT_PAGES + 2);
 	ck_assert_uint_eq(hstat(&e, KVS_HPOOL_STAT_bytes_copied),
 			  (2 * RT_PAGES + 2) * page_bytes(&e));
+	/* The same bytes by direction (the metrics' tier transfers). */
+	ck_assert_uint_eq(hstat(&e, KVS_HPOOL_STAT_backup_bytes), RT_PAGES * page_bytes(&e));
+	ck_assert_uint_eq(hstat(&e, KVS_HPOOL_STAT_load_bytes), (RT_PAGES + 2) * page_bytes(&e));
 	ck_assert_int_eq(kvs_hpool_free(e.hp, RT_PAGES, h), 0);
 	dev_free(&e, RT_PAGES, a);
 	dev_free(&e, RT_PAGES, b);

@@ -44,6 +44,7 @@ struct opts {
 	uint32_t granules;
 	int csv_full, cache_max_set;
 	const char *cost_spec;
+	const char *metrics;		/* --metrics ADDR:PORT, or NULL */
 	struct rp_cost_model cost;
 	struct rp_limit *limits;
 	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
@@ -126,6 +127,8 @@ static void usage(FILE *f)
 		"      --plot=FILE         mapped vs live vs cached over time (.png or .svg; gnuplot)\n"
 		"      --json=FILE         summary for scripts (- for standard output)\n"
 		"      --sample-every=N    steps between time-series samples       [1]\n"
+		"      --metrics=ADDR:PORT serve the running replay's metrics over HTTP at\n"
+		"                          /metrics for Prometheus (:PORT: 127.0.0.1)\n"
 		"  -q, --quiet             no tables, no progress\n"
 		"      --no-progress       no progress bar\n"
 		"  -h, --help              this help\n"
@@ -138,7 +141,7 @@ enum {
 	O_RESERVE, O_RATIO, O_STEP, O_NOTS, O_GRANULES, O_MINE, O_MAXE, O_QUIET, O_WORKER, O_CSV, O_PLOT, O_JSON,
 	O_SAMPLE, O_NOPROG, O_NOCACHE, O_CACHE, O_BLOCKHASH,
 	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY, O_CACHEMAX, O_LIMITS,
-	O_COST, O_CSVFULL, O_SLABAWARE, O_COMPACT
+	O_COST, O_CSVFULL, O_SLABAWARE, O_COMPACT, O_METRICS
 };
 
 /* The CSV's samples a strategy by default (--csv-full: all). */
@@ -178,6 +181,7 @@ static const struct option longopts[] = {
 	{"cache-max", required_argument, 0, O_CACHEMAX},
 	{"limit-schedule", required_argument, 0, O_LIMITS},
 	{"cost-model", required_argument, 0, O_COST}, {"csv-full", no_argument, 0, O_CSVFULL},
+	{"metrics", required_argument, 0, O_METRICS},
 	{"version", no_argument, 0, 'V'},        {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *arg)
@@ -512,6 +516,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		}
 		case O_COST: o->cost_spec = optarg; break;
 		case O_CSVFULL: o->csv_full = 1; break;
+		case O_METRICS: o->metrics = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("kvslab-replay (kvslab) %s\n", KVSLAB_VERSION_STRING); exit(0);
 		default: usage(stderr); return -1;
@@ -623,6 +628,30 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
 				"shares a block with an earlier one): the prefix cache cannot hit and "
 				"only holds memory; try --no-cache, or --cache-max to cap it\n");
+}
+
+/* --metrics: a registry served over HTTP; each run's objects join it while
+ * the run lasts (rp_sim_opts.metrics). */
+static int start_metrics(struct opts *o)
+{
+	uint16_t port;
+	int e;
+
+	o->sim.metrics = kvs_metrics_create();
+	if (o->sim.metrics && kvs_metrics_serve(o->sim.metrics, o->metrics, &port) == 0) {
+		/* Even with -q: port 0 is only known from here. */
+		fprintf(stderr, "kvslab-replay: metrics on %s (port %u) at /metrics\n", o->metrics,
+			(unsigned)port);
+		return 0;
+	}
+	e = errno;
+	fprintf(stderr, "kvslab-replay: --metrics %s: %s\n", o->metrics,
+		e == ENOTSUP  ? "built without libmicrohttpd (no HTTP server)"
+		: e == EINVAL ? "not an address: HOST:PORT, [IPV6]:PORT or :PORT"
+			      : strerror(e));
+	kvs_metrics_destroy(o->sim.metrics);
+	o->sim.metrics = NULL;
+	return -1;
 }
 
 int main(int argc, char **argv)
@@ -747,6 +776,10 @@ int main(int argc, char **argv)
 			printf(" (%g%% of the unique tokens)", o.kv_share);
 		printf("; driver %s\n", o.sim.driver);
 	}
+	if (o.metrics && start_metrics(&o) < 0) {
+		rp_trace_free(&t);
+		return 2;
+	}
 	for (i = 0; i < ns; i++) {
 		struct progress p = {strats[i].name, o.progress};
 
@@ -758,6 +791,7 @@ int main(int argc, char **argv)
 			while (i-- > 0)
 				rp_result_free(&res[i]);
 			rp_trace_free(&t);
+			kvs_metrics_destroy(o.sim.metrics);
 			return 1;
 		}
 		if (rp_result_verdict(&res[i], verdict, sizeof(verdict)) < 0) {
@@ -813,5 +847,6 @@ int main(int argc, char **argv)
 		rp_result_free(&res[i]);
 	rp_trace_free(&t);
 	free(o.limits);
+	kvs_metrics_destroy(o.sim.metrics);	/* stops its server */
 	return rc;
 }

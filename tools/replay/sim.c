@@ -1054,6 +1054,39 @@ static int setup_tiers(struct sim *s)
 	return 0;
 }
 
+/* --metrics: the run's objects, each under the strategy's name, so that a
+ * scrape sees the run in progress. */
+static int metrics_add(struct sim *s)
+{
+	kvs_metrics_t *m = s->o->metrics;
+	const char *l = s->res->strat.name;
+
+	if (!m)
+		return 0;
+	if (kvs_metrics_add_drv(m, s->drv, l) < 0 || kvs_metrics_add_pool(m, s->pool, l) < 0 ||
+	    (s->radix && kvs_metrics_add_radix(m, s->radix, l) < 0) ||
+	    (s->hc && kvs_metrics_add_hcache(m, s->hc, l) < 0) ||
+	    (s->hp && kvs_metrics_add_hpool(m, s->hp, l) < 0) ||
+	    (s->hr && kvs_metrics_add_hiradix(m, s->hr, l) < 0) ||
+	    (s->store && kvs_metrics_add_store(m, s->store, l) < 0))
+		return fail_msg(s, "--metrics: cannot register the run's objects: %s",
+				strerror(errno));
+	return 0;
+}
+
+/* And out again before they are destroyed (those registered: ENOENT for
+ * the others is fine). */
+static void metrics_remove(struct sim *s)
+{
+	const void *objs[] = {s->drv, s->pool, s->radix, s->hc, s->hp, s->hr, s->store};
+
+	if (!s->o->metrics)
+		return;
+	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++)
+		if (objs[i])
+			(void)kvs_metrics_remove(s->o->metrics, objs[i]);
+}
+
 static int setup(struct sim *s)
 {
 	const struct rp_sim_opts *o = s->o;
@@ -1202,13 +1235,14 @@ static int setup(struct sim *s)
 		errno = ENOMEM;
 		return fail_msg(s, "no memory for %u running requests", o->max_running);
 	}
-	return 0;
+	return metrics_add(s);
 }
 
 static void teardown(struct sim *s)
 {
 	size_t i;
 
+	metrics_remove(s);
 	for (i = 0; i < s->nrun; i++) {
 		if (s->flow)
 			kvs_flow_release(s->flow, &s->run[i]->req);

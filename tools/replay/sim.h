@@ -68,6 +68,9 @@ struct rp_sim_opts {
 	 * give memory back and ignore it). */
 	const struct rp_limit *limits;
 	size_t nlimits;
+	/* --metrics: a registry the run's objects join from setup to teardown,
+	 * labelled with the strategy's name (NULL: none). */
+	kvs_metrics_t *metrics;
 };
 
 /** One point of a limit schedule. */
