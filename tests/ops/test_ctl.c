@@ -346,6 +346,13 @@ START_TEST(test_protocol)
 	say(a, "limit 2K\n", 9);
 	response(a, buf, sizeof(buf));
 	ck_assert_str_eq(buf, "limit 2048\nbytes_returned 4096\nelapsed_ns 1234\nok\n");
+	/* The server reads SIZE as the tools do (kvs_parse_size(3)). */
+	say(a, "limit 1.5K\n", 11);
+	response(a, buf, sizeof(buf));
+	ck_assert_str_eq(buf, "limit 1536\nbytes_returned 4096\nelapsed_ns 1234\nok\n");
+	say(b, "limit 1.5\n", 10);
+	response(b, buf, sizeof(buf));
+	ck_assert_msg(!strncmp(buf, "error EINVAL ", 13), "%s", buf);
 	say(b, "limit 99999999999999999999\n", 27);
 	response(b, buf, sizeof(buf));
 	ck_assert_msg(!strncmp(buf, "error ERANGE ", 13), "%s", buf);
