@@ -164,42 +164,6 @@ static inline int kvs_fail(int err)
 }
 
 /*
- * Parse SIZE: decimal digits, then an optional K, M, G or T (powers of
- * 1024, either case) and an optional "B" or "iB".  0, or -1 with errno
- * EINVAL or ERANGE.  For the control socket (lib/ops/ctl.c) and its client
- * (tools/ctl_client.c), which must agree on it.
- */
-static inline int kvs_parse_size(const char *s, uint64_t *out)
-{
-	uint64_t v = 0, mul = 1;
-
-	if (*s < '0' || *s > '9')
-		return kvs_fail(EINVAL);
-	for (; *s >= '0' && *s <= '9'; s++) {
-		if (__builtin_mul_overflow(v, 10, &v) ||
-		    __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
-			return kvs_fail(ERANGE);
-	}
-	switch (*s) {
-	case 'k': case 'K': mul = 1ull << 10; s++; break;
-	case 'm': case 'M': mul = 1ull << 20; s++; break;
-	case 'g': case 'G': mul = 1ull << 30; s++; break;
-	case 't': case 'T': mul = 1ull << 40; s++; break;
-	default: break;
-	}
-	if (mul > 1 && *s == 'i')
-		s++;
-	if (*s == 'B' || *s == 'b')
-		s++;
-	if (*s)
-		return kvs_fail(EINVAL);
-	if (__builtin_mul_overflow(v, mul, &v))
-		return kvs_fail(ERANGE);
-	*out = v;
-	return 0;
-}
-
-/*
  * Size arithmetic on numbers a caller handed us.  Each returns false, with
  * *out untouched, when the exact result does not fit in a size_t.
  */

@@ -2,19 +2,47 @@
 /*
  * tools/ctl_client.c - the client side of the kvslab-ctl(7) protocol: one
  * request line out, data lines back up to "ok" or "error NAME message".
+ *
+ * Every exchange has a deadline: connect(2) and send(2) are bounded by
+ * SO_SNDTIMEO (a Unix socket's connect waits on it when the server's
+ * backlog is full), and each read waits in poll(2) for what is left of
+ * the time, so a server that accepts and never answers, or never ends its
+ * answer, costs the tool at most its timeout.
  */
-#include <ctype.h>
 #include <errno.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctl_client.h"
 
-int cc_connect(const char *path)
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Bound @fd's blocking sends (and a Unix connect) by @ms (at least 1). */
+static void send_timeout(int fd, int64_t ms)
+{
+	struct timeval tv;
+
+	if (ms < 1)
+		ms = 1;
+	tv.tv_sec = (time_t)(ms / 1000);
+	tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+int cc_connect(const char *path, int timeout_ms)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd;
@@ -27,8 +55,9 @@ int cc_connect(const char *path)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
+	send_timeout(fd, timeout_ms);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		int e = errno;
+		int e = errno == EAGAIN || errno == EINPROGRESS ? ETIMEDOUT : errno;
 
 		close(fd);
 		errno = e;
@@ -37,19 +66,31 @@ int cc_connect(const char *path)
 	return fd;
 }
 
-int cc_call(const char *prog, const char *sock, const char *request, char **data)
+static void say_error(const char *prog, const char *sock, int timeout_ms)
 {
+	if (errno == ETIMEDOUT)
+		fprintf(stderr, "%s: %s: no complete answer within %g s (see --timeout)\n", prog,
+			sock, timeout_ms / 1e3);
+	else
+		fprintf(stderr, "%s: %s: %s\n", prog, sock, strerror(errno));
+}
+
+int cc_call(const char *prog, const char *sock, const char *request, int timeout_ms,
+	    char **data)
+{
+	int64_t t0 = now_ms(), left;
 	int fd, rc;
 
-	fd = cc_connect(sock);
+	fd = cc_connect(sock, timeout_ms);
 	if (fd < 0) {
-		fprintf(stderr, "%s: %s: %s\n", prog, sock, strerror(errno));
+		say_error(prog, sock, timeout_ms);
 		return -1;
 	}
-	rc = cc_request(fd, request, data);
+	left = timeout_ms - (now_ms() - t0);
+	rc = cc_request(fd, request, left > 0 ? (int)left : 1, data);
 	close(fd);
 	if (rc < 0) {
-		fprintf(stderr, "%s: %s: %s\n", prog, sock, strerror(errno));
+		say_error(prog, sock, timeout_ms);
 		return -1;
 	}
 	if (rc > 0) {
@@ -60,8 +101,29 @@ int cc_call(const char *prog, const char *sock, const char *request, char **data
 	return 0;
 }
 
-int cc_request(int fd, const char *request, char **data)
+/* Wait until @fd can be read or @deadline (ms) passes: 0, or -1 with errno. */
+static int wait_readable(int fd, int64_t deadline)
 {
+	for (;;) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		int64_t left = deadline - now_ms();
+		int n;
+
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		n = poll(&pf, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+int cc_request(int fd, const char *request, int timeout_ms, char **data)
+{
+	int64_t deadline = now_ms() + timeout_ms;
 	size_t len = 0, cap = 8192, start = 0;
 	char *buf = malloc(cap);
 	size_t rl = strlen(request);
@@ -77,12 +139,15 @@ int cc_request(int fd, const char *request, char **data)
 	}
 	memcpy(line, request, rl);
 	line[rl] = '\n';
+	send_timeout(fd, timeout_ms);
 	for (size_t off = 0; off < rl + 1;) {
 		ssize_t n = send(fd, line + off, rl + 1 - off, MSG_NOSIGNAL);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				errno = ETIMEDOUT;
 			free(line);
 			free(buf);
 			return -1;
@@ -122,8 +187,12 @@ int cc_request(int fd, const char *request, char **data)
 			buf = b;
 			cap *= 2;
 		}
-		n = recv(fd, buf + len, cap - 1 - len, 0);
-		if (n < 0 && errno == EINTR)
+		if (wait_readable(fd, deadline) < 0) {
+			free(buf);
+			return -1;
+		}
+		n = recv(fd, buf + len, cap - 1 - len, MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0) {
 			free(buf);
@@ -134,36 +203,15 @@ int cc_request(int fd, const char *request, char **data)
 	}
 }
 
-int cc_parse_size(const char *s, unsigned long long *out)
+int cc_parse_timeout(const char *s, int *ms)
 {
-	/* The grammar of the server's parser (lib/ops/ctl.c): digits, then an
-	 * optional K, M, G or T (powers of 1024), "i", and "B". */
-	static const char units[] = "kmgt";
-	unsigned long long v = 0, mul = 1;
-	const char *u;
+	char *end;
+	double v;
 
-	if (!isdigit((unsigned char)*s))
-		goto bad;
-	for (; isdigit((unsigned char)*s); s++)
-		if (__builtin_mul_overflow(v, 10ULL, &v) ||
-		    __builtin_add_overflow(v, (unsigned long long)(*s - '0'), &v))
-			goto range;
-	if (*s && (u = strchr(units, tolower((unsigned char)*s)))) {
-		mul <<= 10 * (u - units + 1);
-		s++;
-		s += *s == 'i';
-	}
-	s += *s == 'B' || *s == 'b';
-	if (*s)
-		goto bad;
-	if (__builtin_mul_overflow(v, mul, &v))
-		goto range;
-	*out = v;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0) || v > 86400)
+		return -1;
+	*ms = v * 1e3 < 1 ? 1 : (int)(v * 1e3);
 	return 0;
-bad:
-	errno = EINVAL;
-	return -1;
-range:
-	errno = ERANGE;
-	return -1;
 }

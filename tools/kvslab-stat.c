@@ -103,12 +103,12 @@ static void parse_line(struct snap *sn, char *l)
 	sn->s[sn->n++].v = v;
 }
 
-static int fetch(const char *sock, struct snap *sn)
+static int fetch(const char *sock, int timeout_ms, struct snap *sn)
 {
 	struct timespec ts;
 	char *data, *l, *save = NULL;
 
-	if (cc_call("kvslab-stat", sock, "metrics", &data) < 0)
+	if (cc_call("kvslab-stat", sock, "metrics", timeout_ms, &data) < 0)
 		return -1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	sn->t = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
@@ -284,11 +284,12 @@ static void show(const struct snap *sn, const struct snap *prev)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: kvslab-stat [-s SOCKET] [-d SECONDS] [-n N] [-1]\n"
+	fprintf(f, "usage: kvslab-stat [-s SOCKET] [-d SECONDS] [-n N] [-t SECONDS] [-1]\n"
 		   "  -s SOCKET   the control socket (default $KVSLAB_CTL_SOCKET)\n"
 		   "  -d SECONDS  time between refreshes (default 1)\n"
 		   "  -n N        stop after N refreshes\n"
-		   "  -1          one snapshot, no screen clearing\n");
+		   "  -t SECONDS  give up on an answer not complete by then (default %g)\n"
+		   "  -1          one snapshot, no screen clearing\n", CC_TIMEOUT_MS / 1e3);
 }
 
 int main(int argc, char **argv)
@@ -297,11 +298,11 @@ int main(int argc, char **argv)
 	struct snap cur = {0}, prev = {0};
 	double delay = 1.0;
 	long iters = -1;
+	int c, timeout_ms = CC_TIMEOUT_MS;
 	bool once = false;
 	char *end;
-	int c;
 
-	while ((c = getopt(argc, argv, "s:d:n:1h")) != -1) {
+	while ((c = getopt(argc, argv, "s:d:n:t:1h")) != -1) {
 		switch (c) {
 		case 's':
 			sock = optarg;
@@ -317,6 +318,12 @@ int main(int argc, char **argv)
 			iters = strtol(optarg, &end, 10);
 			if (*end || end == optarg || iters < 1) {
 				fprintf(stderr, "kvslab-stat: bad -n '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 't':
+			if (cc_parse_timeout(optarg, &timeout_ms) < 0) {
+				fprintf(stderr, "kvslab-stat: bad -t '%s'\n", optarg);
 				return 2;
 			}
 			break;
@@ -345,7 +352,7 @@ int main(int argc, char **argv)
 			ts.tv_nsec = (long)((delay - (double)ts.tv_sec) * 1e9);
 			nanosleep(&ts, NULL);
 		}
-		if (fetch(sock, &cur) < 0) {
+		if (fetch(sock, timeout_ms, &cur) < 0) {
 			snap_free(&cur);
 			snap_free(&prev);
 			return 1;

@@ -28,7 +28,12 @@ typedef struct kvs_ctl_limit_report {
 	uint64_t bytes_returned;	/* bytes given back to the driver */
 	uint64_t elapsed_ns;		/* time the change took */
 	uint64_t limit;			/* the limit now in force, bytes */
-	uint64_t _reserved[5];
+	/* On a refusal (ENOMEM), when known: the lowest limit the engine
+	 * can honour now, and the lowest compaction could bring it to (as
+	 * kvs_limit_report_t's floor_bytes and packed_bytes); 0: unknown. */
+	uint64_t floor_bytes;
+	uint64_t packed_bytes;
+	uint64_t _reserved[3];
 } kvs_ctl_limit_report_t;
 
 /** Attributes of kvs_ctl_start(); start from kvs_ctl_attr_init(). */
@@ -57,6 +62,9 @@ typedef struct kvs_ctl_attr {
 } kvs_ctl_attr_t;
 
 int kvs_ctl_attr_init(kvs_ctl_attr_t *attr);
+/* SIZE as kvslab-ctl(7) and every kvslab tool read it: "8G", "1.5G",
+ * "512MiB", "64k", "4096".  See kvs_parse_size(3). */
+int kvs_parse_size(const char *s, uint64_t *bytes);
 kvs_ctl_t *kvs_ctl_start(const char *path, const kvs_ctl_attr_t *attr);
 int kvs_ctl_stop(kvs_ctl_t *ctl);
 

@@ -28,7 +28,9 @@ typedef struct kvs_limit_report {
 					 * the lowest limit reachable without
 					 * compaction */
 	size_t packed_bytes;		/* the running requests' pages packed
-					 * into whole slabs */
+					 * into whole slabs, and the slabs
+					 * nobody can empty now: the lowest
+					 * limit reachable after compaction */
 	uint64_t evicted_tokens;	/* tokens evicted from the cache */
 	uint64_t slabs_unmapped;	/* slabs given back */
 	uint64_t elapsed_ns;		/* time the call took */

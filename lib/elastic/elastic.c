@@ -160,7 +160,8 @@ static int cand_cmp(const void *a, const void *b)
 KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cache,
 				  kvs_limit_report_t *rep)
 {
-	uint64_t t0 = kvs_now_ns(), nslabs, npages, i, floor = 0, pinned = 0, ncand = 0, nempty = 0;
+	uint64_t t0 = kvs_now_ns(), nslabs, npages, i, floor = 0, pinned = 0, ncand = 0, nempty = 0,
+		 stuck = 0;
 	size_t slab_total, mapped0, pooled0, mapped, pooled, old, need = 0;
 	kvs_limit_report_t r;
 	uint64_t *unlocked = NULL, *target = NULL;
@@ -222,6 +223,7 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 			continue;
 		if (inuse[i] == KVSI_SLAB_STUCK) {
 			floor++;
+			stuck++;
 			continue;
 		}
 		for (q = 0; q < pps; q++) {
@@ -243,8 +245,10 @@ KVS_EXPORT int kvs_pool_set_limit(kvs_pool_t *p, size_t bytes, kvs_radix_t *cach
 		else
 			cand[ncand++] = (struct cand){i, live, inuse[i]};
 	}
+	/* The floor, and what compaction could bring it to: the pinned pages
+	 * packed into whole slabs, beside the slabs nobody can empty now. */
 	r.floor_bytes = floor * slab_total;
-	r.packed_bytes = (pinned + pps - 1) / pps * slab_total;
+	r.packed_bytes = ((pinned + pps - 1) / pps + stuck) * slab_total;
 	if (bytes < r.floor_bytes) {
 		err = ENOMEM;
 		goto out_state;

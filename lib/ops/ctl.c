@@ -13,10 +13,14 @@
  * unknown request gets an error and the connection stays open.
  *
  * A response is built whole in memory (the metrics text under the
- * registry's lock, which is then released) and sent with a blocking
- * send(2) bounded by SO_SNDTIMEO, so a client that stops reading costs at
- * most timeout_ms and is then dropped; a client idle for timeout_ms is
- * dropped too.
+ * registry's lock, which is then released) and sent without waiting: what
+ * the socket does not take now waits in the client's output until poll(2)
+ * says it can go, and the client is not read from meanwhile (its next
+ * requests wait in its socket).  No client can hold the thread: one that
+ * stops reading, or sends half a line, stalls only itself, and is dropped
+ * when it has made no progress for timeout_ms.  When every slot is held, a
+ * new connection takes the slot of the client idle longest (one with
+ * nothing under way first), so idle connections never lock a request out.
  *
  * Threads and locks: kvs_ctl_start() creates the server thread with every
  * signal blocked; kvs_ctl_stop() wakes it through a pipe, joins it, and
@@ -51,7 +55,10 @@
 struct client {
 	int fd;			/* -1: a free slot */
 	size_t len;		/* bytes in buf */
-	uint64_t last_ns;	/* last request, for the idle limit */
+	uint64_t last_ns;	/* last progress either way, for the idle limit */
+	struct kvsi_buf out;	/* the responses not yet sent */
+	size_t sent;		/* of out.len */
+	bool closing;		/* close once out is sent */
 	char buf[KVS_CTL_LINE_MAX];
 };
 
@@ -90,22 +97,6 @@ static void resp_error(struct kvsi_buf *r, int err, const char *msg)
 	kvsi_buf_fmt(r, "error %s %s\n", errname(err), msg ? msg : strerror(err));
 }
 
-/* Send all of @buf; false when the client is gone or stuck. */
-static bool send_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return false;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return true;
-}
-
 /* ------------------------------------------------------------- requests */
 
 static const char help_text[] =
@@ -113,8 +104,35 @@ static const char help_text[] =
 	"help                 this list\n"
 	"metrics              every statistic, Prometheus text format 0.0.4\n"
 	"limit                the memory limit now, in bytes\n"
-	"limit SIZE           set the memory limit (bytes, or K/M/G/T suffix, powers of 1024)\n"
+	"limit SIZE           set the memory limit (bytes, or 1.5G, 512M, 64KiB: powers of 1024)\n"
 	"quit                 close the connection\n";
+
+/*
+ * A refused limit of @bytes.  Below the floor (ENOMEM with a floor above
+ * @bytes) the answer says the lowest limit the engine can honour now, and
+ * whether compaction would let @bytes through (the pinned pages packed
+ * into whole slabs fit it) or not; else the errno's text.
+ */
+static void limit_refused(struct kvsi_buf *r, int err, uint64_t bytes,
+			  const kvs_ctl_limit_report_t *rep)
+{
+	char msg[320];
+
+	if (err != ENOMEM || rep->floor_bytes <= bytes) {
+		resp_error(r, err, NULL);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "limit below the floor %" PRIu64 " (the lowest limit "
+		 "the engine can honour now: slabs its running requests keep mapped)",
+		 rep->floor_bytes);
+	if (rep->packed_bytes && rep->packed_bytes <= bytes)
+		snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; compaction would let "
+			 "it through: packed %" PRIu64, rep->packed_bytes);
+	else if (rep->packed_bytes)
+		snprintf(msg + strlen(msg), sizeof(msg) - strlen(msg), "; compaction would "
+			 "not: packed %" PRIu64, rep->packed_bytes);
+	resp_error(r, err, msg);
+}
 
 static void do_limit(kvs_ctl_t *c, const char *arg, struct kvsi_buf *r)
 {
@@ -139,7 +157,7 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct kvsi_buf *r)
 	}
 	if (kvs_parse_size(arg, &bytes) < 0) {
 		resp_error(r, errno, errno == ERANGE ? "SIZE too large"
-						     : "SIZE is bytes, or a number with K, M, G or T");
+						     : "SIZE is bytes, or a number with K, M, G or T (1.5G)");
 		return;
 	}
 	if (!c->attr.set_limit && !c->attr.pool) {
@@ -151,19 +169,22 @@ static void do_limit(kvs_ctl_t *c, const char *arg, struct kvsi_buf *r)
 	errno = 0;
 	if (c->attr.set_limit) {
 		if (c->attr.set_limit(c->attr.limit_arg, bytes, &rep) < 0) {
-			resp_error(r, errno ? errno : EIO, NULL);
+			limit_refused(r, errno ? errno : EIO, bytes, &rep);
 			return;
 		}
 	} else {
-		kvs_limit_report_t lr;
+		kvs_limit_report_t lr = {0};
+		int rc = kvs_pool_set_limit(c->attr.pool, bytes, c->attr.cache, &lr);
 
-		if (kvs_pool_set_limit(c->attr.pool, bytes, c->attr.cache, &lr) < 0) {
-			resp_error(r, errno ? errno : EIO, NULL);
-			return;
-		}
 		rep.limit = lr.limit;
 		rep.bytes_returned = lr.bytes_returned;
 		rep.elapsed_ns = lr.elapsed_ns;
+		rep.floor_bytes = lr.floor_bytes;
+		rep.packed_bytes = lr.packed_bytes;
+		if (rc < 0) {
+			limit_refused(r, errno ? errno : EIO, bytes, &rep);
+			return;
+		}
 	}
 	c->limit = rep.limit ? rep.limit : bytes;
 	kvsi_buf_fmt(r, "limit %" PRIu64 "\nbytes_returned %" PRIu64 "\nelapsed_ns %" PRIu64 "\nok\n",
@@ -222,8 +243,12 @@ static void client_close(struct client *cl)
 {
 	if (cl->fd >= 0)
 		close(cl->fd);
+	free(cl->out.buf);
+	memset(&cl->out, 0, sizeof(cl->out));
 	cl->fd = -1;
 	cl->len = 0;
+	cl->sent = 0;
+	cl->closing = false;
 }
 
 static bool line_clean(const char *s, size_t n)
@@ -237,10 +262,36 @@ static bool line_clean(const char *s, size_t n)
 	return true;
 }
 
+/* Send what @cl's socket takes now of its pending responses, without
+ * waiting; close it when it is gone, or when all is sent and it was to
+ * close. */
+static void client_flush(struct client *cl)
+{
+	while (cl->sent < cl->out.len) {
+		ssize_t n = send(cl->fd, cl->out.buf + cl->sent, cl->out.len - cl->sent,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;	/* the rest when poll(2) says POLLOUT */
+		if (n <= 0) {
+			client_close(cl);
+			return;
+		}
+		cl->sent += (size_t)n;
+		cl->last_ns = kvs_now_ns();
+	}
+	cl->out.len = 0;
+	cl->sent = 0;
+	if (cl->closing)
+		client_close(cl);
+}
+
 /* Read what @cl sent and answer every complete line. */
 static void client_read(kvs_ctl_t *c, struct client *cl)
 {
-	struct kvsi_buf r = {0};
+	struct kvsi_buf *r = &cl->out;
 	bool keep = true;
 	ssize_t n;
 	char *nl;
@@ -260,54 +311,66 @@ static void client_read(kvs_ctl_t *c, struct client *cl)
 		if (ll && cl->buf[ll - 1] == '\r')
 			cl->buf[--ll] = 0;
 		if (!line_clean(cl->buf, ll)) {
-			resp_error(&r, EPROTO, "a request is one line of printable ASCII");
+			resp_error(r, EPROTO, "a request is one line of printable ASCII");
 			keep = false;
 			break;
 		}
 		cl->buf[ll] = 0;
-		keep = do_request(c, cl->buf, &r);
+		keep = do_request(c, cl->buf, r);
 		rest = cl->len - (size_t)(nl + 1 - cl->buf);
 		memmove(cl->buf, nl + 1, rest);
 		cl->len = rest;
 	}
 	if (keep && cl->len == sizeof(cl->buf)) {
-		kvsi_buf_fmt(&r, "error %s a request line is at most %d bytes\n", errname(EMSGSIZE),
+		kvsi_buf_fmt(r, "error %s a request line is at most %d bytes\n", errname(EMSGSIZE),
 			 KVS_CTL_LINE_MAX - 1);
 		keep = false;
 	}
-	if (r.nomem) {
-		r.len = 0;
-		r.nomem = false;
-		resp_error(&r, ENOMEM, NULL);
+	if (r->nomem) {
+		r->len = 0;
+		r->nomem = false;
+		resp_error(r, ENOMEM, NULL);
 		keep = false;
 	}
-	if (r.len && !send_all(cl->fd, r.buf, r.len))
-		keep = false;
-	free(r.buf);
-	if (!keep)
-		client_close(cl);
+	cl->closing = !keep;
+	client_flush(cl);
+}
+
+/*
+ * The slot a new connection takes when every slot is held: the client
+ * idle longest among those with nothing under way (no partial request, no
+ * response unsent), else the one idle longest.  Idle connections thus
+ * never lock a request out.
+ */
+static struct client *client_victim(kvs_ctl_t *c)
+{
+	struct client *best = NULL, *any = NULL;
+
+	for (uint32_t i = 0; i < c->attr.max_clients; i++) {
+		struct client *cl = &c->clients[i];
+
+		if (!any || cl->last_ns < any->last_ns)
+			any = cl;
+		if (!cl->len && !cl->out.len && (!best || cl->last_ns < best->last_ns))
+			best = cl;
+	}
+	return best ? best : any;
 }
 
 static void client_accept(kvs_ctl_t *c)
 {
-	struct timeval tv = {.tv_sec = c->attr.timeout_ms / 1000,
-			     .tv_usec = (c->attr.timeout_ms % 1000) * 1000};
 	struct client *slot = NULL;
 	int fd;
 
-	fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC);
+	fd = accept4(c->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 	if (fd < 0)
 		return;
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	for (uint32_t i = 0; i < c->attr.max_clients && !slot; i++)
 		if (c->clients[i].fd < 0)
 			slot = &c->clients[i];
 	if (!slot) {
-		static const char busy[] = "error EBUSY too many clients\n";
-
-		send_all(fd, busy, sizeof(busy) - 1);
-		close(fd);
-		return;
+		slot = client_victim(c);
+		client_close(slot);
 	}
 	slot->fd = fd;
 	slot->len = 0;
@@ -332,18 +395,28 @@ static void *server(void *arg)
 		pf[np++] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
 		pf[np++] = (struct pollfd){.fd = c->lfd, .events = POLLIN};
 		for (uint32_t i = 0; i < nmax; i++) {
-			if (c->clients[i].fd < 0)
+			struct client *cl = &c->clients[i];
+
+			if (cl->fd < 0)
 				continue;
-			who[np] = &c->clients[i];
-			pf[np++] = (struct pollfd){.fd = c->clients[i].fd, .events = POLLIN};
+			/* A client with a response unsent is not read from
+			 * until it takes it: its requests wait in its socket. */
+			who[np] = cl;
+			pf[np++] = (struct pollfd){.fd = cl->fd,
+						   .events = cl->out.len ? POLLOUT : POLLIN};
 		}
 		if (poll(pf, np, 500) < 0 && errno != EINTR)
 			break;
 		if (pf[0].revents)
 			break;
-		for (nfds_t i = 2; i < np; i++)
-			if (pf[i].revents)
+		for (nfds_t i = 2; i < np; i++) {
+			if (!pf[i].revents || who[i]->fd != pf[i].fd)
+				continue;
+			if (who[i]->out.len)
+				client_flush(who[i]);
+			else
 				client_read(c, who[i]);
+		}
 		if (pf[1].revents & POLLIN)
 			client_accept(c);
 		now = kvs_now_ns();
@@ -372,6 +445,64 @@ KVS_EXPORT int kvs_ctl_attr_init(kvs_ctl_attr_t *attr)
 	KVS_ATTR_CLEAR(attr);
 	attr->max_clients = 8;
 	attr->timeout_ms = 10000;
+	return 0;
+}
+
+/**
+ * kvs_parse_size() - read a SIZE: decimal digits, an optional fraction
+ * (a point and up to 18 digits, with a unit only), then an optional unit
+ * K, M, G or T (powers of 1024, either case) with an optional "i", and an
+ * optional "B": "4096", "64k", "512MiB", "1.5G", "8GB".  A fraction is
+ * rounded down to a whole byte.  The one grammar of the control protocol
+ * (kvslab-ctl(7)) and of every kvslab tool.
+ * @s: the text, NUL-terminated: nothing before or after the SIZE.
+ * @bytes: receives the size in bytes; untouched on failure.
+ *
+ * Context: any thread; MT-Safe.
+ * Return: 0, or -1 with errno EINVAL (NULL argument, or @s is not a SIZE)
+ * or ERANGE (more bytes than a uint64_t holds).
+ */
+KVS_EXPORT int kvs_parse_size(const char *s, uint64_t *bytes)
+{
+	uint64_t v = 0, frac = 0, scale = 1, mul = 1;
+	unsigned __int128 part;
+	bool range = false;
+	int nfrac = 0;
+
+	if (!s || !bytes || *s < '0' || *s > '9')
+		return kvs_fail(EINVAL);
+	for (; *s >= '0' && *s <= '9'; s++)
+		if (__builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*s - '0'), &v))
+			range = true;	/* still checked for the grammar */
+	if (*s == '.') {
+		if (*++s < '0' || *s > '9')
+			return kvs_fail(EINVAL);
+		for (; *s >= '0' && *s <= '9'; s++, nfrac++) {
+			if (nfrac == 18)
+				return kvs_fail(EINVAL);
+			frac = frac * 10 + (uint64_t)(*s - '0');
+			scale *= 10;
+		}
+	}
+	switch (*s) {
+	case 'k': case 'K': mul = 1ull << 10; s++; break;
+	case 'm': case 'M': mul = 1ull << 20; s++; break;
+	case 'g': case 'G': mul = 1ull << 30; s++; break;
+	case 't': case 'T': mul = 1ull << 40; s++; break;
+	default: break;
+	}
+	if (mul > 1 && (*s == 'i' || *s == 'I'))
+		s++;
+	if (*s == 'B' || *s == 'b')
+		s++;
+	if (*s || (nfrac && mul == 1))
+		return kvs_fail(EINVAL);
+	part = (unsigned __int128)frac * mul / scale;	/* < mul: fits */
+	if (range || __builtin_mul_overflow(v, mul, &v) ||
+	    __builtin_add_overflow(v, (uint64_t)part, &v))
+		return kvs_fail(ERANGE);
+	*bytes = v;
 	return 0;
 }
 

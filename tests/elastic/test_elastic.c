@@ -32,13 +32,14 @@ struct env {
 	kvs_slab_t *s;
 };
 
-static void env_open(struct env *e, int be, uint64_t tokens, int slab_aware)
+/* The env over driver @d (its own from then on). */
+static void env_open_on(struct env *e, kvs_drv_t *d, uint64_t tokens, int slab_aware)
 {
 	kvs_pool_attr_t pa;
 	kvs_radix_attr_t ra;
 
 	memset(e, 0, sizeof(*e));
-	e->d = tu_open_gran(be, GRAN, 0, 0);
+	e->d = d;
 	ck_assert_ptr_nonnull(e->d);
 	kvs_pool_attr_init(&pa);
 	pa.model.layers = 1;
@@ -62,6 +63,11 @@ static void env_open(struct env *e, int be, uint64_t tokens, int slab_aware)
 	ra.slab_aware = (uint32_t)slab_aware;
 	e->r = kvs_radix_create(e->pool, &ra);
 	ck_assert_ptr_nonnull(e->r);
+}
+
+static void env_open(struct env *e, int be, uint64_t tokens, int slab_aware)
+{
+	env_open_on(e, tu_open_gran(be, GRAN, 0, 0), tokens, slab_aware);
 }
 
 static void env_close(struct env *e)
@@ -480,6 +486,44 @@ START_TEST(test_limit_zero)
 	ck_assert_int_eq(kvs_pool_set_limit(e.pool, SLAB_BYTES, e.r, &rep), 0);
 	ck_assert_int_eq(kvs_pool_alloc(e.pool, 1, &one), 0);
 	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &one), 0);
+	env_close(&e);
+}
+END_TEST
+
+/* A slab that cannot be unmapped now (its unmap failed: parked broken) is
+ * in the floor, and compaction cannot remove it either: packed_bytes, the
+ * limit compaction could reach, counts it too (it used to count only the
+ * pinned pages, and so said compaction would let a limit through that it
+ * could not). */
+START_TEST(test_limit_stuck_slab)
+{
+	struct env e;
+	kvs_drv_t *f;
+	int32_t locs[12], freed[10];
+	kvs_limit_report_t rep;
+	int n = 0;
+
+	f = kvs_fault_open(tu_open_gran(_i, GRAN, 0, 0));
+	ck_assert_ptr_nonnull(f);
+	env_open_on(&e, f, 32, 0);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 12, locs), 0); /* slabs A, B, C */
+	/* Pages 0 (A) and 4 (B) stay: two pinned pages, scattered. */
+	for (int i = 0; i < 12; i++)
+		if (i != 0 && i != 4)
+			freed[n++] = locs[i];
+	ck_assert_int_eq(kvs_fault_fail_random(f, KVS_OP_UNMAP, 1.0, 1, EIO), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, n, freed), 0);
+	kvs_slab_shrink(e.s);	/* C's unmap fails (EIO, maybe later): parked */
+	ck_assert_uint_eq(st(&e, KVS_SLAB_STAT_slabs_broken), 1);
+	errno = 0;
+	ck_assert_int_eq(kvs_pool_set_limit(e.pool, SLAB_BYTES, e.r, &rep), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+	ck_assert_uint_eq(rep.floor_bytes, 3 * SLAB_BYTES);
+	/* Compacted, A's and B's pages fit one slab; C stays. */
+	ck_assert_uint_eq(rep.packed_bytes, 2 * SLAB_BYTES);
+	ck_assert_int_eq(kvs_fault_clear(f), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &locs[0]), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 1, &locs[4]), 0);
 	env_close(&e);
 }
 END_TEST
@@ -955,6 +999,7 @@ static Suite *elastic_suite(void)
 	tcase_add_loop_test(tc, test_limit_lower_raise, 0, nb);
 	tcase_add_loop_test(tc, test_limit_no_cache, 0, nb);
 	tcase_add_loop_test(tc, test_limit_zero, 0, nb);
+	tcase_add_loop_test(tc, test_limit_stuck_slab, 0, nb);
 	tcase_add_loop_test(tc, test_compact, 0, nb);
 	tcase_add_loop_test(tc, test_limit_hcache, 0, nb);
 	tcase_add_loop_test(tc, test_compact_hcache, 0, nb);

@@ -539,6 +539,49 @@ START_TEST(test_limit_schedule_applied)
 }
 END_TEST
 
+/* A limit the running requests alone exceed is refused, and the first
+ * refusal says the lowest limit the library could honour then, and whether
+ * compaction would let it through (it used to be only counted). */
+START_TEST(test_limit_refused_says_floor)
+{
+	struct rp_trace t;
+	struct rp_sim_opts o;
+	struct rp_strategy sl = strat(RP_SLAB, 16, "slab:16");
+	struct rp_limit lim[1] = {{10, 12288}};	/* below the first request's 2 slabs */
+	struct rp_result r;
+	char *path = tmp_trace(floor_jsonl), err[] = "/tmp/kvs_refused_XXXXXX", text[1024];
+	int fd = mkstemp(err), saved = dup(2);
+	ssize_t n;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 1, stderr, &t), 0);
+	floor_opts(&o);
+	o.limits = lim;
+	o.nlimits = 1;
+	fflush(stderr);
+	ck_assert_int_ge(dup2(fd, 2), 0);
+	ck_assert_int_eq(rp_simulate(&t, &o, &sl, &r, NULL, NULL), 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	n = pread(fd, text, sizeof(text) - 1, 0);
+	ck_assert_msg(r.limit_refused >= 1, "refused %llu", (unsigned long long)r.limit_refused);
+	ck_assert_int_gt(n, 0);
+	text[n] = 0;
+	ck_assert_uint_eq(r.requests_done, 2);
+	ck_assert_msg(strstr(text, "kvslab-replay: limit ") &&
+			      strstr(text, " at 0.01 s refused: the lowest it could honour was ") &&
+			      strstr(text, "; compaction would not ("),
+		      "%s", text);
+	rp_result_free(&r);
+	rp_trace_free(&t);
+	close(fd);
+	unlink(err);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 /* The ShareGPT statistics CSV: lengths by the header, fresh blocks, no
  * timestamps until a rate gives them; a bad row is skipped and named. */
 START_TEST(test_sharegpt_csv)
@@ -1354,6 +1397,7 @@ int main(void)
 	tcase_add_test(tc, test_held_over_floor);
 	tcase_add_test(tc, test_limit_schedule_parse);
 	tcase_add_test(tc, test_limit_schedule_applied);
+	tcase_add_test(tc, test_limit_refused_says_floor);
 	tcase_add_test(tc, test_sharegpt_csv);
 	tcase_add_test(tc, test_tool_verdict_and_warnings);
 	tcase_add_test(tc, test_cost_model_report);

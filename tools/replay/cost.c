@@ -187,28 +187,12 @@ double rp_cost_share(const struct rp_cost_model *m, const struct rp_result *r)
 
 int rp_parse_size(const char *arg, uint64_t *out)
 {
-	char *end;
-	double v;
-	uint64_t mul = 1;
+	uint64_t v;
 
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || end == arg || !(v > 0))
+	/* The library's grammar, every tool's (kvs_parse_size(3)); no 0 here. */
+	if (kvs_parse_size(arg, &v) < 0 || v == 0)
 		return -1;
-	switch (*end) {
-	case 'k': case 'K': mul = 1ull << 10; end++; break;
-	case 'm': case 'M': mul = 1ull << 20; end++; break;
-	case 'g': case 'G': mul = 1ull << 30; end++; break;
-	case 't': case 'T': mul = 1ull << 40; end++; break;
-	default: break;
-	}
-	if (*end == 'i' || *end == 'I')
-		end++;
-	if (*end == 'b' || *end == 'B')
-		end++;
-	if (*end || v * (double)mul > 1e18)
-		return -1;
-	*out = (uint64_t)(v * (double)mul);
+	*out = v;
 	return 0;
 }
 

@@ -445,6 +445,16 @@ static int limit_by_tool(struct sim *s, uint64_t bytes)
 	if (kvs_pool_set_limit(s->pool, bytes, s->radix, &rep) < 0) {
 		if (errno != ENOMEM && errno != EBUSY)
 			return -1;
+		if (errno == ENOMEM && rep.floor_bytes > bytes && !s->res->limit_refused) {
+			char b[3][32];	/* the first refusal: the floor, and --compact's */
+
+			rp_fmt_bytes(bytes, b[0], 32);
+			rp_fmt_bytes(rep.floor_bytes, b[1], 32);
+			rp_fmt_bytes(rep.packed_bytes, b[2], 32);
+			fprintf(stderr, "kvslab-replay: limit %s at %g s refused: the lowest it could "
+				"honour was %s; compaction %s (%s packed)\n", b[0], s->t_ms / 1e3, b[1],
+				rep.packed_bytes <= bytes ? "would let it through" : "would not", b[2]);
+		}
 		s->res->limit_refused++;
 		return 0;
 	}
