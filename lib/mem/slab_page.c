@@ -153,6 +153,32 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			if (hold)
 				atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
 			taken = bits;
+		} else if (bits == ~0ULL && n - got >= 64) {
+			/* A word all free: 64 pages, four indices and four
+			 * counts a store. */
+			const v4u_t four = {4, 4, 4, 4};
+			v4u_t v = {0, 1, 2, 3};
+			uint32_t *o = out + got;
+			uint64_t j;
+
+			v += (uint32_t)(w * 64);
+			for (j = 0; j < 64; j += 16, v += four) {
+				*(v4u_t *)(void *)(o + j) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 4) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 8) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 12) = v;
+				if (hold) {
+					ref4_store(ref + w * 64 + j, REF4(1));
+					ref4_store(ref + w * 64 + j + 4, REF4(1));
+					ref4_store(ref + w * 64 + j + 8, REF4(1));
+					ref4_store(ref + w * 64 + j + 12, REF4(1));
+				}
+			}
+			got += 64;
+			taken = ~0ULL;
 		}
 		for (left = bits & ~taken; left && got < n;) {
 			uint32_t lo = (uint32_t)__builtin_ctzll(left), len;
