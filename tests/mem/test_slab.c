@@ -708,6 +708,19 @@ static void *thr_main(void *arg)
 				t->fails++;
 		} else if (op == 9 && step % 500 == 0) {
 			kvs_slab_shrink(t->s);
+		} else if (op == 6 && n > 0) {
+			/* Up to 8 held entries picked at random: pages alone,
+			 * scattered over the slabs, a shared one maybe twice. */
+			int m = 1 + (int)(tu_rng(&t->seed) % (n < 8 ? n : 8));
+
+			for (int k = 0; k < m; k++) {
+				int j = (int)(tu_rng(&t->seed) % n);
+
+				buf[k] = held[j];
+				held[j] = held[--n];
+			}
+			if (kvs_slab_free_bulk(t->s, (size_t)m, buf) < 0)
+				t->fails++;
 		} else if (n > 0) {
 			int j = (int)(tu_rng(&t->seed) % n);
 
