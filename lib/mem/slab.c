@@ -43,7 +43,12 @@
  * be taken by someone who already holds one.  The bulk paths work in runs of
  * consecutive pages: they take whole bitmap words, set and clear counts four
  * at a time (still atomically, see slab_defs.h), and free with slab->lock
- * held from the first reference dropped to the last page put back.
+ * held from the first reference dropped to the last page put back.  On a
+ * fragmented pool (free pages as single holes in many slabs) a hole costs a
+ * find-first-set on the summary word (kept in a register), one on its
+ * bitmap word and a count's store to take, and a load, a store and two bit
+ * sets to give back: the cost is the pages and the slabs visited, not the
+ * slabs' sizes.
  *
  * Files.  This one creates and destroys the allocator, allocates and frees
  * one page, and releases slabs; lib/mem/slab_bulk.c has the run paths

@@ -20,11 +20,11 @@
  * the common caller hands back what kvs_slab_alloc_bulk() gave, runs of
  * up to a slab, and the radix cache frees thousands of consecutive pages
  * at page size 1.  A run whose pages are all at count 1 is dropped four
- * counts at a time; the others page by page as before.  Both phases of a
+ * counts at a time; the others page by page as before, and a page alone
+ * (what a fragmented pool gave) without a run's set-up.  Both phases of a
  * free (drop, then give back, both under the lock) read the runs from a
- * run_src, once, or again when there were too many to keep.
+ * run_src, each once.
  */
-#define RUNBUF 64
 
 /* Where a bulk free reads its pages: an array of pages
  * (kvs_slab_free_bulk()), or of token locations in pages of @ps tokens
@@ -45,7 +45,8 @@ struct run_src {
  * page: one shift (or one division, for a page size not a power of two)
  * per run, compares for the rest.  Page size 1 is the page case.
  */
-static inline int src_next(struct run_src *r, struct kvsi_page_run *run)
+static inline __attribute__((always_inline)) int src_next(struct run_src *r,
+							  struct kvsi_page_run *run)
 {
 	size_t i = r->i, left = r->n - i;
 	uint64_t lo, pg;
@@ -65,7 +66,12 @@ static inline int src_next(struct run_src *r, struct kvsi_page_run *run)
 		const uint32_t *v = r->pages ? r->pages + i : (const uint32_t *)(r->locs + i);
 
 		run->first = v[0];
-		run->len = (uint32_t)kvsi_run_len(v, left);
+		/* A page alone (a fragmented pool's holes) without the
+		 * vector loop's set-up. */
+		if (left == 1 || v[1] != v[0] + 1)
+			run->len = 1;
+		else
+			run->len = (uint32_t)kvsi_run_len(v, left);
 		r->i = i + run->len;
 		/* As locations, values from 2^31 up are negative. */
 		if (!r->pages && (uint64_t)v[0] + run->len > (uint64_t)INT32_MAX + 1)
@@ -142,17 +148,21 @@ static int drop_run(struct kvs_slab *s, const struct kvsi_page_run *run, size_t 
  * holder): by the kref rule no one else may change those counts, so they
  * are checked and cleared to 0 four at a time, and the run is marked whole.
  * A page listed again later finds 0 and fails the call.  The other runs go
- * page by page, the last reference leaving REF_DYING.  Then the pages go
- * back: the whole runs without looking at a count again, the others by
- * their REF_DYING marks.  Only the first RUNBUF runs may be whole (a bit
- * is kept for each of them alone); the runs after those are read again
- * from @src, a chunk at a time.
+ * page by page, the last reference leaving REF_DYING, and so does a run of
+ * one page (a fragmented pool's holes: one count, nothing to gain from
+ * checking it four at a time), inline.  Then the runs are read again from
+ * @src and the pages go back: the whole runs without looking at a count
+ * again, the others by their REF_DYING marks, a page alone inline.  Only
+ * the first 64 runs may be whole (a bit is kept for each of them alone).
  */
-static int free_runs(struct kvs_slab *s, struct run_src *src)
+static inline __attribute__((always_inline)) int free_runs(struct kvs_slab *s,
+							   struct run_src *src)
 {
-	struct kvsi_page_run buf[RUNBUF], run;
+	struct slab_putc c = SLAB_PUTC_INIT(s);
+	struct kvsi_page_run run;
+	_Atomic uint16_t *ref = s->ref;
 	uint64_t whole = 0;
-	size_t nb, nruns = 0, nlast = 0;
+	size_t nruns = 0, nlast = 0;
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
@@ -161,15 +171,27 @@ static int free_runs(struct kvs_slab *s, struct run_src *src)
 			rc = -1;
 			break;
 		}
-		if (nruns < RUNBUF && ref_run_swap(s, run.first, run.len, 1, 0)) {
+		if (run.len == 1) {
+			/* A page alone, held once: the last reference. */
+			if (likely(atomic_load_explicit(&ref[run.first], memory_order_relaxed) == 1)) {
+				atomic_store_explicit(&ref[run.first], REF_DYING, memory_order_relaxed);
+				nlast++;
+			} else {
+				int r = unref(s, run.first, REF_DYING);
+
+				if (r < 0) {
+					rc = -1;
+					break;
+				}
+				nlast += (size_t)r;
+			}
+		} else if (nruns < 64 && ref_run_swap(s, run.first, run.len, 1, 0)) {
 			whole |= 1ULL << nruns;
 			nlast += run.len;
 		} else if (drop_run(s, &run, &nlast) < 0) {
 			rc = -1;
 			break;
 		}
-		if (nruns < RUNBUF)
-			buf[nruns] = run;
 		nruns++;
 	}
 	if (rc < 0) {
@@ -182,22 +204,129 @@ static int free_runs(struct kvs_slab *s, struct run_src *src)
 		return kvs_fail(EINVAL);
 	}
 	if (nlast) {
-		slab_put_runs(s, nruns < RUNBUF ? nruns : RUNBUF, buf, whole);
-		if (nruns > RUNBUF) {
-			src->i = 0;
-			for (nb = 0; nb < RUNBUF; nb++)
-				src_next(src, &run);
-			do {
-				for (nb = 0; nb < RUNBUF && src_next(src, &buf[nb]) > 0; nb++)
-					;
-				slab_put_runs(s, nb, buf, 0);
-			} while (nb == RUNBUF);
+		size_t k;
+
+		src->i = 0;
+		for (k = 0; src_next(src, &run) > 0; k++) {
+			if (run.len == 1)
+				slab_putc_page(s, &c, run.first);
+			else
+				slab_putc_run(s, &c, run.first, run.len, k < 64 && (whole >> k & 1));
 		}
+		slab_putc_end(s, &c);
 		ST(s, free_slow) += nlast;
 		slab_after_free_locked(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+/*
+ * free_runs() for an array of @n pages (kvs_slab_free_bulk(), and
+ * kvsi_slab_free_locs() at page size 1, whose locations are pages), each
+ * below @limit: the same two phases, with the runs found in place and a
+ * page alone (what a fragmented pool gave: the holes of many slabs) taken
+ * without a run's set-up, in registers.  Both phases cut the array into
+ * the same runs, so the bit of @whole of the k-th run of two pages or more
+ * means the same in both.  The undo of a failed call gives back each entry
+ * before the bad one, as undo_pages() does a run.
+ */
+static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t limit)
+{
+	struct slab_putc c = SLAB_PUTC_INIT(s);
+	_Atomic uint16_t *ref = s->ref;
+	uint64_t whole = 0;
+	size_t k = 0, nruns = 0, nlast = 0, len;
+	uint32_t lens[64];		/* of the first 64 runs, not found twice */
+
+	if (limit > s->npages)
+		limit = s->npages;
+	pthread_mutex_lock(&s->lock);
+	while (k < n) {
+		uint64_t p = v[k];
+
+		if (k + 1 < n && v[k + 1] == p + 1) {
+			struct kvsi_page_run run;
+
+			len = kvsi_run_len(v + k, n - k < UINT32_MAX ? n - k : UINT32_MAX);
+			if (p + len > limit)
+				goto bad;
+			run.first = (uint32_t)p;
+			run.len = (uint32_t)len;
+			if (nruns < 64) {
+				lens[nruns] = (uint32_t)len;
+				if (ref_run_swap(s, p, len, 1, 0)) {
+					whole |= 1ULL << nruns;
+					nlast += len;
+				} else if (drop_run(s, &run, &nlast) < 0) {
+					goto bad;
+				}
+			} else if (drop_run(s, &run, &nlast) < 0) {
+				goto bad;
+			}
+			nruns++;
+			k += len;
+			continue;
+		}
+		if (p >= limit)
+			goto bad;
+		/* A page alone, held once: the last reference. */
+		if (likely(atomic_load_explicit(&ref[p], memory_order_relaxed) == 1)) {
+			atomic_store_explicit(&ref[p], REF_DYING, memory_order_relaxed);
+			nlast++;
+		} else {
+			int r = unref(s, (uint32_t)p, REF_DYING);
+
+			if (r < 0)
+				goto bad;
+			nlast += (size_t)r;
+		}
+		k++;
+	}
+	if (nlast) {
+		/* The cursor's fields in registers: the atomics below are
+		 * compiler barriers, s->... would be read again every page. */
+		uint64_t *fb = s->freebits, *fw = s->freewords, pps = s->pps;
+		size_t j = 0, kr = 0;
+
+		while (j < n) {
+			uint64_t p = v[j], w;
+
+			if (j + 1 < n && v[j + 1] == p + 1) {
+				len = kr < 64 ? lens[kr]
+					      : kvsi_run_len(v + j, n - j < UINT32_MAX ? n - j : UINT32_MAX);
+				slab_putc_run(s, &c, p, len, kr < 64 && (whole >> kr & 1));
+				kr++;
+				j += len;
+				continue;
+			}
+			j++;
+			/* slab_putc_page(), its cursor's fields in registers. */
+			if (atomic_load_explicit(&ref[p], memory_order_relaxed) != REF_DYING)
+				continue;
+			atomic_store_explicit(&ref[p], 0, memory_order_relaxed);
+			if (unlikely(p - c.first >= pps))
+				slab_putc_switch(s, &c, p);
+			fb[p >> 6] |= 1ULL << (p & 63);
+			fw[p >> 12] |= 1ULL << (p >> 6 & 63);
+			c.cnt++;
+			w = (p - c.first) >> 6;
+			if (w < c.minw)
+				c.minw = (uint32_t)w;
+		}
+		slab_putc_end(s, &c);
+		ST(s, free_slow) += nlast;
+		slab_after_free_locked(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+bad:
+	/* A page dropped whole is at 0 now, like a dying one: the undo of
+	 * either gives it its one reference back, entry by entry. */
+	while (k-- > 0)
+		undo_pages(s, v[k], (uint64_t)v[k] + 1);
+	pthread_mutex_unlock(&s->lock);
+	return kvs_fail(EINVAL);
 }
 
 /**
@@ -215,11 +344,9 @@ static int free_runs(struct kvs_slab *s, struct run_src *src)
  */
 KVS_EXPORT int kvs_slab_free_bulk(kvs_slab_t *s, size_t n, const uint32_t *pages)
 {
-	struct run_src src = {.pages = pages, .n = n, .ps = 1};
-
 	if (!s || (!pages && n))
 		return kvs_fail(EINVAL);
-	return free_runs(s, &src);
+	return free_pages(s, n, pages, UINT64_MAX);
 }
 
 /*
@@ -238,6 +365,9 @@ int kvsi_slab_free_locs(kvs_slab_t *s, size_t n, const int32_t *locs, uint32_t p
 
 	if (!s || (!locs && n) || ps == 0)
 		return kvs_fail(EINVAL);
+	/* At page size 1 the locations are pages; from 2^31 up, negative. */
+	if (ps == 1)
+		return free_pages(s, n, (const uint32_t *)locs, (uint64_t)INT32_MAX + 1);
 	if ((ps & (ps - 1)) == 0)
 		src.shift = __builtin_ctz(ps);
 	return free_runs(s, &src);

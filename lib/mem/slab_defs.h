@@ -251,6 +251,19 @@ extern __thread struct kvsi_tls_mag {
 	struct mag *mag;
 } kvsi_slab_tls __attribute__((tls_model("initial-exec")));
 
+/*
+ * A bulk free's give-back (slab_page.c): the slab whose pages it is giving
+ * back (i, its first page), how many so far and the lowest bitmap word of
+ * the slab they are in.  Pages go back in any order; the slab is relisted
+ * when the give-back leaves it.  Start with SLAB_PUTC_INIT(s): its first
+ * page is in no slab (p - first >= pps for every page).
+ */
+struct slab_putc {
+	uint64_t i, first;
+	uint32_t cnt, minw;
+};
+#define SLAB_PUTC_INIT(s) {.i = UINT64_MAX, .first = 0 - (uint64_t)(s)->pps - 1}
+
 /* slab_page.c: lists and page moves, slab->lock held. */
 void slab_list_del(struct kvs_slab *s, uint64_t i);
 void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list);
@@ -260,8 +273,33 @@ uint32_t slab_take_many(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 void slab_put(struct kvs_slab *s, uint32_t p);
 void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages);
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold);
-void slab_put_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs, uint64_t whole);
+void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw);
 int64_t slab_pick(struct kvs_slab *s);
+void slab_putc_switch(struct kvs_slab *s, struct slab_putc *c, uint64_t p);
+void slab_putc_end(struct kvs_slab *s, struct slab_putc *c);
+void slab_putc_run(struct kvs_slab *s, struct slab_putc *c, uint64_t p, uint64_t len, bool whole);
+
+/* Give back page @p through cursor @c if a bulk free left it dying (its
+ * last reference dropped by this call), setting its count to 0; a page
+ * listed twice finds 0 the second time and is skipped.  Lock held. */
+static inline __attribute__((always_inline)) void slab_putc_page(struct kvs_slab *s,
+								 struct slab_putc *c, uint64_t p)
+{
+	_Atomic uint16_t *r = &s->ref[p];
+	uint32_t w;
+
+	if (atomic_load_explicit(r, memory_order_relaxed) != REF_DYING)
+		return;
+	atomic_store_explicit(r, 0, memory_order_relaxed);
+	if (unlikely(p - c->first >= s->pps))
+		slab_putc_switch(s, c, p);
+	bit_set(s->freebits, p);
+	bit_set(s->freewords, p / 64);
+	c->cnt++;
+	w = (uint32_t)((p - c->first) >> 6);
+	if (w < c->minw)
+		c->minw = w;
+}
 
 /* slab_grow.c: growth and release. */
 int slab_grow_locked(struct kvs_slab *s);

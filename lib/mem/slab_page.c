@@ -109,34 +109,94 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 
 /*
  * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
- * each its first reference (count 1) on the way.  The free bitmap is read
- * in runs of set bits: a word all free gives 64 pages in one go, a partial
- * word one run of free pages per iteration, never one bit at a time.  Lock
- * held.
+ * each its first reference (count 1) on the way.  The words with a free bit
+ * are found through the summary (freewords), read a summary word at a time:
+ * a nearly full slab costs the pages it gives, not its size.  In a word, a
+ * page alone (the holes of a fragmented slab) costs a find-first-set and a
+ * store, a word all free gives 64 pages in one go, a longer run one
+ * iteration; never one bit at a time.  Lock held.
  */
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold)
 {
 	struct slab_info *x = &s->si[i];
 	uint64_t first = i * s->pps, end = first + s->pps;
 	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
+	uint64_t *fb = s->freebits, *fw = s->freewords;
+	uint64_t sw = w >> 6, sbits = fw[sw] & (~0ULL << (w & 63));
+	_Atomic uint16_t *ref = s->ref;
 	uint32_t got = 0;
 
-	/* Only words with a free bit, found through the summary: a nearly
-	 * full slab of millions of pages is not read word by word. */
-	for (; (w = bits_next_set(s->freewords, w, wend)) < wend && got < n; w++) {
-		uint64_t bits = s->freebits[w], taken = 0;
+	for (;;) {
+		uint64_t bits, left, taken = 0;
 
+		/* The next word with a free bit, 64 words a load. */
+		while (!sbits) {
+			if (++sw * 64 >= wend)
+				goto out;
+			sbits = fw[sw];
+		}
+		w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
+		if (w >= wend)
+			goto out;
+		sbits &= sbits - 1;
+		bits = fb[w];
 		/* A word may be shared with the neighbour slabs: mask them off. */
-		if (w * 64 < first)
+		if (unlikely(w * 64 < first))
 			bits &= ~0ULL << (first - w * 64);
-		if (w * 64 + 64 > end)
+		if (unlikely(w * 64 + 64 > end))
 			bits &= ~0ULL >> (w * 64 + 64 - end);
-		while (bits && got < n) {
-			uint32_t lo = (uint32_t)__builtin_ctzll(bits);
-			uint64_t zeros = ~(bits >> lo);	/* 0 only for a full word */
-			uint32_t len = zeros ? (uint32_t)__builtin_ctzll(zeros) : 64;
-			uint64_t m;
+		if (bits && !(bits & (bits - 1))) {
+			/* One page free in the word: a fragmented slab's hole. */
+			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
 
+			out[got++] = (uint32_t)p;
+			if (hold)
+				atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+			taken = bits;
+		} else if (bits == ~0ULL && n - got >= 64) {
+			/* A word all free: 64 pages, four indices and four
+			 * counts a store. */
+			const v4u_t four = {4, 4, 4, 4};
+			v4u_t v = {0, 1, 2, 3};
+			uint32_t *o = out + got;
+			uint64_t j;
+
+			v += (uint32_t)(w * 64);
+			for (j = 0; j < 64; j += 16, v += four) {
+				*(v4u_t *)(void *)(o + j) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 4) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 8) = v;
+				v += four;
+				*(v4u_t *)(void *)(o + j + 12) = v;
+				if (hold) {
+					ref4_store(ref + w * 64 + j, REF4(1));
+					ref4_store(ref + w * 64 + j + 4, REF4(1));
+					ref4_store(ref + w * 64 + j + 8, REF4(1));
+					ref4_store(ref + w * 64 + j + 12, REF4(1));
+				}
+			}
+			got += 64;
+			taken = ~0ULL;
+		}
+		for (left = bits & ~taken; left && got < n;) {
+			uint32_t lo = (uint32_t)__builtin_ctzll(left), len;
+			uint64_t zeros, m;
+
+			if (!(left >> lo & 2)) {
+				/* A page alone. */
+				uint64_t p = w * 64 + lo;
+
+				out[got++] = (uint32_t)p;
+				if (hold)
+					atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+				taken |= left & -left;
+				left &= left - 1;
+				continue;
+			}
+			zeros = ~(left >> lo);	/* 0 only for a full word */
+			len = zeros ? (uint32_t)__builtin_ctzll(zeros) : 64;
 			if (len > n - got)
 				len = n - got;
 			kvsi_iota_u32(out + got, (uint32_t)(w * 64 + lo), len);
@@ -144,14 +204,17 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 				ref_run_set(s, w * 64 + lo, len, 1);
 			got += len;
 			m = bits_mask(lo, (uint64_t)lo + len);
-			bits &= ~m;
+			left &= ~m;
 			taken |= m;
 		}
-		s->freebits[w] &= ~taken;
-		if (!s->freebits[w])
-			bit_clear(s->freewords, w);
+		if (!(fb[w] &= ~taken))
+			bit_clear(fw, w);
 		if (got == n)
 			break;
+	}
+	if (0) {
+out:
+		w = wend;
 	}
 	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
 	if (x->hint * 64ULL >= s->pps)
@@ -189,7 +252,7 @@ void slab_put(struct kvs_slab *s, uint32_t p)
 
 /* Give back what one slab's share of the runs freed: @cnt pages, the lowest
  * in bitmap word @minw of the slab. */
-static void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
+void slab_put_done(struct kvs_slab *s, uint64_t i, uint32_t cnt, uint32_t minw)
 {
 	struct slab_info *x = &s->si[i];
 
@@ -229,59 +292,56 @@ void slab_put_many(struct kvs_slab *s, size_t n, const uint32_t *pages)
 	}
 }
 
+/* The give-back of cursor @c moves to the slab of page @p: the slab before
+ * gets what it was given.  Lock held. */
+void slab_putc_switch(struct kvs_slab *s, struct slab_putc *c, uint64_t p)
+{
+	slab_putc_end(s, c);
+	c->i = p / s->pps;
+	c->first = c->i * s->pps;
+	c->cnt = 0;
+	c->minw = UINT32_MAX;
+}
+
+/* The slab cursor @c is in gets what it was given (relisted once for the
+ * stretch of pages given back in it).  Lock held. */
+void slab_putc_end(struct kvs_slab *s, struct slab_putc *c)
+{
+	if (c->i != UINT64_MAX)
+		slab_put_done(s, c->i, c->cnt, c->minw);
+}
+
 /*
- * Give back pages of @runs (at most 64; in range, the callers checked; they
- * may cross slabs).  Run k with bit k of @whole set was dropped whole by the
- * caller, its counts already 0: all of it goes back, bits set a word at a
- * time.  Of the others, the pages whose count is REF_DYING
+ * Give back the pages of run [@p, @p + @len) (in range, the callers
+ * checked; it may cross slabs) through cursor @c.  With @whole, the caller
+ * dropped it whole, its counts already 0: all of it goes back, bits set a
+ * word at a time.  Otherwise the pages whose count is REF_DYING
  * (kvs_slab_free_bulk() or kvsi_slab_free_locs() dropped their last
  * reference), setting it to 0, so a page listed twice goes back once.  A
  * slab is relisted once per stretch of runs that stays in it.  Lock held.
  */
-void slab_put_runs(struct kvs_slab *s, size_t n, const struct kvsi_page_run *runs, uint64_t whole)
+void slab_putc_run(struct kvs_slab *s, struct slab_putc *c, uint64_t p, uint64_t len, bool whole)
 {
-	uint64_t i = UINT64_MAX, first = 0;
-	uint32_t cnt = 0, minw = UINT32_MAX;
-	size_t k;
+	uint64_t end = p + len;
 
-	for (k = 0; k < n; k++) {
-		uint64_t p = runs[k].first, end = p + runs[k].len;
+	while (p < end) {
+		uint64_t q, stop;
 
-		while (p < end) {
-			uint64_t len, q;
-
-			if (i == UINT64_MAX || p - first >= s->pps) {	/* another slab */
-				if (i != UINT64_MAX)
-					slab_put_done(s, i, cnt, minw);
-				i = p / s->pps;
-				first = i * s->pps;
-				cnt = 0;
-				minw = UINT32_MAX;
-			}
-			len = end - p < first + s->pps - p ? end - p : first + s->pps - p;
-			if (whole >> k & 1) {
-				bits_fill(s->freebits, p, p + len, true);
-				bits_fill(s->freewords, p / 64, (p + len - 1) / 64 + 1, true);
-				cnt += (uint32_t)len;
-				if ((uint32_t)((p - first) >> 6) < minw)
-					minw = (uint32_t)((p - first) >> 6);
-			} else {
-				for (q = p; q < p + len; q++) {
-					if (atomic_load_explicit(&s->ref[q], memory_order_relaxed) != REF_DYING)
-						continue;
-					atomic_store_explicit(&s->ref[q], 0, memory_order_relaxed);
-					bit_set(s->freebits, q);
-					bit_set(s->freewords, q / 64);
-					cnt++;
-					if ((uint32_t)((q - first) >> 6) < minw)
-						minw = (uint32_t)((q - first) >> 6);
-				}
-			}
-			p += len;
+		if (p - c->first >= s->pps)	/* another slab */
+			slab_putc_switch(s, c, p);
+		stop = end < c->first + s->pps ? end : c->first + s->pps;
+		if (whole) {
+			bits_fill(s->freebits, p, stop, true);
+			bits_fill(s->freewords, p / 64, (stop - 1) / 64 + 1, true);
+			c->cnt += (uint32_t)(stop - p);
+			if ((uint32_t)((p - c->first) >> 6) < c->minw)
+				c->minw = (uint32_t)((p - c->first) >> 6);
+		} else {
+			for (q = p; q < stop; q++)
+				slab_putc_page(s, c, q);
 		}
+		p = stop;
 	}
-	if (i != UINT64_MAX)
-		slab_put_done(s, i, cnt, minw);
 }
 
 /* The mapped slab to allocate from: fullest partial, else the newest empty

@@ -708,6 +708,19 @@ static void *thr_main(void *arg)
 				t->fails++;
 		} else if (op == 9 && step % 500 == 0) {
 			kvs_slab_shrink(t->s);
+		} else if (op == 6 && n > 0) {
+			/* Up to 8 held entries picked at random: pages alone,
+			 * scattered over the slabs, a shared one maybe twice. */
+			int m = 1 + (int)(tu_rng(&t->seed) % (n < 8 ? n : 8));
+
+			for (int k = 0; k < m; k++) {
+				int j = (int)(tu_rng(&t->seed) % n);
+
+				buf[k] = held[j];
+				held[j] = held[--n];
+			}
+			if (kvs_slab_free_bulk(t->s, (size_t)m, buf) < 0)
+				t->fails++;
 		} else if (n > 0) {
 			int j = (int)(tu_rng(&t->seed) % n);
 
@@ -1262,6 +1275,119 @@ START_TEST(test_bulk_free_twice_and_bad_tail)
 }
 END_TEST
 
+/*
+ * A fragmented pool: every slab full but for single-page holes (one word
+ * holding one, words holding two apart, a pair, the first and last page
+ * of a slab), fewer holes in some slabs than in others.  Bulk allocation
+ * takes the holes of the fullest slab first, lowest first, without taking
+ * a held page; a bulk free of them in any order (pages alone, runs, more
+ * than 64 of each, a page listed twice) gives each back once; a bad page
+ * alone anywhere in the list drops nothing.
+ */
+START_TEST(test_bulk_holes)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk_runs(d, 1024, 0);
+	/* Holes per slab: slab 1 fullest (bucket 63), then 2, 3, 0. */
+	static const uint32_t holes[] = {
+		/* slab 0: 13 */ 0, 5, 64, 70, 100, 101, 130, 140, 150, 191, 192, 254, 255,
+		/* slab 1: 1 */ 256 + 77,
+		/* slab 2: 5 */ 512 + 0, 512 + 63, 512 + 64, 512 + 200, 512 + 255,
+		/* slab 3: 9 */ 768 + 1, 768 + 3, 768 + 40, 768 + 90, 768 + 91, 768 + 92, 768 + 128,
+		768 + 129, 768 + 250,
+	};
+	static const uint32_t order[] = {1, 2, 3, 0};
+	enum { NH = sizeof(holes) / sizeof(holes[0]) };
+	static uint32_t pages[1024], list[1200], expect[NH];
+	static uint16_t want[1024];
+	uint32_t k, j, n = 0, ne = 0;
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1024, pages), 1024);
+	for (k = 0; k < 1024; k++)
+		want[k] = 1;
+	for (k = 0; k < NH; k++) {
+		/* Each page alone: a list of holes with gaps between them. */
+		ck_assert_int_eq(kvs_slab_free_bulk(s, 1, &holes[k]), 0);
+		want[holes[k]] = 0;
+	}
+	check_counts(s, want, 1024);
+	for (j = 0; j < 4; j++)
+		for (k = 0; k < NH; k++)
+			if (holes[k] / 256 == order[j])
+				expect[ne++] = holes[k];
+	ck_assert_uint_eq(ne, NH);
+	/* In two calls, the first ending mid-slab and mid-word. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 9, pages), 9);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, NH - 9, pages + 9), NH - 9);
+	for (k = 0; k < NH; k++) {
+		ck_assert_uint_eq(pages[k], expect[k]);
+		want[pages[k]] = 1;
+	}
+	check_counts(s, want, 1024);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1, list), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+
+	/* Freed backwards (no two adjacent entries in a run), a bad page
+	 * alone at the front, in the middle, at the end: nothing dropped. */
+	for (k = 0; k < NH; k++)
+		list[k + 1] = expect[NH - 1 - k];
+	list[0] = 1024;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, NH + 1, list), -1);
+	list[0] = list[NH / 2 + 1];		/* held once, listed twice */
+	ck_assert_int_eq(kvs_slab_free_bulk(s, NH + 1, list), -1);
+	list[NH + 1] = UINT32_MAX;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, NH + 2, list + 1), -1);
+	ck_assert_int_eq(errno, EINVAL);
+	check_counts(s, want, 1024);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, NH, list + 1), 0);
+	for (k = 0; k < NH; k++)
+		want[expect[k]] = 0;
+	check_counts(s, want, 1024);
+	/* The same order of slabs and pages again. */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, NH, pages), NH);
+	for (k = 0; k < NH; k++) {
+		ck_assert_uint_eq(pages[k], expect[k]);
+		want[pages[k]] = 1;
+	}
+	check_counts(s, want, 1024);
+
+	/* 100 pages alone then 70 runs of two at count 1 and a run shared
+	 * (past the 64th run: dropped page by page), then a page alone listed
+	 * twice at count 2. */
+	for (k = 0; k < 100; k++)
+		list[n++] = 2 * k;			/* 0, 2, ..., 198 */
+	for (k = 0; k < 70; k++)
+		n = (uint32_t)put_run(list, n, 300 + 3 * k, 2);	/* 300..509 */
+	for (k = 600; k < 610; k++) {
+		ck_assert_int_eq(kvs_slab_ref(s, k), 0);
+		want[k]++;
+	}
+	n = (uint32_t)put_run(list, n, 600, 10);
+	ck_assert_int_eq(kvs_slab_ref(s, 700), 0);
+	want[700]++;
+	list[n++] = 700;
+	list[n++] = 5;
+	list[n++] = 700;
+	for (k = 0; k < n; k++)
+		want[list[k]]--;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_refcount(s, 700), 0);
+	ck_assert_uint_eq(kvs_slab_refcount(s, 605), 1);
+	/* Everything back: the allocator is empty. */
+	n = 0;
+	for (k = 0; k < 1024; k++)
+		for (j = 0; j < want[k]; j++)
+			list[n++] = k;
+	ck_assert_int_eq(kvs_slab_free_bulk(s, n, list), 0);
+	memset(want, 0, sizeof(want));
+	check_counts(s, want, 1024);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
+	finish(_i, d, s);
+}
+END_TEST
+
 static uint64_t xs(uint64_t *x)
 {
 	*x ^= *x << 13;
@@ -1620,6 +1746,7 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_bulk_alloc_words, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_free_runs, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_free_twice_and_bad_tail, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_holes, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_random_model, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_random_model_mag, 0, nb);
 	suite_add_tcase(s, tc);
