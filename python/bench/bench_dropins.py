@@ -50,8 +50,8 @@ Usage:
   TRACE defaults to the conversation trace: $KVSLAB_SHARED/traces, else a
   "shared/traces" folder beside the source tree ($KVSLAB_TOP_SRCDIR, else
   this file's) or any folder above it.  The kvslab package is imported from
-  $KVSLAB_TOP_BUILDDIR/python-build (tests/check-python.sh builds it there),
-  else from sys.path.  $KVSLAB_PEER_SGLANG and $KVSLAB_PEER_VLLM stand for
+  $KVSLAB_TOP_BUILDDIR/python-build when that is set (tests/check-python.sh
+  builds it there; make bench sets it), else from sys.path.  $KVSLAB_PEER_SGLANG and $KVSLAB_PEER_VLLM stand for
   --sglang and --vllm.  Exits 77 when there is no trace, no kvslab package
   or no numpy; 1 when the hit ratios differ.  --profile runs cProfile over
   the first kvslab run of each part and prints the top functions.
@@ -568,7 +568,9 @@ def main():
     except ImportError:
         skip("no numpy")
     build = os.environ.get("KVSLAB_TOP_BUILDDIR")
-    if build and os.path.isdir(os.path.join(build, "python-build")):
+    if build:  # make bench: this build's package, not one installed elsewhere
+        if not os.path.isdir(os.path.join(build, "python-build", "kvslab")):
+            skip("no built kvslab package in %s/python-build (make check builds it)" % build)
         sys.path.insert(0, os.path.join(build, "python-build"))
     try:
         import kvslab
@@ -670,6 +672,8 @@ def main():
             vlr, vhr = rps_line("vLLM hasher  ", vhash_ns, len(reqs))
             print("  hashing alone: %s   ratio %.1fx" % (vlr, khr / vhr))
         kh, vh = med(khash_ns), med(vhash_ns) if vl else 0
+        gc.collect()
+        gc.freeze()  # the hashes are input, as the trace is: out of the collector's passes
         for pct, frac in caps:
             cap = int(round(frac * ublk))
             kb, vb, khit, vhit = [], [], None, None
