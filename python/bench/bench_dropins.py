@@ -51,9 +51,10 @@ Usage:
   "shared/traces" folder beside the source tree ($KVSLAB_TOP_SRCDIR, else
   this file's) or any folder above it.  The kvslab package is imported from
   $KVSLAB_TOP_BUILDDIR/python-build when that is set (tests/check-python.sh
-  builds it there; make bench sets it), else from sys.path.  $KVSLAB_PEER_SGLANG and $KVSLAB_PEER_VLLM stand for
-  --sglang and --vllm.  Exits 77 when there is no trace, no kvslab package
-  or no numpy; 1 when the hit ratios differ.  --profile runs cProfile over
+  builds it there; make bench sets it), else from sys.path.
+  $KVSLAB_PEER_SGLANG and $KVSLAB_PEER_VLLM stand for --sglang and --vllm.
+  Exits 77 when there is no trace, no kvslab package or no numpy; 1 when
+  the hit ratios (or the block hashes) differ.  --profile runs cProfile over
   the first kvslab run of each part and prints the top functions.
 
   Example (make bench runs it without peers):
@@ -73,7 +74,7 @@ import re
 import sys
 import time
 import types
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 FRACTIONS = ((10, 0.10), (30, 0.30), (100, 1.00))
 BLOCK = 512     # tokens of a trace block
