@@ -192,11 +192,8 @@ static int out_buf(PyObject *out, size_t n, struct ivec *iv, int32_t **buf)
 {
 	memset(iv, 0, sizeof(*iv));
 	if (out == Py_None) {
-		iv->own = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
-		if (!iv->own) {
-			PyErr_NoMemory();
+		if (!ivec_scratch(iv, n))
 			return -1;
-		}
 		*buf = iv->own;
 		return 0;
 	}
@@ -237,6 +234,8 @@ static PyObject *hiradix_match(HiRadixObject *self, PyObject *args, PyObject *kw
 	got = lock ? kvs_hiradix_match_lock_extra(self->h, extra, k.v, (size_t)k.n, buf, &m)
 		   : kvs_hiradix_match_extra(self->h, extra, k.v, (size_t)k.n, buf, &m);
 	Py_END_ALLOW_THREADS
+	if (got > 0)
+		ivec_writeback(&o, got);
 	ivec_release(&k);
 	ivec_release(&o);
 	if (got < 0)

@@ -58,16 +58,117 @@ PyObject *kvpy_raise(const char *what, kvs_drv_t *drv)
 /* ------------------------------------------------------------ int32 keys */
 
 
+/*
+ * Scratch vectors (int64 buffers' int32 copies, lists' conversions, outputs
+ * nobody asked for) come from a small cache of blocks kept warm between
+ * calls: a fresh block of a long key costs page faults, several times the
+ * conversion itself.  The GIL guards the cache (ivec_get() and
+ * ivec_release() run with it held).
+ */
+#define IVEC_CACHE 8
+#define IVEC_CACHE_MAX ((size_t)1 << 22) /* entries: larger blocks go back */
+static struct {
+	int32_t *p;
+	size_t cap;
+} ivec_cache[IVEC_CACHE];
+static int ivec_ncache;
+
+int32_t *ivec_scratch(struct ivec *iv, size_t n)
+{
+	int i;
+
+	for (i = ivec_ncache - 1; i >= 0; i--) {
+		if (ivec_cache[i].cap < n)
+			continue;
+		iv->own = ivec_cache[i].p;
+		iv->owncap = ivec_cache[i].cap;
+		ivec_cache[i] = ivec_cache[--ivec_ncache];
+		return iv->own;
+	}
+	iv->own = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
+	iv->owncap = iv->own ? (n ? n : 1) : 0;
+	if (!iv->own)
+		PyErr_NoMemory();
+	return iv->own;
+}
+
 void ivec_release(struct ivec *iv)
 {
 	if (iv->has_view)
 		PyBuffer_Release(&iv->view);
-	PyMem_Free(iv->own);
+	if (iv->own && iv->owncap && iv->owncap <= IVEC_CACHE_MAX && ivec_ncache < IVEC_CACHE) {
+		ivec_cache[ivec_ncache].p = iv->own;
+		ivec_cache[ivec_ncache].cap = iv->owncap;
+		ivec_ncache++;
+	} else {
+		PyMem_Free(iv->own);
+	}
 	memset(iv, 0, sizeof(*iv));
+}
+
+/*
+ * An int64 buffer (SGLang's indices are int64 tensors): the library sees an
+ * int32 copy, converted here with a range check; a writable one is written
+ * back by ivec_writeback().
+ */
+/* Narrow @n int64 to int32; nonzero when one is out of range (unsigned:
+ * above INT32_MAX).  Branch-free, so that the compiler vectorizes it. */
+__attribute__((optimize("O3"))) static uint64_t narrow(int32_t *restrict d,
+						       const int64_t *restrict w, size_t n,
+						       int is_unsigned)
+{
+	uint64_t bad = 0, off = is_unsigned ? 0 : (uint64_t)1 << 31;
+	uint64_t lim = is_unsigned ? (uint64_t)INT32_MAX : UINT32_MAX;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		bad |= ((uint64_t)w[i] + off) > lim;
+		d[i] = (int32_t)w[i];
+	}
+	return bad;
+}
+
+static int ivec_widen(struct ivec *iv, int writable, int is_unsigned)
+{
+	Py_ssize_t n = iv->view.len / 8;
+
+	if (!ivec_scratch(iv, (size_t)n)) {
+		ivec_release(iv);
+		return -1;
+	}
+	iv->wide = 1;
+	iv->n = n;
+	iv->v = iv->own;
+	if (writable)
+		return 0;
+	if (narrow(iv->own, iv->view.buf, (size_t)n, is_unsigned)) {
+		ivec_release(iv);
+		PyErr_SetString(PyExc_OverflowError, "token or location out of int32 range");
+		return -1;
+	}
+	return 0;
+}
+
+__attribute__((optimize("O3"))) static void widen(int64_t *restrict d, const int32_t *restrict v,
+						  size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		d[i] = v[i];
+}
+
+void ivec_writeback(struct ivec *iv, Py_ssize_t n)
+{
+	if (!iv->wide || !iv->has_view)
+		return;
+	widen(iv->view.buf, iv->own, (size_t)(n < iv->n ? n : iv->n));
 }
 
 int ivec_get(PyObject *o, struct ivec *iv, int writable)
 {
+	char fmt;
+
 	memset(iv, 0, sizeof(*iv));
 	if (PyObject_CheckBuffer(o)) {
 		int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -75,16 +176,19 @@ int ivec_get(PyObject *o, struct ivec *iv, int writable)
 		if (PyObject_GetBuffer(o, &iv->view, flags) < 0)
 			return -1;
 		iv->has_view = 1;
-		if (iv->view.itemsize != 4 || !iv->view.format ||
-		    !strchr("iIl", iv->view.format[strlen(iv->view.format) - 1]) ||
-		    (iv->view.format[strlen(iv->view.format) - 1] == 'l' && sizeof(long) != 4)) {
-			PyErr_SetString(PyExc_TypeError, "expected a buffer of int32");
-			ivec_release(iv);
-			return -1;
+		fmt = iv->view.format ? iv->view.format[strlen(iv->view.format) - 1] : 0;
+		if (fmt && iv->view.itemsize == 4 && strchr("iIlL", fmt) &&
+		    !((fmt == 'l' || fmt == 'L') && sizeof(long) != 4)) {
+			iv->v = iv->view.buf;
+			iv->n = iv->view.len / 4;
+			return 0;
 		}
-		iv->v = iv->view.buf;
-		iv->n = iv->view.len / 4;
-		return 0;
+		if (fmt && iv->view.itemsize == 8 && strchr("qQlL", fmt) &&
+		    !((fmt == 'l' || fmt == 'L') && sizeof(long) != 8))
+			return ivec_widen(iv, writable, fmt == 'Q' || fmt == 'L');
+		PyErr_SetString(PyExc_TypeError, "expected a buffer of int32 or int64");
+		ivec_release(iv);
+		return -1;
 	}
 	if (writable) {
 		PyErr_SetString(PyExc_TypeError, "expected a writable buffer of int32");
@@ -97,10 +201,8 @@ int ivec_get(PyObject *o, struct ivec *iv, int writable)
 		if (!seq)
 			return -1;
 		n = PySequence_Fast_GET_SIZE(seq);
-		iv->own = PyMem_Malloc((n ? n : 1) * sizeof(int32_t));
-		if (!iv->own) {
+		if (!ivec_scratch(iv, (size_t)n)) {
 			Py_DECREF(seq);
-			PyErr_NoMemory();
 			return -1;
 		}
 		for (i = 0; i < n; i++) {
@@ -392,6 +494,8 @@ static PyObject *pool_alloc_into(PoolObject *self, PyObject *arg)
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvs_pool_alloc(self->p, (size_t)iv.n, (int32_t *)iv.v);
 	Py_END_ALLOW_THREADS
+	if (rc == 0)
+		ivec_writeback(&iv, iv.n);
 	ivec_release(&iv);
 	if (rc < 0)
 		return kvpy_raise("kvs_pool_alloc", self->drv->d);
@@ -715,10 +819,9 @@ static PyObject *radix_match(RadixObject *self, PyObject *args, PyObject *kw)
 	/* The library writes the prefix's locations somewhere: a scratch
 	 * vector when the caller wants none. */
 	if (!o.v) {
-		o.own = PyMem_Malloc((k.n ? k.n : 1) * sizeof(int32_t));
-		if (!o.own) {
+		if (!ivec_scratch(&o, (size_t)k.n)) {
 			ivec_release(&k);
-			return PyErr_NoMemory();
+			return NULL;
 		}
 		o.v = o.own;
 	}
@@ -726,6 +829,8 @@ static PyObject *radix_match(RadixObject *self, PyObject *args, PyObject *kw)
 	got = (lock ? kvs_radix_match_lock : kvs_radix_match)(self->r, extra, k.v, (size_t)k.n,
 							      (int32_t *)o.v, &last);
 	Py_END_ALLOW_THREADS
+	if (got > 0)
+		ivec_writeback(&o, got);
 	ivec_release(&k);
 	ivec_release(&o);
 	if (got < 0)

@@ -27,7 +27,9 @@ PyObject *kvpy_raise(const char *what, kvs_drv_t *drv);
 
 /*
  * An int32 vector from a Python object: a C-contiguous buffer of 4-byte
- * integers (no copy), or any sequence of ints (converted).  release() after.
+ * integers (no copy), a buffer of 8-byte ones (converted, range-checked;
+ * written back after the call by ivec_writeback() when writable), or any
+ * sequence of ints (converted).  release() after.
  */
 struct ivec {
 	Py_buffer view;
@@ -35,10 +37,18 @@ struct ivec {
 	int32_t *own;
 	const int32_t *v;
 	Py_ssize_t n;
+	int wide;		/* an int64 buffer: v is an int32 copy */
+	size_t owncap;		/* entries of own when it came from ivec_scratch() */
 };
 
 void ivec_release(struct ivec *iv);
+/* A scratch vector of at least @n entries as iv->own (kept warm between
+ * calls), or NULL with MemoryError set; ivec_release() gives it back. */
+int32_t *ivec_scratch(struct ivec *iv, size_t n);
 int ivec_get(PyObject *o, struct ivec *iv, int writable);
+/* Write an int64 buffer's first @n entries back from the int32 copy (a
+ * writable int64 buffer ivec_get() took); nothing for an int32 one. */
+void ivec_writeback(struct ivec *iv, Py_ssize_t n);
 
 /* A dict of a stats family: name -> value. */
 #define STATS_DICT(F, U, obj)                                                        \

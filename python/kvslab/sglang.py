@@ -248,16 +248,24 @@ def _indices(arr):
     return a
 
 
-def _as_int32(value):
-    """Locations as an int32 numpy array, refusing what int32 cannot hold."""
+_RANGE = "kvslab: locations must be ints in [0, 2**31)"
+
+
+def _as_locs(value):
+    """Locations as an int32 or int64 numpy array, without a copy where it
+    already is one (a CPU torch tensor's numpy view included): the extension
+    converts int64 itself, range-checked (OverflowError, which the callers
+    turn into ValueError); negatives are refused here."""
     if hasattr(value, "cpu"):
         value = value.cpu().numpy()
     a = _np.asarray(value)
-    if a.dtype == _np.int32:
-        return a
-    if a.size and (a.dtype.kind not in "iu" or a.min() < 0 or a.max() > 0x7fffffff):
-        raise ValueError("kvslab: locations must be ints in [0, 2**31)")
-    return a.astype(_np.int32)
+    if a.dtype != _np.int64 and a.dtype != _np.int32:
+        if a.size and a.dtype.kind not in "iu":
+            raise ValueError(_RANGE)
+        a = a.astype(_np.int64)
+    if a.size and a.min() < 0:
+        raise ValueError(_RANGE)
+    return a
 
 
 def _extra_int(extra):
@@ -485,7 +493,7 @@ class RadixCache:
         n = len(ids)
         if self.disable or n == 0:
             return MatchResult(_indices(()), self._root, self._root)
-        out = _np.empty(n, dtype=_np.int32)
+        out = _np.empty(n, dtype=_np.int64)  # written as int64 by the extension
         got, node = self._tmatch(ids, out, extra)
         node = TreeNode(node, self._epoch, ids, got, extra)
         return MatchResult(_indices(out[:got]), node, node)
@@ -511,8 +519,11 @@ class RadixCache:
             ps = self.page_size
             value = _np.arange(self._next_fake, self._next_fake + len(ids), dtype=_np.int32)
             self._next_fake += (len(ids) + ps - 1) // ps * ps
-        vals = _as_int32(value)
-        return self._tinsert(ids, vals, priority or 0, extra)
+        vals = _as_locs(value)
+        try:
+            return self._tinsert(ids, vals, priority or 0, extra)
+        except OverflowError:
+            raise ValueError(_RANGE) from None
 
     # -- the tree's calls, which HiRadixCache replaces
     def _tmatch(self, ids, out, extra):
@@ -1072,7 +1083,9 @@ class TokenToKVPoolAllocator(_GroupedFrees):
         from . import Error
         try:
             # SGLang's paged allocator gives need_size // page_size pages.
-            out = self._kvslab_pool.alloc(need_size // self.page_size * self.page_size)
+            out = _np.empty(need_size // self.page_size * self.page_size, dtype=_np.int64)
+            if len(out):
+                self._kvslab_pool.alloc_into(out)  # int64, as SGLang's indices are
         except Error:
             return None
         if self._journal is not None:
@@ -1088,7 +1101,7 @@ class TokenToKVPoolAllocator(_GroupedFrees):
 
     def free(self, free_index):
         """Give back locations: every page they touch, once."""
-        idx = _as_int32(free_index)
+        idx = _as_locs(free_index)
         if idx.ndim != 1:
             idx = idx.reshape(-1)
         if len(idx) == 0:
@@ -1096,7 +1109,10 @@ class TokenToKVPoolAllocator(_GroupedFrees):
         if not self.is_not_in_free_group:
             self.free_group.append(idx)
             return
-        self._kvslab_pool.free(self._pages_once(idx))
+        try:
+            self._kvslab_pool.free(self._pages_once(idx))
+        except OverflowError:
+            raise ValueError(_RANGE) from None
 
     def backup_state(self):
         """A mark that restore_state() returns to: what is allocated after
@@ -1274,8 +1290,11 @@ class ReqToTokenPool:
             start = cols.start or 0
         else:
             start = int(cols)
-        vals = _as_int32(values)
-        self._tab.write(int(slot), start, vals.reshape(-1))
+        vals = _as_locs(values)
+        try:
+            self._tab.write(int(slot), start, vals.reshape(-1))
+        except OverflowError:
+            raise ValueError(_RANGE) from None
 
     def clear(self):
         for i in list(self._held):

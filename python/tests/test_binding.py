@@ -77,7 +77,7 @@ def test_pool_alloc_free_and_errors():
             p.free([0])  # not allocated
         assert ei.value.errno == errno.EINVAL
         with pytest.raises(TypeError):
-            p.free(np.zeros(4, dtype=np.int64))  # wrong width: no silent cast
+            p.free(np.zeros(4, dtype=np.int16))  # wrong width: no silent cast
         st = p.stats()
         assert isinstance(st, dict) and st["objects"] == 0
     with pytest.raises(ValueError):
@@ -240,3 +240,25 @@ def test_owner_close_refuses_while_dependents_are_open():
     del p
     gc.collect()
     d.close()
+
+
+def test_int64_buffers_cross_converted():
+    """SGLang's indices are int64: taken and given back as int64 buffers,
+    range-checked, the library seeing int32."""
+    with kvslab.Driver("host") as d, kvslab.Pool(d, "tiny", 1, 4096) as p, \
+            kvslab.Radix(p) as r:
+        locs = np.zeros(8, dtype=np.int64)
+        p.alloc_into(locs)
+        assert len(set(locs.tolist())) == 8 and locs.min() >= 0
+        key = np.arange(50, 58, dtype=np.int64)
+        assert r.insert(key, locs)[0] == 0
+        out = np.full(8, -1, dtype=np.int64)
+        got, node = r.match(key, out)
+        assert got == 8 and out.tolist() == locs.tolist()
+        with pytest.raises(OverflowError):
+            r.match(np.array([1 << 40], dtype=np.int64))
+        with pytest.raises(OverflowError):
+            p.free(np.array([-1 << 33], dtype=np.int64))
+        with pytest.raises(TypeError):
+            p.free(np.zeros(2, dtype=np.int16))
+        assert p.available() == p.capacity - 8  # nothing freed by the refusals
