@@ -493,7 +493,8 @@ def replay_blockpool(pool, reqs, hashes, free_cap):
 
 def kvslab_blockpool(kvslab, cap):
     from kvslab.vllm import BlockPool
-    pool = BlockPool(cap, block_size=VBS)
+    # One more for vLLM's null block (block 0), as vLLM's pool gets.
+    pool = BlockPool(cap + 1, block_size=VBS)
     excess = pool.get_num_free_blocks() - cap
     pool.bench_held = pool.get_new_blocks(excess) if excess > 0 else []
     assert pool.get_num_free_blocks() == cap, (pool.get_num_free_blocks(), cap)

@@ -588,6 +588,19 @@ static PyObject *hcache_block(HCacheObject *self, PyObject *arg)
 	return Py_BuildValue("(kN)", (unsigned long)ref, hash_bytes(&h));
 }
 
+/* used_blocks() -> blocks of refcount > 0, without the dict of stats() */
+static PyObject *hcache_used_blocks(HCacheObject *self, PyObject *unused)
+{
+	kvs_hcache_stats_t st;
+
+	(void)unused;
+	if (hcache_check(self) < 0)
+		return NULL;
+	if (kvs_hcache_stats(self->hc, &st) < 0)
+		return kvpy_raise("kvs_hcache_stats", NULL);
+	return PyLong_FromUnsignedLongLong(st.used_blocks);
+}
+
 static PyObject *hcache_stats(HCacheObject *self, PyObject *unused)
 {
 	kvs_hcache_stats_t st;
@@ -649,6 +662,8 @@ static PyMethodDef hcache_methods[] = {
 	{"reset", (PyCFunction)hcache_reset, METH_NOARGS, "Forget every hash (none in use)."},
 	{"block", (PyCFunction)hcache_block, METH_O, "block(id) -> (refcount, hash or None)"},
 	{"stats", (PyCFunction)hcache_stats, METH_NOARGS, "kvs_hcache_stats() as a dict."},
+	{"used_blocks", (PyCFunction)hcache_used_blocks, METH_NOARGS,
+	 "Blocks of refcount > 0 (kvs_hcache_stats()'s used_blocks)."},
 	{"validate", (PyCFunction)hcache_validate, METH_NOARGS, "Check the invariants."},
 	{NULL, NULL, 0, NULL},
 };

@@ -343,13 +343,15 @@ class BlockPool:
         """The cached block of ``block_hash`` for each group, or None on a miss."""
         if not self.enable_caching:
             return None
-        if any(g != 0 for g in kv_cache_group_ids):
+        one = kv_cache_group_ids == (0,) or kv_cache_group_ids == [0]
+        if not one and any(g != 0 for g in kv_cache_group_ids):
             raise NotImplementedError("kvslab.vllm: one KV cache group (0)")
-        b = self._hc.find(bytes(block_hash))
+        # A BlockHash is bytes (or a subclass): the extension reads it as is.
+        b = self._hc.find(block_hash if isinstance(block_hash, bytes) else bytes(block_hash))
         if b is None:
             return None
         blk = self.blocks[b]
-        return [blk for _ in kv_cache_group_ids]
+        return [blk] if one else [blk for _ in kv_cache_group_ids]
 
     def cache_full_blocks(self, request, blocks, num_cached_blocks, num_full_blocks,
                           block_size=None, kv_cache_group_id=0, block_mask=None):
@@ -365,12 +367,18 @@ class BlockPool:
         if len(hashes) < num_full_blocks:
             raise ValueError("the request has %d block hashes, fewer than %d"
                              % (len(hashes), num_full_blocks))
-        ids, hs = [], []
-        for i, b in enumerate(new):
-            if b.is_null or (block_mask is not None and not block_mask[i]):
-                continue
-            ids.append(b.block_id)
-            hs.append(bytes(hashes[num_cached_blocks + i]))
+        if block_mask is None and self.null_block not in new:
+            # The common case, without a per-block Python loop: the blocks'
+            # ids and the hashes as they are (bytes, or a subclass).
+            ids = [b.block_id for b in new]
+            hs = hashes[num_cached_blocks:num_full_blocks]
+        else:
+            ids, hs = [], []
+            for i, b in enumerate(new):
+                if b.is_null or (block_mask is not None and not block_mask[i]):
+                    continue
+                ids.append(b.block_id)
+                hs.append(hashes[num_cached_blocks + i])
         if not ids:
             return
         parent = bytes(hashes[num_cached_blocks - 1]) if num_cached_blocks else None
@@ -385,8 +393,7 @@ class BlockPool:
         fewer are free."""
         if num_blocks > self.get_num_free_blocks():
             raise ValueError("Cannot get %d free blocks from the pool" % num_blocks)
-        blocks = self.blocks
-        return [blocks[i] for i in self._hc.alloc(num_blocks)]
+        return list(map(self.blocks.__getitem__, self._hc.alloc(num_blocks)))
 
     def touch(self, blocks):
         """Reference blocks a request hit (a list, or one list per group)."""
@@ -398,7 +405,12 @@ class BlockPool:
 
     def free_blocks(self, ordered_blocks):
         """Drop a reference of each block, first evicted first."""
-        ids = [b.block_id for b in ordered_blocks if not b.is_null]
+        if not isinstance(ordered_blocks, list):
+            ordered_blocks = list(ordered_blocks)
+        if self.null_block in ordered_blocks:
+            ids = [b.block_id for b in ordered_blocks if not b.is_null]
+        else:
+            ids = [b.block_id for b in ordered_blocks]
         if ids:
             self._hc.free(ids)
 
@@ -415,7 +427,7 @@ class BlockPool:
         return True
 
     def get_num_free_blocks(self):
-        return self.num_gpu_blocks - (self._hc.stats()["used_blocks"] - self._held) - 1
+        return self.num_gpu_blocks - (self._hc.used_blocks() - self._held) - 1
 
     def get_usage(self):
         total = self.num_gpu_blocks - 1
