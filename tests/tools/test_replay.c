@@ -1329,6 +1329,94 @@ START_TEST(test_cost_model_report)
 }
 END_TEST
 
+/*
+ * Run the tool with @args, its standard output only (as bytes: a PNG may
+ * hold NULs) in @out; returns the byte count, *@rc the exit status.
+ */
+static size_t tool_stdout(const char *args, char *out, size_t size, int *rc)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char cmd[4096];
+	FILE *p;
+	size_t n = 0, k;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "'%s/tools/kvslab-replay' --no-progress %s 2>/dev/null",
+		 top && *top ? top : ".", args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (n < size && (k = fread(out + n, 1, size - n, p)) > 0)
+		n += k;
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	ck_assert(WIFEXITED(st));
+	*rc = WEXITSTATUS(st);
+	return n;
+}
+
+/* Lines of @out that hold @needle. */
+static int count_lines(const char *out, const char *needle)
+{
+	const char *p = out;
+	int n = 0;
+
+	while ((p = strstr(p, needle))) {
+		n++;
+		p = strchr(p, '\n');
+		if (!p)
+			break;
+	}
+	return n;
+}
+
+/*
+ * Output errors stay small and in their place: a --plot path that cannot
+ * be written puts no picture on standard output (where the JSON is), and a
+ * wrong --format reports a few lines and the count of the rest.
+ */
+START_TEST(test_tool_output_errors)
+{
+	static char out[1 << 17];
+	char args[512], *path;
+	size_t n, k;
+	int rc, png = 0;
+
+	n = tool_stdout("-q -m tiny -M 64M --requests 20 --json=- --plot /nonexistent/dir/x.png",
+			out, sizeof(out), &rc);
+	ck_assert_int_eq(rc, 1);
+	for (k = 0; k + 4 <= n; k++)
+		if (!memcmp(out + k, "\x89PNG", 4))
+			png = 1;
+	ck_assert_msg(!png, "PNG bytes on standard output");
+	ck_assert_msg(n > 0 && out[n - 2] == '}' && out[n - 1] == '\n', "JSON not last");
+	rc = tool("-q -m tiny -M 64M --requests 20 --plot /nonexistent/dir/x.png", out,
+		  sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out, "--plot /nonexistent/dir/x.png: ") &&
+		      (strstr(out, "No such file or directory") ||
+		       strstr(out, "gnuplot is not installed")), "%s", out);
+
+	/* 40 CSV rows read as JSONL: 5 reported, then the count. */
+	{
+		char text[4096] = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+
+		for (k = 0; k < 39; k++)
+			snprintf(text + strlen(text), sizeof(text) - strlen(text),
+				 "2023-11-16 18:15:46.%06zu,100,10\n", k);
+		path = tmp_trace(text);
+	}
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -f mooncake %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_int_eq(count_lines(out, ": not a JSON object"), 5);
+	ck_assert_msg(strstr(out, ": 40 malformed lines in all, the first 5 shown above; no line "
+				  "was usable: is the format right (--format)?"), "%s", out);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1357,6 +1445,7 @@ int main(void)
 	tcase_add_test(tc, test_sharegpt_csv);
 	tcase_add_test(tc, test_tool_verdict_and_warnings);
 	tcase_add_test(tc, test_cost_model_report);
+	tcase_add_test(tc, test_tool_output_errors);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -803,7 +803,7 @@ int main(int argc, char **argv)
 	if (o.plot) {
 		if (rp_report_plot(o.plot, res, ns, &o.cost) < 0) {
 			fprintf(stderr, "kvslab-replay: --plot %s: %s\n", o.plot,
-				errno == ENOENT ? "gnuplot is not installed" : strerror(errno));
+				errno == ENOEXEC ? "gnuplot is not installed" : strerror(errno));
 			rc = 1;
 		} else if (!o.quiet) {
 			printf("\nplot written to %s\n", o.plot);

@@ -558,6 +558,16 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 	return 0;
 }
 
+/* @s inside gnuplot's single quotes, where a quote is doubled. */
+static void gp_quoted(FILE *gp, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', gp);
+		fputc(*s, gp);
+	}
+}
+
 static int have_gnuplot(void)
 {
 	return system("command -v gnuplot >/dev/null 2>&1") == 0;
@@ -585,9 +595,14 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 	size_t i;
 
 	if (!have_gnuplot()) {
-		errno = ENOENT;
+		errno = ENOEXEC;
 		return -1;
 	}
+	/* Open it here first: gnuplot told of a path it cannot write
+	 * complains and draws on its standard output instead. */
+	if (!(f = fopen(path, "w")))
+		return -1;
+	fclose(f);
 	fd = mkstemp(data);
 	if (fd < 0 || !(f = fdopen(fd, "w")))
 		return -1;
@@ -601,14 +616,17 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 			xmax = res[i].sim_ms / 60000.0;
 	}
 	fclose(f);
-	gp = popen("gnuplot", "w");
+	/* Never its standard output: that is ours (the JSON may be there). */
+	gp = popen("gnuplot >/dev/null", "w");
 	if (!gp) {
 		unlink(data);
 		return -1;
 	}
 	fprintf(gp, "set terminal %s size 1200,%zu%s\n", svg ? "svg" : "pngcairo",
 		260 * n + 120, svg ? " dynamic" : "");
-	fprintf(gp, "set output '%s'\n", path);
+	fprintf(gp, "set output '");
+	gp_quoted(gp, path);
+	fprintf(gp, "'\n");
 	/* The title says what the panels show: each strategy against the static pool. */
 	fprintf(gp, "set multiplot layout %zu,1 title \"kvslab-replay: KV memory mapped vs what "
 		    "requests need", n);
@@ -616,12 +634,24 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 		struct rp_verdict v;
 
 		rp_verdict_of(res, n, i, cost, &v);
-		if (v.base >= 0 && (size_t)v.base != i)
+		if (v.base >= 0 && (size_t)v.base != i) {
+			struct rp_verdict bv;
+
 			fprintf(gp, "\\n%s saves %.1f%% mean, %.1f%% peak vs %s; held/packed floor "
 				    "%.2f (%s %.2f)", res[i].strat.name, 100 * v.saved_mean_ratio,
 				100 * v.saved_peak_ratio, res[v.base].strat.name,
 				res[i].held_over_floor.mean, res[v.base].strat.name,
 				res[v.base].held_over_floor.mean);
+			/* ... and what it costs in driver time. */
+			rp_verdict_of(res, n, (size_t)v.base, cost, &bv);
+			if (cost && strcmp(cost->name, "none"))
+				fprintf(gp, "; GPU driver time %.0f ms (%s %.0f ms)", v.gpu_ms,
+					res[v.base].strat.name, bv.gpu_ms);
+			else
+				fprintf(gp, "; %llu driver calls (%s %llu)",
+					(unsigned long long)res[i].drv_calls, res[v.base].strat.name,
+					(unsigned long long)res[v.base].drv_calls);
+		}
 	}
 	fprintf(gp, "\"\n");
 	/* One scale on every panel, so that heights compare at a glance. */
@@ -630,16 +660,25 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 		xmax > 0 ? xmax : 1);
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
-		char lim[128] = "";
+		char lim[128] = "", cst[160] = "";
+		struct rp_verdict v;
 
 		if (r->limit_changes)
 			snprintf(lim, sizeof(lim), ", '' index %zu using 1:($6 < 0 ? 1/0 : $6) with "
 						   "steps dt 3 lw 2 lc rgb 'red' title 'limit'", i);
-		fprintf(gp, "set title '%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
-			    "held/packed floor %.2f mean, %.2f max; %llu driver calls'\n",
+		/* The cost beside the memory: the driver time the saving took. */
+		rp_verdict_of(res, n, i, cost, &v);
+		if (cost && strcmp(cost->name, "none"))
+			snprintf(cst, sizeof(cst), "\\n%s GPU driver time %.0f ms (%s), %.2f%% of "
+				 "the time served; %.1f ms host", cost->measure ? "measured" : "est.",
+				 v.gpu_ms, cost->name, 100 * v.share, r->drv_ns / 1e6);
+		else
+			snprintf(cst, sizeof(cst), "; %.1f ms host driver time", r->drv_ns / 1e6);
+		fprintf(gp, "set title \"%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
+			    "held/packed floor %.2f mean, %.2f max; %llu driver calls%s\"\n",
 			r->strat.name, r->strat.page_size, gib(r->mapped_mean),
 			gib((double)r->mapped_peak), r->held_over_floor.mean, r->held_over_floor.max,
-			(unsigned long long)r->drv_calls);
+			(unsigned long long)r->drv_calls, cst);
 		fprintf(gp,
 			"plot '%s' index %zu using 1:2 with steps lw 2 title 'mapped', "
 			"'' index %zu using 1:5 with steps dt 2 lc rgb 'black' title 'packed floor', "
