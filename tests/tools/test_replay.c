@@ -970,7 +970,7 @@ START_TEST(test_tool_exit_and_messages)
 		 "--block-hash xxh3_128 --json=- %s", path);
 	rc = tool(args, out, sizeof(out));
 	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
-	ck_assert_msg(strstr(out, "(300% of the unique tokens)"), "%s", out);
+	ck_assert_msg(strstr(out, "(300% of the unique tokens' KV: "), "%s", out);
 	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/radix\", \"cache\": \"radix\""), "%s", out);
 	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/hash\", \"cache\": \"hash\""), "%s", out);
 	/* 512 of 1200 tokens hit, in either cache. */
@@ -1417,6 +1417,120 @@ START_TEST(test_tool_output_errors)
 }
 END_TEST
 
+/* The pre-pass behind the overload advice, on a hand-checked trace. */
+START_TEST(test_peak_need)
+{
+	struct rp_req req[3] = {
+		{.arrival_ms = 0, .input_len = 100, .output_len = 10},
+		{.arrival_ms = 280, .input_len = 50, .output_len = 5},
+		{.arrival_ms = 1000, .input_len = 10, .output_len = 1},
+	};
+	struct rp_trace t = {.req = req, .n = 3};
+	uint64_t peak;
+	size_t run;
+
+	/* 25 ms steps: request 0 holds 110 tokens over [0, 275), 1 step of
+	 * prefill and 10 of decode; request 1 comes after it. */
+	ck_assert_int_eq(rp_trace_peak_need(&t, 25, 0, &peak, &run), 0);
+	ck_assert_uint_eq(peak, 110);
+	ck_assert_uint_eq(run, 1);
+	/* Chunks of 50: 2 steps of prefill, [0, 300): the two overlap. */
+	ck_assert_int_eq(rp_trace_peak_need(&t, 25, 50, &peak, &run), 0);
+	ck_assert_uint_eq(peak, 165);
+	ck_assert_uint_eq(run, 2);
+	ck_assert_int_eq(rp_trace_peak_need(&t, 0, 0, &peak, &run), -1);
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/*
+ * A replay that guides: -M P% sizes the cache, so no default cap takes it
+ * back (the same hit as --cache-max off, more than a 10% cap); a budget of
+ * thousands of slabs raises --granules; options without effect are named;
+ * an overloaded run is told the budget the arrivals ask for.
+ */
+START_TEST(test_tool_guidance)
+{
+	static char out[1 << 17];
+	double h_def, h_off, h_cap;
+	char args[512], *path;
+	int rc;
+
+	snprintf(args, sizeof(args), "-m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=-", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "(30% of the unique tokens' KV: "), "%s", out);
+	ck_assert_msg(strstr(out, "note: the prefix cache is uncapped: -M 30% sized it"), "%s", out);
+	ck_assert_msg(strstr(out, "\"cache_max\": null"), "%s", out);
+	h_def = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=- --cache-max off", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	h_off = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=- --cache-max 10%%", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --cache-max 10% defeats -M 30%: the cache holds at "
+				  "most "), "%s", out);
+	h_cap = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	ck_assert_msg(h_def >= 0 && h_def == h_off && h_cap < h_def, "%g %g %g", h_def, h_off,
+		      h_cap);
+
+	/* tiny: slabs of 4 MiB; 8 GiB is 2048 of them. */
+	ck_assert_int_eq(tool("-m tiny -M 8G -s slab:16 --requests 20 --json=-", out,
+			      sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "note: --granules 2: a budget of over 1024 slabs"), "%s", out);
+	ck_assert_msg(strstr(out, "\"granules\": 2,"), "%s", out);
+	ck_assert_int_eq(tool("-q -m tiny -M 8G -s slab:16 --granules 1 --requests 20 --json=-",
+			      out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"granules\": 1,") && !strstr(out, "note: --granules"), "%s",
+		      out);
+
+	/* Options that change nothing. */
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s slab:16 --requests 20 --limit-schedule "
+			      "1:32M,2:1G", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --limit-schedule point 2 s:1 GiB has no effect: 1 GiB "
+				  "is not below the budget of 64 MiB (-M)"), "%s", out);
+	ck_assert_msg(!strstr(out, "point 1 s:"), "%s", out);
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s paged:16 --requests 20 --limit-schedule 1:32M "
+			      "--min-empty 2 --block-hash xxh3_128", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --limit-schedule has no effect: only a slab strategy"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "warning: --min-empty has no effect"), "%s", out);
+	ck_assert_msg(strstr(out, "warning: --block-hash has no effect"), "%s", out);
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n");
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M --requests 5 --rate 3 --no-cache "
+		 "--cache-max 5%% %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --requests has no effect: it sets the built-in "
+				  "generator"), "%s", out);
+	ck_assert_msg(strstr(out, "warning: --rate has no effect: the trace has its own arrival"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "warning: --cache-max has no effect: --no-cache"), "%s", out);
+	unlink(path);
+	free(path);
+
+	/* Overloaded: the advice names a budget, and that budget is not. */
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 8M -s paged:16 --requests %d "
+		 "--rate 8", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: overloaded"), "%s", out);
+	{
+		const char *p = strstr(out, "the arrivals ask for about -M ");
+		char m[32];
+
+		ck_assert_msg(p, "%s", out);
+		ck_assert_int_eq(sscanf(p + strlen("the arrivals ask for about -M "), "%31[0-9KMGT]",
+					m), 1);
+		snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M %s -s paged:16 "
+			 "--requests %d --rate 8", m, TRACE_REQS(300));
+	}
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_msg(!strstr(out, "overloaded"), "%s: %s", args, out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1446,6 +1560,8 @@ int main(void)
 	tcase_add_test(tc, test_tool_verdict_and_warnings);
 	tcase_add_test(tc, test_cost_model_report);
 	tcase_add_test(tc, test_tool_output_errors);
+	tcase_add_test(tc, test_peak_need);
+	tcase_add_test(tc, test_tool_guidance);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -82,4 +82,16 @@ void rp_req_input(const struct rp_req *r, int32_t *out);
  */
 double rp_trace_ideal_hit(const struct rp_trace *t, uint32_t page_size, uint64_t *unique_tokens);
 
+/*
+ * What the arrivals ask of memory, from the trace alone: every request
+ * served from its arrival, held for its prefill (one step of @step_ms, or
+ * one a @chunk of input tokens) and one step an output token, with all of
+ * its input and output tokens (no prefix shared, no queue, no cache).
+ * *@peak_tokens is the largest sum of the tokens of requests in flight at
+ * once, *@peak_running their largest count.  0, or -1 with errno EINVAL
+ * or ENOMEM.
+ */
+int rp_trace_peak_need(const struct rp_trace *t, double step_ms, uint32_t chunk,
+		       uint64_t *peak_tokens, size_t *peak_running);
+
 #endif
