@@ -1531,6 +1531,51 @@ START_TEST(test_tool_guidance)
 }
 END_TEST
 
+/* Standard error of the tool run with @args and KVSLAB_REPLAY_PROGRESS_S=0. */
+static void tool_stderr(const char *args, char *out, size_t size)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char cmd[4096];
+	FILE *p;
+	size_t n = 0;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "KVSLAB_REPLAY_PROGRESS_S=0 '%s/tools/kvslab-replay' %s "
+		 "2>&1 >/dev/null", top && *top ? top : ".", args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (n + 1 < size && fgets(out + n, (int)(size - n), p))
+		n += strlen(out + n);
+	out[n] = 0;
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/*
+ * Off a terminal (here a pipe) a run prints progress lines, the first with
+ * the estimate of the whole run; --no-progress and -q print none.  The
+ * lines' spacing in time is set to 0 here, so that the test does not
+ * depend on the clock.
+ */
+START_TEST(test_tool_progress)
+{
+	static char out[1 << 17];
+
+	tool_stderr("-m tiny -M 64M -s static:1,slab:16 --requests 400", out, sizeof(out));
+	ck_assert_int_eq(count_lines(out, "in all (an estimate; --no-progress hides these lines)"),
+			 1);
+	ck_assert_msg(strstr(out, "kvslab-replay: static:1 (1 of 2): ") &&
+		      strstr(out, "kvslab-replay: slab:16 (2 of 2): ") &&
+		      strstr(out, " of 400 requests, ") && strstr(out, " left\n"), "%s", out);
+	tool_stderr("-m tiny -M 64M -s slab:16 --requests 400 --no-progress", out, sizeof(out));
+	ck_assert_msg(!strstr(out, " requests, "), "%s", out);
+	tool_stderr("-q -m tiny -M 64M -s slab:16 --requests 400", out, sizeof(out));
+	ck_assert_msg(!strstr(out, " requests, "), "%s", out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1562,6 +1607,7 @@ int main(void)
 	tcase_add_test(tc, test_tool_output_errors);
 	tcase_add_test(tc, test_peak_need);
 	tcase_add_test(tc, test_tool_guidance);
+	tcase_add_test(tc, test_tool_progress);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

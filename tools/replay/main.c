@@ -135,7 +135,8 @@ static void usage(FILE *f)
 		"      --json=FILE         summary for scripts (- for standard output)\n"
 		"      --sample-every=N    steps between time-series samples       [1]\n"
 		"  -q, --quiet             no tables, no progress\n"
-		"      --no-progress       no progress bar\n"
+		"      --no-progress       no progress: a bar on a terminal, else a line every\n"
+		"                          10 s (the first, after 5 s, estimates the run's length)\n"
 		"  -h, --help              this help\n"
 		"  -V, --version           version\n");
 }
@@ -355,7 +356,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	parse_cache_max(RP_CACHE_MAX_DEFAULT, &o->sim.cache_max);
 	o->sim.shrink_quiet = TOOL_SHRINK_QUIET;
 	o->synth.rate = TOOL_RATE;
-	o->progress = isatty(STDERR_FILENO);
+	o->progress = 1;
 	while ((c = getopt_long(argc, argv, "f:m:M:d:s:qhV", longopts, NULL)) != -1) {
 		int r = 0;
 		uint64_t v;
@@ -579,25 +580,73 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/*
+ * Progress on stderr: a bar on a terminal; elsewhere (a log, a CI job) a
+ * line after 5 seconds (KVSLAB_REPLAY_PROGRESS_S; 0: at every call, for
+ * the tests), with the estimate of the whole run's length, then one every
+ * twice that.  The estimate takes
+ * the strategies still to run as long as the one that ran longest so far,
+ * or for the first, as long as its share done says.
+ */
+#define PROGRESS_FIRST_S 5.0
+
 struct progress {
 	const char *name;
-	int on;
+	int on, tty;
+	size_t run, runs;		/* this strategy's number (0-based), of all */
+	uint64_t t0, t_run;		/* the first run's start, this one's (ns) */
+	double longest_s;		/* the longest finished run */
+	double first_s;			/* when the first line is due (since t0) */
+	double next_s;			/* when the next line is due */
+	unsigned long lines;		/* printed */
 };
+
+/* "1 min 5 s", "45 s" */
+static void fmt_secs(double s, char *buf, size_t size)
+{
+	if (s >= 60)
+		snprintf(buf, size, "%.0f min %.0f s", floor(s / 60), fmod(s, 60));
+	else
+		snprintf(buf, size, "%.0f s", s);
+}
 
 static void show_progress(void *arg, size_t done, size_t total)
 {
 	struct progress *p = arg;
 	int width = 40, k, fill = total ? (int)((double)done / (double)total * width) : width;
+	uint64_t now = rp_now_ns();
+	double in = (double)(now - p->t0) / 1e9, run = (double)(now - p->t_run) / 1e9;
+	double frac = total ? (double)done / (double)total : 1, this_s, left;
+	char b1[32], b2[32];
 
 	if (!p->on)
 		return;
-	fprintf(stderr, "\r%-12s [", p->name);
-	for (k = 0; k < width; k++)
-		fputc(k < fill ? '#' : ' ', stderr);
-	fprintf(stderr, "] %3d%% %zu/%zu", total ? (int)(100.0 * done / total) : 100, done, total);
-	if (done >= total)
-		fputc('\n', stderr);
+	if (p->tty) {
+		fprintf(stderr, "\r%-12s [", p->name);
+		for (k = 0; k < width; k++)
+			fputc(k < fill ? '#' : ' ', stderr);
+		fprintf(stderr, "] %3d%% %zu/%zu", total ? (int)(100.0 * done / total) : 100, done,
+			total);
+		if (done >= total)
+			fputc('\n', stderr);
+		fflush(stderr);
+		return;
+	}
+	if (done >= total || in < p->next_s || frac <= 0)
+		return;
+	/* Early in a run its share done says little: the longest so far does. */
+	this_s = p->longest_s > 0 && frac < 0.25 ? (run > p->longest_s ? run : p->longest_s)
+						  : run / frac;
+	left = this_s - run + (double)(p->runs - p->run - 1) * (p->longest_s > this_s
+								     ? p->longest_s : this_s);
+	fmt_secs(in, b1, sizeof(b1));
+	fmt_secs(p->lines ? left : in + left, b2, sizeof(b2));
+	fprintf(stderr, "kvslab-replay: %s (%zu of %zu): %zu of %zu requests, %s in, about %s "
+			"%s\n", p->name, p->run + 1, p->runs, done, total, b1, b2,
+		p->lines ? "left" : "in all (an estimate; --no-progress hides these lines)");
+	p->lines++;
 	fflush(stderr);
+	p->next_s = in + 2 * p->first_s;
 }
 
 /*
@@ -819,6 +868,7 @@ int main(int argc, char **argv)
 	struct rp_trace t;
 	struct opts o;
 	struct rp_meta meta;
+	struct progress prog;
 	kvs_model_t model;
 	size_t ns, i;
 	uint64_t unique;
@@ -947,19 +997,37 @@ int main(int argc, char **argv)
 			       "(--granules sets it)\n", o.granules, AUTO_GRANULES_SLABS);
 	}
 	futile_options(&o, &t, strats, ns, unique);
-	for (i = 0; i < ns; i++) {
-		struct progress p = {strats[i].name, o.progress};
+	memset(&prog, 0, sizeof(prog));
+	prog.on = o.progress;
+	prog.tty = isatty(STDERR_FILENO);
+	prog.runs = ns;
+	prog.t0 = rp_now_ns();
+	{
+		const char *e = getenv("KVSLAB_REPLAY_PROGRESS_S");
+		char *end;
 
+		prog.first_s = e && *e ? strtod(e, &end) : PROGRESS_FIRST_S;
+		if (!e || !*e || *end || !(prog.first_s >= 0) || prog.first_s > 1e6)
+			prog.first_s = PROGRESS_FIRST_S;
+		prog.next_s = prog.first_s;
+	}
+	for (i = 0; i < ns; i++) {
+		struct progress *pp = &prog;
 		char verdict[256];
 
-		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, &p) < 0) {
-			fprintf(stderr, "%skvslab-replay: %s: %s\n", o.progress ? "\n" : "",
+		prog.name = strats[i].name;
+		prog.run = i;
+		prog.t_run = rp_now_ns();
+		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, pp) < 0) {
+			fprintf(stderr, "%skvslab-replay: %s: %s\n", o.progress && prog.tty ? "\n" : "",
 				strats[i].name, res[i].error[0] ? res[i].error : strerror(errno));
 			while (i-- > 0)
 				rp_result_free(&res[i]);
 			rp_trace_free(&t);
 			return 1;
 		}
+		if ((double)(rp_now_ns() - prog.t_run) / 1e9 > prog.longest_s)
+			prog.longest_s = (double)(rp_now_ns() - prog.t_run) / 1e9;
 		if (rp_result_verdict(&res[i], verdict, sizeof(verdict)) < 0) {
 			fprintf(stderr, "kvslab-replay: %s: %s\n", strats[i].name, verdict);
 			rc = 1;
