@@ -1576,6 +1576,29 @@ START_TEST(test_tool_progress)
 }
 END_TEST
 
+/*
+ * The host tier is accounted as the device memory is: a host pool four
+ * times the machine's memory (it was allocated, and refused with ENOMEM).
+ */
+START_TEST(test_tool_host_tier_any_size)
+{
+	static char out[1 << 16];
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	unsigned long long gib;
+	char args[256];
+	int rc;
+
+	ck_assert_int_gt(pages, 0);
+	gib = (unsigned long long)pages * (unsigned long long)pg * 4 / (1ull << 30) + 1;
+	snprintf(args, sizeof(args), "-s paged:16 -M 8G --host-pool %lluG --requests 50 --json=-",
+		 gib);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "\"cache\": \"hiradix\""), "%s", out);
+	ck_assert_uint_eq(json_u64(out, "host_pool_bytes"), gib << 30);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1608,6 +1631,7 @@ int main(void)
 	tcase_add_test(tc, test_peak_need);
 	tcase_add_test(tc, test_tool_guidance);
 	tcase_add_test(tc, test_tool_progress);
+	tcase_add_test(tc, test_tool_host_tier_any_size);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

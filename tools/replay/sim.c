@@ -1065,7 +1065,9 @@ static int setup(struct sim *s)
 	char b1[32], b2[32];
 
 	kvs_drv_attr_init(&da);
-	da.flags = KVS_DRV_F_LAZY; /* host: account, never touch (see the man page) */
+	/* host: account, never touch, and move no byte: device memory and the
+	 * host tier (its block is the driver's) of any size (see the man page). */
+	da.flags = KVS_DRV_F_LAZY | KVS_DRV_F_NO_COPY;
 	da.granularity = o->granularity;
 	s->drv = kvs_drv_open(o->driver, &da);
 	if (!s->drv) {
