@@ -1488,10 +1488,14 @@ START_TEST(test_tool_guidance)
 
 	/* Options that change nothing. */
 	ck_assert_int_eq(tool("-q -m tiny -M 64M -s slab:16 --requests 20 --limit-schedule "
-			      "1:32M,2:1G", out, sizeof(out)), 0);
-	ck_assert_msg(strstr(out, "warning: --limit-schedule point 2 s:1 GiB has no effect: 1 GiB "
+			      "1:1G,2:32M", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --limit-schedule point 1 s:1 GiB has no effect: 1 GiB "
 				  "is not below the budget of 64 MiB (-M)"), "%s", out);
-	ck_assert_msg(!strstr(out, "point 1 s:"), "%s", out);
+	ck_assert_msg(!strstr(out, "point 2 s:"), "%s", out);
+	/* Above the budget after a lower limit: it restores the budget. */
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s slab:16 --requests 20 --limit-schedule "
+			      "1:32M,2:1G", out, sizeof(out)), 0);
+	ck_assert_msg(!strstr(out, "has no effect"), "%s", out);
 	ck_assert_int_eq(tool("-q -m tiny -M 64M -s paged:16 --requests 20 --limit-schedule 1:32M "
 			      "--min-empty 2 --block-hash xxh3_128", out, sizeof(out)), 0);
 	ck_assert_msg(strstr(out, "warning: --limit-schedule has no effect: only a slab strategy"),
@@ -1599,6 +1603,64 @@ START_TEST(test_tool_host_tier_any_size)
 }
 END_TEST
 
+/*
+ * The cost side: under a limit schedule, the report says who paid for the
+ * limit in preemptions (counted for every strategy while the schedule held
+ * the budget down; the JSON's limit_preempted); the plot's titles give the
+ * driver time beside the memory (an SVG, whose text can be read).
+ */
+START_TEST(test_tool_limit_and_plot_costs)
+{
+	static char out[1 << 17];
+	char args[512], want[256], svg[] = "/tmp/kvslab-replay-plot-XXXXXX.svg";
+	unsigned long long st, sl;
+	const char *p;
+	FILE *f;
+	int fd, rc;
+
+	/* Requests longer than the 16 MiB limit are rejected once it holds
+	 * (they looped, preempted over and over, and the run never ended). */
+	snprintf(args, sizeof(args), "-m tiny --head-dim 512 -M 64M -s paged:16,slab:16 "
+		 "--requests %d --rate 2 --limit-schedule 5:16M --json=-", TRACE_REQS(300));
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	p = strstr(out, "\"name\": \"paged:16\"");
+	ck_assert_msg(p, "%s", out);
+	st = json_u64(p, "limit_preempted");
+	p = strstr(out, "\"name\": \"slab:16\"");
+	ck_assert_msg(p, "%s", out);
+	sl = json_u64(p, "limit_preempted");
+	ck_assert_msg(st != UINT64_MAX && sl > st, "%llu %llu: %s", st, sl, out);
+	snprintf(want, sizeof(want), "limit: preemptions while the schedule held the budget below "
+		 "-M: paged:16 %llu (kept its memory), slab:16 %llu (gave memory back)\n", st, sl);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	snprintf(want, sizeof(want), "limit slab:16: paid for the limit with %llu preemptions "
+		 "more than paged:16\n", sl - st);
+	ck_assert_msg(strstr(out, want), "%s", out);
+
+	fd = mkstemps(svg, 4);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 64M -s static:1,slab:16 "
+		 "--requests 50 --plot %s", svg);
+	rc = tool(args, out, sizeof(out));
+	if (rc == 1 && strstr(out, "gnuplot is not installed")) {
+		unlink(svg);
+		return;
+	}
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	f = fopen(svg, "r");
+	ck_assert_ptr_nonnull(f);
+	memset(out, 0, sizeof(out));
+	ck_assert_uint_gt(fread(out, 1, sizeof(out) - 1, f), 0);
+	fclose(f);
+	unlink(svg);
+	ck_assert_msg(strstr(out, "slab:16 saves "), "no saving in the title");
+	ck_assert_msg(strstr(out, "GPU driver time "), "no driver time in the plot");
+	ck_assert_msg(strstr(out, "est. GPU driver time "), "no driver time in a panel");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1632,6 +1694,7 @@ int main(void)
 	tcase_add_test(tc, test_tool_guidance);
 	tcase_add_test(tc, test_tool_progress);
 	tcase_add_test(tc, test_tool_host_tier_any_size);
+	tcase_add_test(tc, test_tool_limit_and_plot_costs);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

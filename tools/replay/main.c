@@ -708,16 +708,18 @@ static void futile_options(const struct opts *o, const struct rp_trace *t,
 	if (o->sim.nlimits && !slab)
 		futile("--limit-schedule", "only a slab strategy has an elastic limit (static and "
 					   "paged pools cannot give memory back): add slab:16 to -s");
-	for (i = 0; slab && i < o->sim.nlimits; i++)
-		if (o->sim.limits[i].bytes >= o->sim.kv_bytes) {
-			rp_fmt_bytes(o->sim.limits[i].bytes, b1, sizeof(b1));
-			rp_fmt_bytes(o->sim.kv_bytes, b2, sizeof(b2));
-			snprintf(what, sizeof(what), "--limit-schedule point %g s:%s", o->sim.limits[i].t_ms / 1e3,
-				 b1);
-			fprintf(stderr, "kvslab-replay: warning: %s has no effect: %s is not below "
-					"the budget of %s (-M), and a limit only lowers the budget: "
-					"give a larger -M for the limit to raise\n", what, b1, b2);
-		}
+	/* A point at or above the budget restores it after a lower one; before
+	 * any, it changes nothing. */
+	for (i = 0; slab && i < o->sim.nlimits && o->sim.limits[i].bytes >= o->sim.kv_bytes;
+	     i++) {
+		rp_fmt_bytes(o->sim.limits[i].bytes, b1, sizeof(b1));
+		rp_fmt_bytes(o->sim.kv_bytes, b2, sizeof(b2));
+		snprintf(what, sizeof(what), "--limit-schedule point %g s:%s",
+			 o->sim.limits[i].t_ms / 1e3, b1);
+		fprintf(stderr, "kvslab-replay: warning: %s has no effect: %s is not below the "
+				"budget of %s (-M), and a limit only lowers the budget: give a "
+				"larger -M for the limit to raise\n", what, b1, b2);
+	}
 	if (GIVEN(o, O_CACHEMAX) && o->sim.no_cache)
 		futile("--cache-max", "--no-cache keeps no cache to cap");
 	else if (GIVEN(o, O_CACHEMAX) && o->kv_share > 0 && o->sim.cache_max >= 0 &&

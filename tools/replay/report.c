@@ -125,6 +125,52 @@ void rp_report_settings(FILE *f, const struct rp_meta *meta, const struct rp_res
 	fprintf(f, "\n");
 }
 
+/*
+ * Under a limit schedule: who paid for the limit in preemptions.  Every
+ * strategy counts its preemptions while the schedule held the budget below
+ * -M; those with an elastic limit (limit_changes) gave memory back, the
+ * others kept theirs, and the difference is the limit's price.
+ */
+static void limit_verdict(FILE *f, const struct rp_result *res, size_t n)
+{
+	const struct rp_result *keep = NULL;
+	size_t i;
+	int any = 0;
+
+	for (i = 0; i < n; i++) {
+		if (res[i].limit_changes)
+			any = 1;
+		else if (!keep)
+			keep = &res[i];
+	}
+	if (!any)
+		return;
+	fprintf(f, "limit: preemptions while the schedule held the budget below -M:");
+	for (i = 0; i < n; i++)
+		fprintf(f, "%s %s %llu%s", i ? "," : "", res[i].strat.name,
+			(unsigned long long)res[i].limit_preempted,
+			res[i].limit_changes ? " (gave memory back)" : " (kept its memory)");
+	fprintf(f, "\n");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		if (!r->limit_changes)
+			continue;
+		if (keep && r->limit_preempted > keep->limit_preempted)
+			fprintf(f, "limit %s: paid for the limit with %llu preemptions more than %s\n",
+				r->strat.name,
+				(unsigned long long)(r->limit_preempted - keep->limit_preempted),
+				keep->strat.name);
+		else if (keep)
+			fprintf(f, "limit %s: the limit cost no preemption (%s: %llu)\n", r->strat.name,
+				keep->strat.name, (unsigned long long)keep->limit_preempted);
+		else
+			fprintf(f, "limit %s: %llu preemptions under the limit (add static:1 to -s to "
+				   "compare)\n", r->strat.name,
+				(unsigned long long)r->limit_preempted);
+	}
+}
+
 void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 		       const struct rp_cost_model *cost)
 {
@@ -170,6 +216,7 @@ void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 	}
 	if (!any)
 		fprintf(f, "verdict: no static pool to compare with (add static:1 to -s)\n");
+	limit_verdict(f, res, n);
 }
 
 /* The memory table: what requests need, what the cache holds, what is mapped. */
@@ -488,6 +535,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				"\"p99\": %.4f, \"max\": %.4f}, \"cache_evicted_tokens\": %llu, "
 				"\"limit_changes\": %llu, \"limit_over_steps\": %llu, "
 				"\"limit_lag_max_ms\": %.1f, \"limit_refused\": %llu, "
+				"\"limit_preempted\": %llu, "
 				"\"limit_returned_bytes\": %llu, \"limit_ms\": %.3f, \"limit_ms_max\": %.3f,"
 				"\n     \"compacted_pages\": %llu, \"compact_ms\": %.3f, \"driver_ops\": {",
 				r->need_mean, (unsigned long long)r->need_peak, r->floor_mean,
@@ -498,6 +546,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				(unsigned long long)r->limit_changes,
 				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms,
 				(unsigned long long)r->limit_refused,
+				(unsigned long long)r->limit_preempted,
 				(unsigned long long)r->limit_returned_bytes, (double)r->limit_ns / 1e6,
 				(double)r->limit_ns_max / 1e6, (unsigned long long)r->compacted_pages,
 				(double)r->compact_ns / 1e6);

@@ -200,6 +200,10 @@ struct rp_result {
 	uint64_t limit_changes, limit_over_steps;	/* --limit-schedule */
 	double limit_lag_max_ms;	/* longest wait for mapped <= a lowered limit */
 	uint64_t limit_refused;		/* kvs_pool_set_limit() refused: running requests over it */
+	/* Preemptions while the schedule held the budget below kv_bytes,
+	 * counted for every strategy (those without a limit too): the
+	 * price of the limit is the difference. */
+	uint64_t limit_preempted;
 	uint64_t limit_returned_bytes;	/* bytes kvs_pool_set_limit() gave back, summed */
 	uint64_t limit_ns, limit_ns_max;	/* its time, summed and longest */
 	uint64_t compacted_pages, compact_ns;	/* --compact: pages moved, time */
