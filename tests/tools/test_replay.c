@@ -1118,6 +1118,12 @@ START_TEST(test_tool_storage_shared)
 		ck_assert_uint_eq(json_u64(out[k], "checksum_fail"), 0);
 		ck_assert_uint_eq(json_u64(out[k], "io_errors"), 0);
 		ck_assert_uint_eq(json_u64(out[k], "l3_backup_fail"), 0);
+		/* Every prefetched token is accounted for at its request's
+		 * first prefill: an L3 hit, or why not. */
+		ck_assert_uint_eq(json_u64(out[k], "l3_prefetched"),
+				  l3[k] + json_u64(out[k], "l3_unloaded") +
+					  json_u64(out[k], "l3_on_device") +
+					  json_u64(out[k], "l3_gone"));
 	}
 	/* The first: an empty store, everything backed up. */
 	ck_assert_uint_eq(l3[0], 0);
@@ -1127,6 +1133,7 @@ START_TEST(test_tool_storage_shared)
 	/* The second: the first's pages, read and not written again. */
 	ck_assert_msg(l3[1] > 0, "%s", out[1]);
 	ck_assert_uint_gt(json_u64(out[1], "get_hits"), 0);
+	ck_assert_uint_gt(json_u64(out[1], "l3_prefetched"), 0);
 	ck_assert_uint_eq(json_u64(out[1], "set_stored"), 0);
 	ck_assert_msg(rec[1] < rec[0], "recomputed %llu, then %llu", (unsigned long long)rec[0],
 		      (unsigned long long)rec[1]);

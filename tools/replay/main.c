@@ -855,6 +855,16 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 				o->sim.limits[i].t_ms / 1e3, sim / 1e3);
 			break;
 		}
+	/* The store served its pages, but they left the host before use. */
+	for (i = 0; i < n; i++)
+		if (res[i].l3_prefetched && res[i].l3_gone > res[i].l3_prefetched / 2)
+			fprintf(stderr, "kvslab-replay: warning: %s: %.0f%% of the tokens prefetched "
+					"from the store were evicted from the host tier before their "
+					"request's first prefill (it waited or was preempted while "
+					"backups of the requests that ran filled the host): they were "
+					"recomputed, not L3 hits; try a larger --host-pool or -M\n",
+				res[i].strat.name,
+				100.0 * (double)res[i].l3_gone / (double)res[i].l3_prefetched);
 	if (ideal <= 0 && !o->sim.no_cache)
 		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
 				"shares a block with an earlier one): the prefix cache cannot hit and "

@@ -322,6 +322,18 @@ static void tier_table(FILE *f, const struct rp_result *res, size_t n)
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_set_skipped],
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_checksum_fail],
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_io_errors]);
+		/* Where the prefetched tokens went: the L3 hit is what was left. */
+		if (r->l3_prefetched)
+			fprintf(f, "%-16s L3: of %llu tokens prefetched for requests (at the head of "
+				   "the queue), %llu were loaded back at their first prefill (%.1f%%), "
+				   "%llu were on the host but not loaded (no device room), %llu were "
+				   "on the device by then, %llu were gone from the host (evicted while "
+				   "the request waited)\n",
+				r->strat.name, (unsigned long long)r->l3_prefetched,
+				(unsigned long long)r->l3_tokens,
+				100.0 * (double)r->l3_tokens / (double)r->l3_prefetched,
+				(unsigned long long)r->l3_unloaded, (unsigned long long)r->l3_on_device,
+				(unsigned long long)r->l3_gone);
 	}
 }
 
@@ -587,12 +599,16 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 			json_str(f, r->storage);
 			fprintf(f, ", \"prefetch_policy\": \"%s\", \"prefetches\": %llu, "
 				"\"prefetch_tokens\": %llu, \"l3_backup_pages\": %llu, "
-				"\"l3_backup_fail\": %llu,\n     ",
+				"\"l3_backup_fail\": %llu, \"l3_prefetched\": %llu, "
+				"\"l3_unloaded\": %llu, \"l3_on_device\": %llu, \"l3_gone\": %llu,\n     ",
 				rp_prefetch_policy_name(r->prefetch_policy),
 				(unsigned long long)r->prefetches,
 				(unsigned long long)r->prefetch_tokens,
 				(unsigned long long)r->l3_backup_pages,
-				(unsigned long long)r->l3_backup_fail);
+				(unsigned long long)r->l3_backup_fail,
+				(unsigned long long)r->l3_prefetched,
+				(unsigned long long)r->l3_unloaded, (unsigned long long)r->l3_on_device,
+				(unsigned long long)r->l3_gone);
 			/* The store's counters by their names (kvs_store_stat(3)). */
 			for (k = 0; k < KVS_STORE_STAT__COUNT; k++)
 				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",

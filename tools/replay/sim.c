@@ -749,8 +749,16 @@ static int prefill(struct sim *s)
 				/* What the prefetch put on the host is the last
 				 * of the host hit; loaded back, it is L3's. */
 				if (s->l3) {
-					l3 = s->l3[r->idx] < l2 ? s->l3[r->idx] : l2;
+					uint64_t pf = s->l3[r->idx], hh = r->req.host_hit_len;
+					uint64_t off = pf > hh ? pf - hh : 0;
+					uint64_t l1 = r->req.prefix_len - l2;
+
+					l3 = pf < l2 ? pf : l2;
 					s->l3[r->idx] = 0;
+					s->res->l3_prefetched += pf;
+					s->res->l3_unloaded += (pf < hh ? pf : hh) - l3;
+					s->res->l3_on_device += off < l1 ? off : l1;
+					s->res->l3_gone += off - (off < l1 ? off : l1);
 				}
 				s->res->l3_tokens += l3;
 				s->res->l2_tokens += l2 - l3;

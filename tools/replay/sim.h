@@ -224,6 +224,12 @@ struct rp_result {
 	const char *storage;
 	uint32_t prefetch_policy;
 	uint64_t prefetches, prefetch_tokens, l3_backup_pages, l3_backup_fail;
+	/* Where the prefetched tokens went, at their request's first prefill:
+	 * l3_tokens were loaded back; l3_unloaded were on the host but not
+	 * loaded (no device room, or below the load-back threshold);
+	 * l3_on_device were on the device by then (an L1 hit); l3_gone were
+	 * no longer on the host (evicted while the request waited). */
+	uint64_t l3_prefetched, l3_unloaded, l3_on_device, l3_gone;
 	uint64_t store_stats[KVS_STORE_STAT__COUNT];
 	uint64_t backup_tokens, load_backs, evict_host_tokens, host_tokens_peak;
 	uint64_t drv_calls, drv_ns;
