@@ -18,7 +18,7 @@
  * malformed).  The format is fixed by the first non-blank line ('{' is
  * Mooncake JSONL, anything else Azure CSV) unless the caller named it.  A
  * line that fails any check is reported on the caller's stream as
- * "PATH:LINE: what" (the first RP_BAD_SHOWN, then one line with the count)
+ * "PATH:LINE: what" (the first rp_trace_bad_shown, then one line with the count)
  * and skipped, or ends the load with EINVAL when the
  * caller asked to stop on errors.  Blank lines (only white space) are
  * skipped silently.  Arrivals keep the trace's order; a request that goes
@@ -66,6 +66,8 @@ void rp_trace_free(struct rp_trace *t)
 }
 
 /* ------------------------------------------------------------ the loader */
+
+unsigned long rp_trace_bad_shown = 5;
 
 
 /* ------------------------------------------------------------------ load */
@@ -152,9 +154,9 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 	free(buf);
 	fclose(f);
 	rp_mooncake_done(&ld);
-	if (errs && t->malformed > RP_BAD_SHOWN)
-		fprintf(errs, "%s: %llu malformed lines in all, the first %d shown above%s\n", path,
-			(unsigned long long)t->malformed, RP_BAD_SHOWN,
+	if (errs && t->malformed > rp_trace_bad_shown)
+		fprintf(errs, "%s: %llu malformed lines in all, the first %lu shown above%s\n", path,
+			(unsigned long long)t->malformed, rp_trace_bad_shown,
 			t->n ? "" : "; no line was usable: is the format right (--format)?");
 	if (!err && !t->n)
 		err = EINVAL;		/* nothing to replay */

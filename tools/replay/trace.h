@@ -63,6 +63,10 @@ void rp_synth_defaults(struct rp_synth_opts *o);
  * EINVAL.  Returns 0, or -1 with errno (ENOENT, EINVAL, ENOMEM; EINVAL also
  * when no request could be read).
  */
+/* Malformed lines rp_trace_load() reports one by one (5); past them, one
+ * line at the end gives the count of all.  The tests raise it. */
+extern unsigned long rp_trace_bad_shown;
+
 int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE *errs,
 		  struct rp_trace *t);
 int rp_trace_synth(const struct rp_synth_opts *o, struct rp_trace *t);

@@ -46,8 +46,6 @@ static inline bool is_ws(char c)
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
 }
 
-/* Malformed lines reported one by one; the rest are counted (rp_trace_load). */
-#define RP_BAD_SHOWN 5
 
 /*
  * Report the current line as malformed.  Returns -1 (with errno EINVAL)
