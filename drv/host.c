@@ -45,6 +45,12 @@
  * merged VMA, and a layout of tens of thousands of alternating holes can
  * still reach the limit (map and unmap then fail with ENOMEM and EIO).
  *
+ * Host blocks (kvs_drv_host_alloc) are aligned_alloc() memory, or with
+ * KVS_DRV_F_LAZY address space mmap()ed MAP_NORESERVE, committed on first
+ * touch as a lazy chunk is.  KVS_DRV_F_NO_COPY completes every copy at its
+ * submission without moving a byte (a simulation's), so that with LAZY a
+ * replay's tiers never touch memory at all.
+ *
  * Creation.  KVS_DRV_F_LAZY commits nothing: a lazy chunk gets no range at
  * creation, only a slot, and its range at its first map; one never mapped
  * has none, and freeing it only frees the slot.  So a simulation can
@@ -163,6 +169,7 @@ static int host_open(struct kvs_drv *d, const kvs_drv_attr_t *attr)
 		hb->total = pages > 0 ? (size_t)pages * (size_t)pg : 0;
 	}
 	hb->lazy = attr && (attr->flags & KVS_DRV_F_LAZY);
+	hb->nocopy = attr && (attr->flags & KVS_DRV_F_NO_COPY);
 	hb->populate = !hb->lazy && !(attr && (attr->flags & KVS_DRV_F_NO_POPULATE));
 	hb->gran = gran;
 	hb->free_slot = NO_SLOT;
@@ -910,10 +917,24 @@ static int host_enqueue(struct kvs_drv *d, const struct copy_req *proto)
 	return 0;
 }
 
+/* KVS_DRV_F_NO_COPY: complete at once, in order (nothing is ever queued). */
+static bool host_nocopy(struct host_be *hb)
+{
+	if (!hb->nocopy)
+		return false;
+	pthread_mutex_lock(&hb->qlock);
+	hb->submitted++;
+	hb->completed++;
+	pthread_mutex_unlock(&hb->qlock);
+	return true;
+}
+
 static int host_copy(struct kvs_drv *d, void *dst, const void *src, size_t n)
 {
 	struct copy_req r = {.dst = dst, .src = src, .n = n};
 
+	if (host_nocopy(hb_of(d)))
+		return 0;
 	if (host_inline(hb_of(d), &r, n))
 		return 0;
 	return host_enqueue(d, &r);
@@ -926,6 +947,8 @@ static int host_copy_batch(struct kvs_drv *d, int kind, const kvs_copy_t *c, siz
 	size_t i, bytes = 0;
 
 	(void)kind;
+	if (host_nocopy(hb_of(d)))
+		return 0;
 	for (i = 0; i < n; i++)
 		bytes += c[i].bytes;
 	if (host_inline(hb_of(d), &r, bytes))
@@ -1020,6 +1043,13 @@ static int host_quiesce(struct kvs_drv *d)
 	return host_drain(hb_of(d));
 }
 
+/*
+ * Host blocks.  Ordinary memory; a lazy driver's are address space with no
+ * commitment (MAP_NORESERVE, so that the kernel's overcommit heuristic does
+ * not refuse a block larger than the machine), pages coming on first touch
+ * as a lazy chunk's do.  Such a block is mmap()ed one page larger: its size
+ * is kept in that first page, for the munmap() at its free.
+ */
 static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 {
 	long pg = sysconf(_SC_PAGESIZE);
@@ -1027,9 +1057,20 @@ static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 	size_t rounded;
 	void *p = NULL;
 
-	if (kvs_size_roundup(size, align, &rounded))
+	if (hb_of(d)->lazy) {
+		if (kvs_size_roundup(size, align, &rounded) && rounded <= SIZE_MAX - align) {
+			p = mmap(NULL, rounded + align, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			if (p == MAP_FAILED) {
+				p = NULL;
+			} else {
+				*(size_t *)p = rounded + align;
+				p = (char *)p + align;
+			}
+		}
+	} else if (kvs_size_roundup(size, align, &rounded)) {
 		p = aligned_alloc(align, rounded);
-
+	}
 	if (!p) {
 		kvsi_drv_set_detail(d, "host: cannot allocate %zu host bytes", size);
 		errno = ENOMEM;
@@ -1041,8 +1082,16 @@ static int host_host_alloc(struct kvs_drv *d, size_t size, void **ptr)
 
 static int host_host_free(struct kvs_drv *d, void *ptr)
 {
-	(void)d;
-	free(ptr);
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t align = pg > 0 ? (size_t)pg : 4096;
+	char *base;
+
+	if (hb_of(d)->lazy) {
+		base = (char *)ptr - align;
+		munmap(base, *(size_t *)base);
+	} else {
+		free(ptr);
+	}
 	return 0;
 }
 

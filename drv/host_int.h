@@ -54,6 +54,7 @@ struct host_be {
 	size_t total;
 	size_t gran;
 	bool populate, lazy;
+	bool nocopy;			/* KVS_DRV_F_NO_COPY */
 	/* The memory cgroup, found once at open (cgroup_locate()): the
 	 * directory of the process's cgroup (NULL: no memory controller),
 	 * the length of its mount's part, and whether it is cgroup v1. */

@@ -55,14 +55,20 @@ typedef struct kvs_drv_attr {
 /* host: do not prefault pages when access is granted. */
 #define KVS_DRV_F_NO_POPULATE 0x2u
 /* host: commit nothing ahead of use: chunks get pages on first touch, as an
- * overcommitting OS gives them (implies NO_POPULATE).  For simulations that
- * account device memory without touching it, such as kvslab-replay(1). */
+ * overcommitting OS gives them (implies NO_POPULATE), and so do the blocks
+ * of kvs_drv_host_alloc() (address space reserved, MAP_NORESERVE).  For
+ * simulations that account device and host memory without touching it,
+ * such as kvslab-replay(1). */
 #define KVS_DRV_F_LAZY 0x4u
 /* cuda: create chunks GPUDirect RDMA capable (a NIC may read them);
  * off by default: such chunks cost more to create and map. */
 #define KVS_DRV_F_RDMA 0x8u
 /* cuda: never run a batch as a gather/scatter kernel (kvs_drv_copy_batch(3)). */
 #define KVS_DRV_F_NO_KERNELS 0x10u
+/* host: copies are checked, ordered, counted and complete as usual but move
+ * no byte: a simulation's, whose bytes nobody reads.  With LAZY, device
+ * and host memory are then never touched, so tiers of any size fit. */
+#define KVS_DRV_F_NO_COPY 0x20u
 
 /* Access flags for kvs_drv_set_access(). */
 #define KVS_ACCESS_NONE 0

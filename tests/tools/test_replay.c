@@ -1013,7 +1013,7 @@ START_TEST(test_tool_exit_and_messages)
 		 "--block-hash xxh3_128 --json=- %s", path);
 	rc = tool(args, out, sizeof(out));
 	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
-	ck_assert_msg(strstr(out, "(300% of the unique tokens)"), "%s", out);
+	ck_assert_msg(strstr(out, "(300% of the unique tokens' KV: "), "%s", out);
 	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/radix\", \"cache\": \"radix\""), "%s", out);
 	ck_assert_msg(strstr(out, "{\"name\": \"paged:16/hash\", \"cache\": \"hash\""), "%s", out);
 	/* 512 of 1200 tokens hit, in either cache. */
@@ -1161,6 +1161,12 @@ START_TEST(test_tool_storage_shared)
 		ck_assert_uint_eq(json_u64(out[k], "checksum_fail"), 0);
 		ck_assert_uint_eq(json_u64(out[k], "io_errors"), 0);
 		ck_assert_uint_eq(json_u64(out[k], "l3_backup_fail"), 0);
+		/* Every prefetched token is accounted for at its request's
+		 * first prefill: an L3 hit, or why not. */
+		ck_assert_uint_eq(json_u64(out[k], "l3_prefetched"),
+				  l3[k] + json_u64(out[k], "l3_unloaded") +
+					  json_u64(out[k], "l3_on_device") +
+					  json_u64(out[k], "l3_gone"));
 	}
 	/* The first: an empty store, everything backed up. */
 	ck_assert_uint_eq(l3[0], 0);
@@ -1170,6 +1176,7 @@ START_TEST(test_tool_storage_shared)
 	/* The second: the first's pages, read and not written again. */
 	ck_assert_msg(l3[1] > 0, "%s", out[1]);
 	ck_assert_uint_gt(json_u64(out[1], "get_hits"), 0);
+	ck_assert_uint_gt(json_u64(out[1], "l3_prefetched"), 0);
 	ck_assert_uint_eq(json_u64(out[1], "set_stored"), 0);
 	ck_assert_msg(rec[1] < rec[0], "recomputed %llu, then %llu", (unsigned long long)rec[0],
 		      (unsigned long long)rec[1]);
@@ -1372,6 +1379,338 @@ START_TEST(test_cost_model_report)
 }
 END_TEST
 
+/*
+ * Run the tool with @args, its standard output only (as bytes: a PNG may
+ * hold NULs) in @out; returns the byte count, *@rc the exit status.
+ */
+static size_t tool_stdout(const char *args, char *out, size_t size, int *rc)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char cmd[4096];
+	FILE *p;
+	size_t n = 0, k;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "'%s/tools/kvslab-replay' --no-progress %s 2>/dev/null",
+		 top && *top ? top : ".", args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (n < size && (k = fread(out + n, 1, size - n, p)) > 0)
+		n += k;
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	ck_assert(WIFEXITED(st));
+	*rc = WEXITSTATUS(st);
+	return n;
+}
+
+/* Lines of @out that hold @needle. */
+static int count_lines(const char *out, const char *needle)
+{
+	const char *p = out;
+	int n = 0;
+
+	while ((p = strstr(p, needle))) {
+		n++;
+		p = strchr(p, '\n');
+		if (!p)
+			break;
+	}
+	return n;
+}
+
+/*
+ * Output errors stay small and in their place: a --plot path that cannot
+ * be written puts no picture on standard output (where the JSON is), and a
+ * wrong --format reports a few lines and the count of the rest.
+ */
+START_TEST(test_tool_output_errors)
+{
+	static char out[1 << 17];
+	char args[512], *path;
+	size_t n, k;
+	int rc, png = 0;
+
+	n = tool_stdout("-q -m tiny -M 64M --requests 20 --json=- --plot /nonexistent/dir/x.png",
+			out, sizeof(out), &rc);
+	ck_assert_int_eq(rc, 1);
+	for (k = 0; k + 4 <= n; k++)
+		if (!memcmp(out + k, "\x89PNG", 4))
+			png = 1;
+	ck_assert_msg(!png, "PNG bytes on standard output");
+	ck_assert_msg(n > 0 && out[n - 2] == '}' && out[n - 1] == '\n', "JSON not last");
+	rc = tool("-q -m tiny -M 64M --requests 20 --plot /nonexistent/dir/x.png", out,
+		  sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_msg(strstr(out, "--plot /nonexistent/dir/x.png: ") &&
+		      (strstr(out, "No such file or directory") ||
+		       strstr(out, "gnuplot is not installed")), "%s", out);
+
+	/* 40 CSV rows read as JSONL: 5 reported, then the count. */
+	{
+		char text[4096] = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+
+		for (k = 0; k < 39; k++)
+			snprintf(text + strlen(text), sizeof(text) - strlen(text),
+				 "2023-11-16 18:15:46.%06zu,100,10\n", k);
+		path = tmp_trace(text);
+	}
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M -f mooncake %s", path);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_int_eq(count_lines(out, ": not a JSON object"), 5);
+	ck_assert_msg(strstr(out, ": 40 malformed lines in all, the first 5 shown above; no line "
+				  "was usable: is the format right (--format)?"), "%s", out);
+	unlink(path);
+	free(path);
+}
+END_TEST
+
+/* The pre-pass behind the overload advice, on a hand-checked trace. */
+START_TEST(test_peak_need)
+{
+	struct rp_req req[3] = {
+		{.arrival_ms = 0, .input_len = 100, .output_len = 10},
+		{.arrival_ms = 280, .input_len = 50, .output_len = 5},
+		{.arrival_ms = 1000, .input_len = 10, .output_len = 1},
+	};
+	struct rp_trace t = {.req = req, .n = 3};
+	uint64_t peak;
+	size_t run;
+
+	/* 25 ms steps: request 0 holds 110 tokens over [0, 275), 1 step of
+	 * prefill and 10 of decode; request 1 comes after it. */
+	ck_assert_int_eq(rp_trace_peak_need(&t, 25, 0, &peak, &run), 0);
+	ck_assert_uint_eq(peak, 110);
+	ck_assert_uint_eq(run, 1);
+	/* Chunks of 50: 2 steps of prefill, [0, 300): the two overlap. */
+	ck_assert_int_eq(rp_trace_peak_need(&t, 25, 50, &peak, &run), 0);
+	ck_assert_uint_eq(peak, 165);
+	ck_assert_uint_eq(run, 2);
+	ck_assert_int_eq(rp_trace_peak_need(&t, 0, 0, &peak, &run), -1);
+	ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/*
+ * A replay that guides: -M P% sizes the cache, so no default cap takes it
+ * back (the same hit as --cache-max off, more than a 10% cap); a budget of
+ * thousands of slabs raises --granules; options without effect are named;
+ * an overloaded run is told the budget the arrivals ask for.
+ */
+START_TEST(test_tool_guidance)
+{
+	static char out[1 << 17];
+	double h_def, h_off, h_cap;
+	char args[512], *path;
+	int rc;
+
+	snprintf(args, sizeof(args), "-m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=-", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "(30% of the unique tokens' KV: "), "%s", out);
+	ck_assert_msg(strstr(out, "note: the prefix cache is uncapped: -M 30% sized it"), "%s", out);
+	ck_assert_msg(strstr(out, "\"cache_max\": null"), "%s", out);
+	h_def = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=- --cache-max off", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	h_off = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 30%% -s paged:16 --requests %d "
+		 "--json=- --cache-max 10%%", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --cache-max 10% defeats -M 30%: the cache holds at "
+				  "most "), "%s", out);
+	h_cap = json_num(out, "\"name\": \"paged:16\"", "hit_ratio");
+	ck_assert_msg(h_def >= 0 && h_def == h_off && h_cap < h_def, "%g %g %g", h_def, h_off,
+		      h_cap);
+
+	/* tiny: slabs of 4 MiB; 8 GiB is 2048 of them. */
+	ck_assert_int_eq(tool("-m tiny -M 8G -s slab:16 --requests 20 --json=-", out,
+			      sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "note: --granules 2: a budget of over 1024 slabs"), "%s", out);
+	ck_assert_msg(strstr(out, "\"granules\": 2,"), "%s", out);
+	ck_assert_int_eq(tool("-q -m tiny -M 8G -s slab:16 --granules 1 --requests 20 --json=-",
+			      out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "\"granules\": 1,") && !strstr(out, "note: --granules"), "%s",
+		      out);
+
+	/* Options that change nothing. */
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s slab:16 --requests 20 --limit-schedule "
+			      "1:1G,2:32M", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --limit-schedule point 1 s:1 GiB has no effect: 1 GiB "
+				  "is not below the budget of 64 MiB (-M)"), "%s", out);
+	ck_assert_msg(!strstr(out, "point 2 s:"), "%s", out);
+	/* Above the budget after a lower limit: it restores the budget. */
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s slab:16 --requests 20 --limit-schedule "
+			      "1:32M,2:1G", out, sizeof(out)), 0);
+	ck_assert_msg(!strstr(out, "has no effect"), "%s", out);
+	ck_assert_int_eq(tool("-q -m tiny -M 64M -s paged:16 --requests 20 --limit-schedule 1:32M "
+			      "--min-empty 2 --block-hash xxh3_128", out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --limit-schedule has no effect: only a slab strategy"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "warning: --min-empty has no effect"), "%s", out);
+	ck_assert_msg(strstr(out, "warning: --block-hash has no effect"), "%s", out);
+	path = tmp_trace("{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 4, \"hash_ids\": [1, 2]}\n");
+	snprintf(args, sizeof(args), "-q -m tiny -M 64M --requests 5 --rate 3 --no-cache "
+		 "--cache-max 5%% %s", path);
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: --requests has no effect: it sets the built-in "
+				  "generator"), "%s", out);
+	ck_assert_msg(strstr(out, "warning: --rate has no effect: the trace has its own arrival"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "warning: --cache-max has no effect: --no-cache"), "%s", out);
+	unlink(path);
+	free(path);
+
+	/* Overloaded: the advice names a budget, and that budget is not. */
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 8M -s paged:16 --requests %d "
+		 "--rate 8", TRACE_REQS(300));
+	ck_assert_int_eq(tool(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "warning: overloaded"), "%s", out);
+	{
+		const char *p = strstr(out, "the arrivals ask for about -M ");
+		char m[32];
+
+		ck_assert_msg(p, "%s", out);
+		ck_assert_int_eq(sscanf(p + strlen("the arrivals ask for about -M "), "%31[0-9KMGT]",
+					m), 1);
+		snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M %s -s paged:16 "
+			 "--requests %d --rate 8", m, TRACE_REQS(300));
+	}
+	rc = tool(args, out, sizeof(out));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_msg(!strstr(out, "overloaded"), "%s: %s", args, out);
+}
+END_TEST
+
+/* Standard error of the tool run with @args and KVSLAB_REPLAY_PROGRESS_S=0. */
+static void tool_stderr(const char *args, char *out, size_t size)
+{
+	const char *top = getenv("KVSLAB_TOP_BUILDDIR");
+	char cmd[4096];
+	FILE *p;
+	size_t n = 0;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "KVSLAB_REPLAY_PROGRESS_S=0 '%s/tools/kvslab-replay' %s "
+		 "2>&1 >/dev/null", top && *top ? top : ".", args);
+	p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	while (n + 1 < size && fgets(out + n, (int)(size - n), p))
+		n += strlen(out + n);
+	out[n] = 0;
+	while (fgetc(p) != EOF)
+		;
+	st = pclose(p);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/*
+ * Off a terminal (here a pipe) a run prints progress lines, the first with
+ * the estimate of the whole run; --no-progress and -q print none.  The
+ * lines' spacing in time is set to 0 here, so that the test does not
+ * depend on the clock.
+ */
+START_TEST(test_tool_progress)
+{
+	static char out[1 << 17];
+
+	tool_stderr("-m tiny -M 64M -s static:1,slab:16 --requests 400", out, sizeof(out));
+	ck_assert_int_eq(count_lines(out, "in all (an estimate; --no-progress hides these lines)"),
+			 1);
+	ck_assert_msg(strstr(out, "kvslab-replay: static:1 (1 of 2): ") &&
+		      strstr(out, "kvslab-replay: slab:16 (2 of 2): ") &&
+		      strstr(out, " of 400 requests, ") && strstr(out, " left\n"), "%s", out);
+	tool_stderr("-m tiny -M 64M -s slab:16 --requests 400 --no-progress", out, sizeof(out));
+	ck_assert_msg(!strstr(out, " requests, "), "%s", out);
+	tool_stderr("-q -m tiny -M 64M -s slab:16 --requests 400", out, sizeof(out));
+	ck_assert_msg(!strstr(out, " requests, "), "%s", out);
+}
+END_TEST
+
+/*
+ * The host tier is accounted as the device memory is: a host pool four
+ * times the machine's memory (it was allocated, and refused with ENOMEM).
+ */
+START_TEST(test_tool_host_tier_any_size)
+{
+	static char out[1 << 16];
+	long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	unsigned long long gib;
+	char args[256];
+	int rc;
+
+	ck_assert_int_gt(pages, 0);
+	gib = (unsigned long long)pages * (unsigned long long)pg * 4 / (1ull << 30) + 1;
+	snprintf(args, sizeof(args), "-s paged:16 -M 8G --host-pool %lluG --requests 50 --json=-",
+		 gib);
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	ck_assert_msg(strstr(out, "\"cache\": \"hiradix\""), "%s", out);
+	ck_assert_uint_eq(json_u64(out, "host_pool_bytes"), gib << 30);
+}
+END_TEST
+
+/*
+ * The cost side: under a limit schedule, the report says who paid for the
+ * limit in preemptions (counted for every strategy while the schedule held
+ * the budget down; the JSON's limit_preempted); the plot's titles give the
+ * driver time beside the memory (an SVG, whose text can be read).
+ */
+START_TEST(test_tool_limit_and_plot_costs)
+{
+	static char out[1 << 17];
+	char args[512], want[256], svg[] = "/tmp/kvslab-replay-plot-XXXXXX.svg";
+	unsigned long long st, sl;
+	const char *p;
+	FILE *f;
+	int fd, rc;
+
+	/* Requests longer than the 16 MiB limit are rejected once it holds
+	 * (they looped, preempted over and over, and the run never ended). */
+	snprintf(args, sizeof(args), "-m tiny --head-dim 512 -M 64M -s paged:16,slab:16 "
+		 "--requests %d --rate 2 --limit-schedule 5:16M --json=-", TRACE_REQS(300));
+	rc = tool(args, out, sizeof(out));
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	p = strstr(out, "\"name\": \"paged:16\"");
+	ck_assert_msg(p, "%s", out);
+	st = json_u64(p, "limit_preempted");
+	p = strstr(out, "\"name\": \"slab:16\"");
+	ck_assert_msg(p, "%s", out);
+	sl = json_u64(p, "limit_preempted");
+	ck_assert_msg(st != UINT64_MAX && sl > st, "%llu %llu: %s", st, sl, out);
+	snprintf(want, sizeof(want), "limit: preemptions while the schedule held the budget below "
+		 "-M: paged:16 %llu (kept its memory), slab:16 %llu (gave memory back)\n", st, sl);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	snprintf(want, sizeof(want), "limit slab:16: paid for the limit with %llu preemptions "
+		 "more than paged:16\n", sl - st);
+	ck_assert_msg(strstr(out, want), "%s", out);
+
+	fd = mkstemps(svg, 4);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	snprintf(args, sizeof(args), "-q -m tiny --head-dim 512 -M 64M -s static:1,slab:16 "
+		 "--requests 50 --plot %s", svg);
+	rc = tool(args, out, sizeof(out));
+	if (rc == 1 && strstr(out, "gnuplot is not installed")) {
+		unlink(svg);
+		return;
+	}
+	ck_assert_msg(rc == 0, "rc %d: %s", rc, out);
+	f = fopen(svg, "r");
+	ck_assert_ptr_nonnull(f);
+	memset(out, 0, sizeof(out));
+	ck_assert_uint_gt(fread(out, 1, sizeof(out) - 1, f), 0);
+	fclose(f);
+	unlink(svg);
+	ck_assert_msg(strstr(out, "slab:16 saves "), "no saving in the title");
+	ck_assert_msg(strstr(out, "GPU driver time "), "no driver time in the plot");
+	ck_assert_msg(strstr(out, "est. GPU driver time "), "no driver time in a panel");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("replay");
@@ -1401,6 +1740,12 @@ int main(void)
 	tcase_add_test(tc, test_sharegpt_csv);
 	tcase_add_test(tc, test_tool_verdict_and_warnings);
 	tcase_add_test(tc, test_cost_model_report);
+	tcase_add_test(tc, test_tool_output_errors);
+	tcase_add_test(tc, test_peak_need);
+	tcase_add_test(tc, test_tool_guidance);
+	tcase_add_test(tc, test_tool_progress);
+	tcase_add_test(tc, test_tool_host_tier_any_size);
+	tcase_add_test(tc, test_tool_limit_and_plot_costs);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

@@ -6,6 +6,7 @@
  * the public traces under $KVSLAB_SHARED/traces when they are there.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,6 +274,10 @@ START_TEST(test_mooncake_malformed)
 	size_t nbad = sizeof(mooncake_bad) / sizeof(mooncake_bad[0]), k;
 	struct rp_trace t;
 	struct mem e;
+	unsigned long shown = rp_trace_bad_shown;
+
+	/* Every line reported, to check each report (then the default). */
+	rp_trace_bad_shown = ULONG_MAX;
 
 	mem_open(&e);
 	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 0, e.f, &t), 0);
@@ -293,6 +298,25 @@ START_TEST(test_mooncake_malformed)
 	ck_assert_uint_eq(count_lines(e.buf), nbad);
 	for (k = 0; k < nbad; k++)
 		assert_report(e.buf, path, mooncake_bad[k].line, mooncake_bad[k].what);
+	rp_trace_free(&t);
+	mem_free(&e);
+
+	/* By default the first 5, then the count of all. */
+	rp_trace_bad_shown = shown;
+	mem_open(&e);
+	ck_assert_int_eq(rp_trace_load(path, RP_FMT_MOONCAKE, 0, e.f, &t), 0);
+	mem_close(&e);
+	ck_assert_uint_eq(t.malformed, nbad);
+	ck_assert_uint_eq(count_lines(e.buf), 6);
+	for (k = 0; k < 5; k++)
+		assert_report(e.buf, path, mooncake_bad[k].line, mooncake_bad[k].what);
+	{
+		char want[512];
+
+		snprintf(want, sizeof(want), "%s: %zu malformed lines in all, the first 5 shown "
+			 "above\n", path, nbad);
+		ck_assert_msg(strstr(e.buf, want), "%s", e.buf);
+	}
 	rp_trace_free(&t);
 	mem_free(&e);
 
@@ -541,6 +565,9 @@ START_TEST(test_azure_malformed)
 	char *path = write_str(text);
 	struct rp_trace t;
 	struct mem e;
+	unsigned long shown = rp_trace_bad_shown;
+
+	rp_trace_bad_shown = ULONG_MAX; /* every line reported, to check each */
 
 	mem_open(&e);
 	ck_assert_int_eq(rp_trace_load(path, RP_FMT_AUTO, 0, e.f, &t), 0);
@@ -571,6 +598,7 @@ START_TEST(test_azure_malformed)
 	assert_report(e.buf, path, 3, "missing column GeneratedTokens");
 	mem_free(&e);
 	drop_tmp(path);
+	rp_trace_bad_shown = shown;
 }
 END_TEST
 

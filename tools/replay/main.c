@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ struct opts {
 	struct rp_cost_model cost;
 	struct rp_limit *limits;
 	double kv_share;		/* -M P%: share of the trace's unique tokens; 0: bytes */
+	uint64_t given;			/* long options given, bit c - 256 (GIVEN()) */
+	int granules_auto;		/* --granules raised for a large budget */
 	struct rp_synth_opts synth;
 	struct rp_sim_opts sim;
 };
@@ -77,8 +80,10 @@ static void usage(FILE *f)
 		"  -m, --model=NAME        llama-3-8b, llama-3-70b-tp8, qwen2.5-7b, deepseek-v3-tp8,\n"
 		"                          tiny                                    [llama-3-8b]\n"
 		"      --layers=N --kv-heads=N --head-dim=N --dtype-size=N --tp=N  override the shape\n"
-		"  -M, --kv-mem=SIZE       KV memory budget, e.g. 8G, 512M, or 30%% of the\n"
-		"                          trace's unique tokens' KV               [8G]\n"
+		"  -M, --kv-mem=SIZE|P%%    KV memory budget, e.g. 8G, 512M; or P%% of the KV of\n"
+		"                          the trace's unique tokens (what a prefix cache that\n"
+		"                          never evicts would hold: P%% sizes the cache, and\n"
+		"                          --cache-max is then off unless given)   [8G]\n"
 		"  -d, --driver=NAME       host, cuda or auto                      [host]\n"
 		"Serving loop:\n"
 		"      --max-running=N     running requests at most                [128]\n"
@@ -104,7 +109,9 @@ static void usage(FILE *f)
 		"Strategies:\n"
 		"  -s, --strategies=LIST   comma list of static[:PAGE], paged[:PAGE], slab[:PAGE]\n"
 		"                          [static:1,paged:16,slab:16]\n"
-		"      --granules=N        chunk size in driver granules           [1]\n"
+		"      --granules=N        chunk size in driver granules [1; raised for a budget\n"
+		"                          of over 1024 slabs, to keep the host driver's mappings\n"
+		"                          few]\n"
 		"      --min-empty=N       slab: empty slabs kept mapped ahead     [1]\n"
 		"      --max-empty=N       slab: empty slabs above which to unmap  [4]\n"
 		"      --shrink-quiet=N    slab: pages freed since the last growth before\n"
@@ -114,7 +121,8 @@ static void usage(FILE *f)
 		"      --compact=N         slab: migrate up to N live pages a step out of\n"
 		"                          sparse slabs (kvs_pool_compact)           [0: off]\n"
 		"      --cache-max=P%%      cap the prefix cache's evictable pages at P%% of the\n"
-		"                          budget, evicted after every step (off: none) [" RP_CACHE_MAX_HELP "]\n"
+		"                          budget, evicted after every step (off: none)\n"
+		"                          [" RP_CACHE_MAX_HELP "; off with -M P%%]\n"
 		"      --limit-schedule=SECONDS:SIZE,...  slab: the budget becomes SIZE at\n"
 		"                          simulated SECONDS (e.g. 120:4G,240:8G)\n"
 		"      --cost-model=M      GPU cost of the driver calls: a100, h200, h100 (measured),\n"
@@ -130,7 +138,8 @@ static void usage(FILE *f)
 		"      --metrics=ADDR:PORT serve the running replay's metrics over HTTP at\n"
 		"                          /metrics for Prometheus (:PORT: 127.0.0.1)\n"
 		"  -q, --quiet             no tables, no progress\n"
-		"      --no-progress       no progress bar\n"
+		"      --no-progress       no progress: a bar on a terminal, else a line every\n"
+		"                          10 s (the first, after 5 s, estimates the run's length)\n"
 		"  -h, --help              this help\n"
 		"  -V, --version           version\n");
 }
@@ -143,6 +152,9 @@ enum {
 	O_HOSTPOOL, O_WPOLICY, O_LOADTH, O_STORAGE, O_PFTH, O_PFPOLICY, O_CACHEMAX, O_LIMITS,
 	O_COST, O_CSVFULL, O_SLABAWARE, O_COMPACT, O_METRICS
 };
+
+/* Whether long option @opt (an O_* value) was given. */
+#define GIVEN(o, opt) ((o)->given >> ((opt) - 256) & 1)
 
 /* The CSV's samples a strategy by default (--csv-full: all). */
 #define CSV_POINTS 2000
@@ -348,11 +360,13 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	parse_cache_max(RP_CACHE_MAX_DEFAULT, &o->sim.cache_max);
 	o->sim.shrink_quiet = TOOL_SHRINK_QUIET;
 	o->synth.rate = TOOL_RATE;
-	o->progress = isatty(STDERR_FILENO);
+	o->progress = 1;
 	while ((c = getopt_long(argc, argv, "f:m:M:d:s:qhV", longopts, NULL)) != -1) {
 		int r = 0;
 		uint64_t v;
 
+		if (c >= 256 && c < 256 + 64)
+			o->given |= 1ull << (c - 256);
 		switch (c) {
 		case 'f':
 			if (strcmp(optarg, "auto") == 0)
@@ -571,25 +585,236 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/*
+ * Progress on stderr: a bar on a terminal; elsewhere (a log, a CI job) a
+ * line after 5 seconds (KVSLAB_REPLAY_PROGRESS_S; 0: at every call, for
+ * the tests), with the estimate of the whole run's length, then one every
+ * twice that.  The estimate takes
+ * the strategies still to run as long as the one that ran longest so far,
+ * or for the first, as long as its share done says.
+ */
+#define PROGRESS_FIRST_S 5.0
+
 struct progress {
 	const char *name;
-	int on;
+	int on, tty;
+	size_t run, runs;		/* this strategy's number (0-based), of all */
+	uint64_t t0, t_run;		/* the first run's start, this one's (ns) */
+	double longest_s;		/* the longest finished run */
+	double first_s;			/* when the first line is due (since t0) */
+	double next_s;			/* when the next line is due */
+	unsigned long lines;		/* printed */
 };
+
+/* "1 min 5 s", "45 s" */
+static void fmt_secs(double s, char *buf, size_t size)
+{
+	if (s >= 60)
+		snprintf(buf, size, "%.0f min %.0f s", floor(s / 60), fmod(s, 60));
+	else
+		snprintf(buf, size, "%.0f s", s);
+}
 
 static void show_progress(void *arg, size_t done, size_t total)
 {
 	struct progress *p = arg;
 	int width = 40, k, fill = total ? (int)((double)done / (double)total * width) : width;
+	uint64_t now = rp_now_ns();
+	double in = (double)(now - p->t0) / 1e9, run = (double)(now - p->t_run) / 1e9;
+	double frac = total ? (double)done / (double)total : 1, this_s, left;
+	char b1[32], b2[32];
 
 	if (!p->on)
 		return;
-	fprintf(stderr, "\r%-12s [", p->name);
-	for (k = 0; k < width; k++)
-		fputc(k < fill ? '#' : ' ', stderr);
-	fprintf(stderr, "] %3d%% %zu/%zu", total ? (int)(100.0 * done / total) : 100, done, total);
-	if (done >= total)
-		fputc('\n', stderr);
+	if (p->tty) {
+		fprintf(stderr, "\r%-12s [", p->name);
+		for (k = 0; k < width; k++)
+			fputc(k < fill ? '#' : ' ', stderr);
+		fprintf(stderr, "] %3d%% %zu/%zu", total ? (int)(100.0 * done / total) : 100, done,
+			total);
+		if (done >= total)
+			fputc('\n', stderr);
+		fflush(stderr);
+		return;
+	}
+	if (done >= total || in < p->next_s || frac <= 0)
+		return;
+	/* Early in a run its share done says little: the longest so far does. */
+	this_s = p->longest_s > 0 && frac < 0.25 ? (run > p->longest_s ? run : p->longest_s)
+						  : run / frac;
+	left = this_s - run + (double)(p->runs - p->run - 1) * (p->longest_s > this_s
+								     ? p->longest_s : this_s);
+	fmt_secs(in, b1, sizeof(b1));
+	fmt_secs(p->lines ? left : in + left, b2, sizeof(b2));
+	fprintf(stderr, "kvslab-replay: %s (%zu of %zu): %zu of %zu requests, %s in, about %s "
+			"%s\n", p->name, p->run + 1, p->runs, done, total, b1, b2,
+		p->lines ? "left" : "in all (an estimate; --no-progress hides these lines)");
+	p->lines++;
 	fflush(stderr);
+	p->next_s = in + 2 * p->first_s;
+}
+
+/*
+ * Slabs a budget may hold before --granules, unless given, is doubled: the
+ * host driver maps the slabs of each buffer side by side as one mapping,
+ * but a budget of thousands of one-granule slabs, freed in holes, splits
+ * them past vm.max_map_count (65530) and map or unmap fails (EIO).  1024
+ * slabs keep a llama-3-8b pool (64 buffers) far below it.
+ */
+#define AUTO_GRANULES_SLABS 1024
+
+static void auto_granules(struct opts *o, struct rp_strategy *st, size_t n)
+{
+	size_t gran = o->sim.granularity ? o->sim.granularity : 2u << 20, i;
+	uint64_t cell = kvs_model_cell_size(&o->sim.model), tok;
+	uint32_t g = o->granules;
+
+	if (GIVEN(o, O_GRANULES) || !cell)
+		return;
+	for (i = 0; i < n; i++)
+		while (st[i].kind == RP_SLAB && g < 4096) {
+			tok = rp_slab_tokens(&o->sim.model, st[i].page_size, gran, g);
+			if (!tok || tok > UINT64_MAX / cell ||
+			    o->sim.kv_bytes / (tok * cell) <= AUTO_GRANULES_SLABS)
+				break;
+			g *= 2;
+		}
+	if (g == o->granules)
+		return;
+	for (i = 0; i < n; i++)
+		st[i].slab_granules = g;
+	o->granules = g;
+	o->granules_auto = 1;
+}
+
+static void futile(const char *what, const char *why)
+{
+	fprintf(stderr, "kvslab-replay: warning: %s has no effect: %s\n", what, why);
+}
+
+/*
+ * Options given that cannot change this run, each said once on stderr
+ * before it starts: a limit not below the budget, a cap that keeps the
+ * cache from the memory -M P% sized for it, an option of a strategy, cache
+ * or output that is not there, the generator's options with a trace.
+ */
+static void futile_options(const struct opts *o, const struct rp_trace *t,
+			   const struct rp_strategy *st, size_t n, uint64_t unique)
+{
+	int slab = 0, hash = 0, radix = 0;
+	char b1[32], b2[32], what[96];
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		slab |= st[i].kind == RP_SLAB;
+		hash |= st[i].cache == RP_CACHE_HASH;
+		radix |= st[i].cache == RP_CACHE_RADIX;
+	}
+	if (o->sim.nlimits && !slab)
+		futile("--limit-schedule", "only a slab strategy has an elastic limit (static and "
+					   "paged pools cannot give memory back): add slab:16 to -s");
+	/* A point at or above the budget restores it after a lower one; before
+	 * any, it changes nothing. */
+	for (i = 0; slab && i < o->sim.nlimits && o->sim.limits[i].bytes >= o->sim.kv_bytes;
+	     i++) {
+		rp_fmt_bytes(o->sim.limits[i].bytes, b1, sizeof(b1));
+		rp_fmt_bytes(o->sim.kv_bytes, b2, sizeof(b2));
+		snprintf(what, sizeof(what), "--limit-schedule point %g s:%s",
+			 o->sim.limits[i].t_ms / 1e3, b1);
+		fprintf(stderr, "kvslab-replay: warning: %s has no effect: %s is not below the "
+				"budget of %s (-M), and a limit only lowers the budget: give a "
+				"larger -M for the limit to raise\n", what, b1, b2);
+	}
+	if (GIVEN(o, O_CACHEMAX) && o->sim.no_cache)
+		futile("--cache-max", "--no-cache keeps no cache to cap");
+	else if (GIVEN(o, O_CACHEMAX) && o->kv_share > 0 && o->sim.cache_max >= 0 &&
+		 o->sim.cache_max < 1) {
+		double tok = o->sim.cache_max * (double)o->sim.kv_bytes /
+			     (double)kvs_model_cell_size(&o->sim.model);
+
+		fprintf(stderr, "kvslab-replay: warning: --cache-max %g%% defeats -M %g%%: the "
+				"cache holds at most %.0f tokens, %.3g%% of the trace's %llu unique "
+				"tokens, not the %g%% the budget was sized for; expect the hit ratio "
+				"of a cache that size (--cache-max off: the budget's)\n",
+			o->sim.cache_max * 100, o->kv_share, tok,
+			unique ? 100 * tok / (double)unique : 0.0, (unsigned long long)unique,
+			o->kv_share);
+	}
+	if (!slab) {
+		static const struct {
+			int opt;
+			const char *name;
+		} so[] = {{O_GRANULES, "--granules"}, {O_MINE, "--min-empty"},
+			  {O_MAXE, "--max-empty"},     {O_QUIET, "--shrink-quiet"},
+			  {O_WORKER, "--worker"},      {O_COMPACT, "--compact"},
+			  {O_SLABAWARE, "--slab-aware"}};
+
+		for (i = 0; i < sizeof(so) / sizeof(so[0]); i++)
+			if (GIVEN(o, so[i].opt))
+				futile(so[i].name, "it sets the slab strategy, and -s has none");
+	}
+	if (GIVEN(o, O_BLOCKHASH) && !hash)
+		futile("--block-hash", "it hashes the blocks of --cache hash, which is not used");
+	if (GIVEN(o, O_SLABAWARE) && slab && (!radix || o->sim.no_cache))
+		futile("--slab-aware", "it steers the radix cache's eviction, which is not used");
+	if (GIVEN(o, O_CSVFULL) && !o->csv)
+		futile("--csv-full", "there is no --csv");
+	if (o->trace_path) {
+		static const struct {
+			int opt;
+			const char *name;
+		} go[] = {{O_REQUESTS, "--requests"},	   {O_IN_MEAN, "--input-mean"},
+			  {O_IN_MAX, "--input-max"},	   {O_OUT_MEAN, "--output-mean"},
+			  {O_OUT_MAX, "--output-max"},	   {O_SHARED, "--shared-ratio"},
+			  {O_PREFIXES, "--prefixes"}};
+
+		for (i = 0; i < sizeof(go) / sizeof(go[0]); i++)
+			if (GIVEN(o, go[i].opt))
+				futile(go[i].name, "it sets the built-in generator, and a trace is "
+						   "replayed");
+		if (!t->no_timestamps && GIVEN(o, O_RATE))
+			futile("--rate", "the trace has its own arrival times");
+		if (!t->no_timestamps && GIVEN(o, O_SEED))
+			futile("--seed", "it seeds the generator's and ShareGPT's arrivals, and "
+					 "the trace has its own");
+	}
+	if (!o->sim.use_timestamps && GIVEN(o, O_RATE))
+		futile("--rate", "--no-timestamps makes every request arrive at once");
+}
+
+/*
+ * The overload warnings' advice: the budget the arrivals ask for, from
+ * rp_trace_peak_need() (every request served on arrival with all its
+ * tokens, no sharing), the cache cap's share added, rounded up.
+ */
+static void suggest_budget(const struct opts *o, const struct rp_trace *t)
+{
+	uint64_t peak, cell = kvs_model_cell_size(&o->sim.model);
+	double b;
+	size_t run;
+	char sz[32];
+	int u;
+
+	if (!o->sim.use_timestamps ||
+	    rp_trace_peak_need(t, o->sim.step_ms, o->sim.chunk, &peak, &run) < 0 || !peak)
+		return;
+	b = (double)peak * (double)cell;
+	if (o->sim.cache_max >= 0 && o->sim.cache_max < 0.9)
+		b /= 1 - o->sim.cache_max;
+	/* Rounded up in the largest unit it has one of: 51M, 127G. */
+	for (u = 0; u < 4 && b >= 1024.0 * 1024; u++)
+		b /= 1024;
+	snprintf(sz, sizeof(sz), "%.0f%c", ceil(b / 1024), "KMGT"[u]);
+	fprintf(stderr, "kvslab-replay: the arrivals ask for about -M %s: at their peak %llu "
+			"tokens are in flight (%zu requests, each served on arrival with its whole "
+			"input and output, no prefix shared%s)",
+		sz, (unsigned long long)peak, run,
+		o->sim.cache_max >= 0 && o->sim.cache_max < 0.9 ? ", plus the cache cap's share"
+								 : "");
+	if (run > o->sim.max_running)
+		fprintf(stderr, "; and --max-running %zu: more than %u run at once", run,
+			o->sim.max_running);
+	fprintf(stderr, "\n");
 }
 
 /*
@@ -605,6 +830,7 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 	uint64_t pre = 0, rej = 0;
 	double sim = 0;
 	size_t i;
+	int over = 0;
 
 	for (i = 0; i < n; i++) {
 		pre += res[i].preempted;
@@ -618,12 +844,32 @@ static void warnings(const struct opts *o, const struct rp_trace *t, double idea
 				"arrivals: try a larger -M (--kv-mem)%s\n",
 			(unsigned long long)pre, (unsigned long long)rej, n, n == 1 ? "" : "s",
 			o->trace_path && !t->no_timestamps ? "" : " or a lower --rate");
-	if (o->sim.use_timestamps && span > 0 && sim > 1.5 * span + 60000)
+	over = pre || rej;
+	if (o->sim.use_timestamps && span > 0 && sim > 1.5 * span + 60000 && ++over)
 		fprintf(stderr, "kvslab-replay: warning: overloaded: the replay ran %.0f simulated "
 				"seconds for arrivals over %.0f s: requests queued far behind their "
 				"arrival; try a larger -M (--kv-mem)%s\n",
 			sim / 1e3, span / 1e3,
 			o->trace_path && !t->no_timestamps ? "" : " or a lower --rate");
+	if (over)
+		suggest_budget(o, t);
+	for (i = 0; i < o->sim.nlimits; i++)
+		if (o->sim.limits[i].t_ms > sim) {
+			fprintf(stderr, "kvslab-replay: warning: --limit-schedule: the limit at %g s "
+					"was never reached: the run ended at %.0f simulated seconds\n",
+				o->sim.limits[i].t_ms / 1e3, sim / 1e3);
+			break;
+		}
+	/* The store served its pages, but they left the host before use. */
+	for (i = 0; i < n; i++)
+		if (res[i].l3_prefetched && res[i].l3_gone > res[i].l3_prefetched / 2)
+			fprintf(stderr, "kvslab-replay: warning: %s: %.0f%% of the tokens prefetched "
+					"from the store were evicted from the host tier before their "
+					"request's first prefill (it waited or was preempted while "
+					"backups of the requests that ran filled the host): they were "
+					"recomputed, not L3 hits; try a larger --host-pool or -M\n",
+				res[i].strat.name,
+				100.0 * (double)res[i].l3_gone / (double)res[i].l3_prefetched);
 	if (ideal <= 0 && !o->sim.no_cache)
 		fprintf(stderr, "kvslab-replay: warning: the trace has no prefix data (no request "
 				"shares a block with an earlier one): the prefix cache cannot hit and "
@@ -663,6 +909,7 @@ int main(int argc, char **argv)
 	struct rp_trace t;
 	struct opts o;
 	struct rp_meta meta;
+	struct progress prog;
 	kvs_model_t model;
 	size_t ns, i;
 	uint64_t unique;
@@ -763,7 +1010,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		o.sim.kv_bytes = (uint64_t)b;
+		/* The percentage sizes the cache: a cap of the budget would
+		 * keep it from that memory (10% of 10%). */
+		if (!GIVEN(&o, O_CACHEMAX))
+			o.sim.cache_max = -1;
 	}
+	auto_granules(&o, strats, ns);
 	if (!o.quiet) {
 		printf("trace: %s, %zu requests", o.trace_path ? o.trace_path : "built-in generator",
 		       t.n);
@@ -773,20 +1025,46 @@ int main(int argc, char **argv)
 		printf("model: %s, %zu bytes of KV a token; KV memory %.1f GiB", o.model_name,
 		       kvs_model_cell_size(&model), o.sim.kv_bytes / 1073741824.0);
 		if (o.kv_share > 0)
-			printf(" (%g%% of the unique tokens)", o.kv_share);
+			printf(" (%g%% of the unique tokens' KV: %llu of %llu tokens, what a prefix "
+			       "cache that never evicts would hold)", o.kv_share,
+			       (unsigned long long)(o.sim.kv_bytes / kvs_model_cell_size(&model)),
+			       (unsigned long long)unique);
 		printf("; driver %s\n", o.sim.driver);
+		if (o.kv_share > 0 && !GIVEN(&o, O_CACHEMAX) && !o.sim.no_cache)
+			printf("note: the prefix cache is uncapped: -M %g%% sized it (--cache-max "
+			       "caps it)\n", o.kv_share);
+		if (o.granules_auto)
+			printf("note: --granules %u: a budget of over %d slabs of one granule "
+			       "(--granules sets it)\n", o.granules, AUTO_GRANULES_SLABS);
+	}
+	futile_options(&o, &t, strats, ns, unique);
+	memset(&prog, 0, sizeof(prog));
+	prog.on = o.progress;
+	prog.tty = isatty(STDERR_FILENO);
+	prog.runs = ns;
+	prog.t0 = rp_now_ns();
+	{
+		const char *e = getenv("KVSLAB_REPLAY_PROGRESS_S");
+		char *end;
+
+		prog.first_s = e && *e ? strtod(e, &end) : PROGRESS_FIRST_S;
+		if (!e || !*e || *end || !(prog.first_s >= 0) || prog.first_s > 1e6)
+			prog.first_s = PROGRESS_FIRST_S;
+		prog.next_s = prog.first_s;
 	}
 	if (o.metrics && start_metrics(&o) < 0) {
 		rp_trace_free(&t);
 		return 2;
 	}
 	for (i = 0; i < ns; i++) {
-		struct progress p = {strats[i].name, o.progress};
-
+		struct progress *pp = &prog;
 		char verdict[256];
 
-		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, &p) < 0) {
-			fprintf(stderr, "%skvslab-replay: %s: %s\n", o.progress ? "\n" : "",
+		prog.name = strats[i].name;
+		prog.run = i;
+		prog.t_run = rp_now_ns();
+		if (rp_simulate(&t, &o.sim, &strats[i], &res[i], show_progress, pp) < 0) {
+			fprintf(stderr, "%skvslab-replay: %s: %s\n", o.progress && prog.tty ? "\n" : "",
 				strats[i].name, res[i].error[0] ? res[i].error : strerror(errno));
 			while (i-- > 0)
 				rp_result_free(&res[i]);
@@ -794,6 +1072,8 @@ int main(int argc, char **argv)
 			kvs_metrics_destroy(o.sim.metrics);
 			return 1;
 		}
+		if ((double)(rp_now_ns() - prog.t_run) / 1e9 > prog.longest_s)
+			prog.longest_s = (double)(rp_now_ns() - prog.t_run) / 1e9;
 		if (rp_result_verdict(&res[i], verdict, sizeof(verdict)) < 0) {
 			fprintf(stderr, "kvslab-replay: %s: %s\n", strats[i].name, verdict);
 			rc = 1;
@@ -837,7 +1117,7 @@ int main(int argc, char **argv)
 	if (o.plot) {
 		if (rp_report_plot(o.plot, res, ns, &o.cost) < 0) {
 			fprintf(stderr, "kvslab-replay: --plot %s: %s\n", o.plot,
-				errno == ENOENT ? "gnuplot is not installed" : strerror(errno));
+				errno == ENOEXEC ? "gnuplot is not installed" : strerror(errno));
 			rc = 1;
 		} else if (!o.quiet) {
 			printf("\nplot written to %s\n", o.plot);

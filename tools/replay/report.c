@@ -125,6 +125,52 @@ void rp_report_settings(FILE *f, const struct rp_meta *meta, const struct rp_res
 	fprintf(f, "\n");
 }
 
+/*
+ * Under a limit schedule: who paid for the limit in preemptions.  Every
+ * strategy counts its preemptions while the schedule held the budget below
+ * -M; those with an elastic limit (limit_changes) gave memory back, the
+ * others kept theirs, and the difference is the limit's price.
+ */
+static void limit_verdict(FILE *f, const struct rp_result *res, size_t n)
+{
+	const struct rp_result *keep = NULL;
+	size_t i;
+	int any = 0;
+
+	for (i = 0; i < n; i++) {
+		if (res[i].limit_changes)
+			any = 1;
+		else if (!keep)
+			keep = &res[i];
+	}
+	if (!any)
+		return;
+	fprintf(f, "limit: preemptions while the schedule held the budget below -M:");
+	for (i = 0; i < n; i++)
+		fprintf(f, "%s %s %llu%s", i ? "," : "", res[i].strat.name,
+			(unsigned long long)res[i].limit_preempted,
+			res[i].limit_changes ? " (gave memory back)" : " (kept its memory)");
+	fprintf(f, "\n");
+	for (i = 0; i < n; i++) {
+		const struct rp_result *r = &res[i];
+
+		if (!r->limit_changes)
+			continue;
+		if (keep && r->limit_preempted > keep->limit_preempted)
+			fprintf(f, "limit %s: paid for the limit with %llu preemptions more than %s\n",
+				r->strat.name,
+				(unsigned long long)(r->limit_preempted - keep->limit_preempted),
+				keep->strat.name);
+		else if (keep)
+			fprintf(f, "limit %s: the limit cost no preemption (%s: %llu)\n", r->strat.name,
+				keep->strat.name, (unsigned long long)keep->limit_preempted);
+		else
+			fprintf(f, "limit %s: %llu preemptions under the limit (add static:1 to -s to "
+				   "compare)\n", r->strat.name,
+				(unsigned long long)r->limit_preempted);
+	}
+}
+
 void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 		       const struct rp_cost_model *cost)
 {
@@ -170,6 +216,7 @@ void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 	}
 	if (!any)
 		fprintf(f, "verdict: no static pool to compare with (add static:1 to -s)\n");
+	limit_verdict(f, res, n);
 }
 
 /* The memory table: what requests need, what the cache holds, what is mapped. */
@@ -275,6 +322,18 @@ static void tier_table(FILE *f, const struct rp_result *res, size_t n)
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_set_skipped],
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_checksum_fail],
 			(unsigned long long)r->store_stats[KVS_STORE_STAT_io_errors]);
+		/* Where the prefetched tokens went: the L3 hit is what was left. */
+		if (r->l3_prefetched)
+			fprintf(f, "%-16s L3: of %llu tokens prefetched for requests (at the head of "
+				   "the queue), %llu were loaded back at their first prefill (%.1f%%), "
+				   "%llu were on the host but not loaded (no device room), %llu were "
+				   "on the device by then, %llu were gone from the host (evicted while "
+				   "the request waited)\n",
+				r->strat.name, (unsigned long long)r->l3_prefetched,
+				(unsigned long long)r->l3_tokens,
+				100.0 * (double)r->l3_tokens / (double)r->l3_prefetched,
+				(unsigned long long)r->l3_unloaded, (unsigned long long)r->l3_on_device,
+				(unsigned long long)r->l3_gone);
 	}
 }
 
@@ -488,6 +547,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				"\"p99\": %.4f, \"max\": %.4f}, \"cache_evicted_tokens\": %llu, "
 				"\"limit_changes\": %llu, \"limit_over_steps\": %llu, "
 				"\"limit_lag_max_ms\": %.1f, \"limit_refused\": %llu, "
+				"\"limit_preempted\": %llu, "
 				"\"limit_returned_bytes\": %llu, \"limit_ms\": %.3f, \"limit_ms_max\": %.3f,"
 				"\n     \"compacted_pages\": %llu, \"compact_ms\": %.3f, \"driver_ops\": {",
 				r->need_mean, (unsigned long long)r->need_peak, r->floor_mean,
@@ -498,6 +558,7 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 				(unsigned long long)r->limit_changes,
 				(unsigned long long)r->limit_over_steps, r->limit_lag_max_ms,
 				(unsigned long long)r->limit_refused,
+				(unsigned long long)r->limit_preempted,
 				(unsigned long long)r->limit_returned_bytes, (double)r->limit_ns / 1e6,
 				(double)r->limit_ns_max / 1e6, (unsigned long long)r->compacted_pages,
 				(double)r->compact_ns / 1e6);
@@ -538,12 +599,16 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 			json_str(f, r->storage);
 			fprintf(f, ", \"prefetch_policy\": \"%s\", \"prefetches\": %llu, "
 				"\"prefetch_tokens\": %llu, \"l3_backup_pages\": %llu, "
-				"\"l3_backup_fail\": %llu,\n     ",
+				"\"l3_backup_fail\": %llu, \"l3_prefetched\": %llu, "
+				"\"l3_unloaded\": %llu, \"l3_on_device\": %llu, \"l3_gone\": %llu,\n     ",
 				rp_prefetch_policy_name(r->prefetch_policy),
 				(unsigned long long)r->prefetches,
 				(unsigned long long)r->prefetch_tokens,
 				(unsigned long long)r->l3_backup_pages,
-				(unsigned long long)r->l3_backup_fail);
+				(unsigned long long)r->l3_backup_fail,
+				(unsigned long long)r->l3_prefetched,
+				(unsigned long long)r->l3_unloaded, (unsigned long long)r->l3_on_device,
+				(unsigned long long)r->l3_gone);
 			/* The store's counters by their names (kvs_store_stat(3)). */
 			for (k = 0; k < KVS_STORE_STAT__COUNT; k++)
 				fprintf(f, "%s\"%s\": %llu", k ? ", " : "",
@@ -556,6 +621,16 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 	if (f != stdout && fclose(f) != 0)
 		return -1;
 	return 0;
+}
+
+/* @s inside gnuplot's single quotes, where a quote is doubled. */
+static void gp_quoted(FILE *gp, const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', gp);
+		fputc(*s, gp);
+	}
 }
 
 static int have_gnuplot(void)
@@ -585,9 +660,14 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 	size_t i;
 
 	if (!have_gnuplot()) {
-		errno = ENOENT;
+		errno = ENOEXEC;
 		return -1;
 	}
+	/* Open it here first: gnuplot told of a path it cannot write
+	 * complains and draws on its standard output instead. */
+	if (!(f = fopen(path, "w")))
+		return -1;
+	fclose(f);
 	fd = mkstemp(data);
 	if (fd < 0 || !(f = fdopen(fd, "w")))
 		return -1;
@@ -601,14 +681,17 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 			xmax = res[i].sim_ms / 60000.0;
 	}
 	fclose(f);
-	gp = popen("gnuplot", "w");
+	/* Never its standard output: that is ours (the JSON may be there). */
+	gp = popen("gnuplot >/dev/null", "w");
 	if (!gp) {
 		unlink(data);
 		return -1;
 	}
 	fprintf(gp, "set terminal %s size 1200,%zu%s\n", svg ? "svg" : "pngcairo",
 		260 * n + 120, svg ? " dynamic" : "");
-	fprintf(gp, "set output '%s'\n", path);
+	fprintf(gp, "set output '");
+	gp_quoted(gp, path);
+	fprintf(gp, "'\n");
 	/* The title says what the panels show: each strategy against the static pool. */
 	fprintf(gp, "set multiplot layout %zu,1 title \"kvslab-replay: KV memory mapped vs what "
 		    "requests need", n);
@@ -616,12 +699,24 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 		struct rp_verdict v;
 
 		rp_verdict_of(res, n, i, cost, &v);
-		if (v.base >= 0 && (size_t)v.base != i)
+		if (v.base >= 0 && (size_t)v.base != i) {
+			struct rp_verdict bv;
+
 			fprintf(gp, "\\n%s saves %.1f%% mean, %.1f%% peak vs %s; held/packed floor "
 				    "%.2f (%s %.2f)", res[i].strat.name, 100 * v.saved_mean_ratio,
 				100 * v.saved_peak_ratio, res[v.base].strat.name,
 				res[i].held_over_floor.mean, res[v.base].strat.name,
 				res[v.base].held_over_floor.mean);
+			/* ... and what it costs in driver time. */
+			rp_verdict_of(res, n, (size_t)v.base, cost, &bv);
+			if (cost && strcmp(cost->name, "none"))
+				fprintf(gp, "; GPU driver time %.0f ms (%s %.0f ms)", v.gpu_ms,
+					res[v.base].strat.name, bv.gpu_ms);
+			else
+				fprintf(gp, "; %llu driver calls (%s %llu)",
+					(unsigned long long)res[i].drv_calls, res[v.base].strat.name,
+					(unsigned long long)res[v.base].drv_calls);
+		}
 	}
 	fprintf(gp, "\"\n");
 	/* One scale on every panel, so that heights compare at a glance. */
@@ -630,16 +725,25 @@ int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 		xmax > 0 ? xmax : 1);
 	for (i = 0; i < n; i++) {
 		const struct rp_result *r = &res[i];
-		char lim[128] = "";
+		char lim[128] = "", cst[160] = "";
+		struct rp_verdict v;
 
 		if (r->limit_changes)
 			snprintf(lim, sizeof(lim), ", '' index %zu using 1:($6 < 0 ? 1/0 : $6) with "
 						   "steps dt 3 lw 2 lc rgb 'red' title 'limit'", i);
-		fprintf(gp, "set title '%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
-			    "held/packed floor %.2f mean, %.2f max; %llu driver calls'\n",
+		/* The cost beside the memory: the driver time the saving took. */
+		rp_verdict_of(res, n, i, cost, &v);
+		if (cost && strcmp(cost->name, "none"))
+			snprintf(cst, sizeof(cst), "\\n%s GPU driver time %.0f ms (%s), %.2f%% of "
+				 "the time served; %.1f ms host", cost->measure ? "measured" : "est.",
+				 v.gpu_ms, cost->name, 100 * v.share, r->drv_ns / 1e6);
+		else
+			snprintf(cst, sizeof(cst), "; %.1f ms host driver time", r->drv_ns / 1e6);
+		fprintf(gp, "set title \"%s (page %u): mapped mean %.2f GiB, peak %.2f GiB; "
+			    "held/packed floor %.2f mean, %.2f max; %llu driver calls%s\"\n",
 			r->strat.name, r->strat.page_size, gib(r->mapped_mean),
 			gib((double)r->mapped_peak), r->held_over_floor.mean, r->held_over_floor.max,
-			(unsigned long long)r->drv_calls);
+			(unsigned long long)r->drv_calls, cst);
 		fprintf(gp,
 			"plot '%s' index %zu using 1:2 with steps lw 2 title 'mapped', "
 			"'' index %zu using 1:5 with steps dt 2 lc rgb 'black' title 'packed floor', "

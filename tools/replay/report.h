@@ -49,7 +49,8 @@ void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 int rp_report_csv(const char *path, const struct rp_result *res, size_t n, size_t points);
 int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp_result *res,
 		   size_t n);
-/* PNG (pngcairo) or SVG by the file's extension; -1/ENOENT without gnuplot. */
+/* PNG (pngcairo) or SVG by the file's extension; -1/ENOEXEC without gnuplot, -1
+ * and fopen()'s errno when @path cannot be written (nothing drawn). */
 int rp_report_plot(const char *path, const struct rp_result *res, size_t n,
 		   const struct rp_cost_model *cost);
 

@@ -46,6 +46,7 @@
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,10 @@ struct sim {
 	 * that applies a change (NULL: the strategy has no elastic limit). */
 	uint64_t limit;
 	size_t next_limit;
+	/* The schedule's budget now, for every strategy (0: -M), and the
+	 * next point: what limit_preempted counts under. */
+	uint64_t sched;
+	size_t next_sched;
 	double limit_since;
 	int (*set_limit)(struct sim *s, uint64_t bytes);
 	uint64_t tab_drv[RP_OP__COUNT];	/* the request table's driver calls */
@@ -500,6 +505,8 @@ static int preempt_newest(struct sim *s)
 	c_release(s, r);
 	s->requeue[s->nrequeue++] = r->idx;
 	s->res->preempted++;
+	if (s->sched && s->sched < s->o->kv_bytes)
+		s->res->limit_preempted++;
 	sreq_free(r);
 	s->nrun--;
 	return 0;
@@ -595,6 +602,26 @@ static ssize_t prefetch(struct sim *s, uint64_t id, const kvs_req_t *req)
 	return (ssize_t)got;
 }
 
+/* Whether request @idx alone, input and output, fits the limit now. */
+static bool fits_limit(const struct sim *s, size_t idx)
+{
+	const struct rp_req *q = &s->t->req[idx];
+	uint64_t ps = s->res->strat.page_size, len = (uint64_t)q->input_len + q->output_len;
+
+	return (len + ps - 1) / ps * ps + ps <= s->limit / s->res->cell;
+}
+
+/* Whether a later point of the schedule raises the limit. */
+static bool limit_rises(const struct sim *s)
+{
+	size_t j;
+
+	for (j = s->next_limit; j < s->o->nlimits; j++)
+		if (s->o->limits[j].bytes > s->limit)
+			return true;
+	return false;
+}
+
 static int admit(struct sim *s)
 {
 	uint32_t ps = kvs_pool_page_size(s->pool);
@@ -611,6 +638,21 @@ static int admit(struct sim *s)
 			pop_waiting(s); /* can never fit */
 			s->res->rejected++;
 			s->res->rejects[s->verdict[idx] - 1]++;
+			continue;
+		}
+		/* Nor can one larger than a lowered limit, admitted alone: it
+		 * would be preempted over and over.  It waits while the schedule
+		 * raises the limit later, else the limit is its budget. */
+		if (s->limit && !fits_limit(s, idx)) {
+			if (limit_rises(s))
+				break;
+			if (s->head && s->head->idx == idx) {
+				sreq_free(s->head);
+				s->head = NULL;
+			}
+			pop_waiting(s);
+			s->res->rejected++;
+			s->res->rejects[RP_REJECT_over_budget]++;
 			continue;
 		}
 		/* The head of the queue is built once and kept while it waits. */
@@ -717,8 +759,16 @@ static int prefill(struct sim *s)
 				/* What the prefetch put on the host is the last
 				 * of the host hit; loaded back, it is L3's. */
 				if (s->l3) {
-					l3 = s->l3[r->idx] < l2 ? s->l3[r->idx] : l2;
+					uint64_t pf = s->l3[r->idx], hh = r->req.host_hit_len;
+					uint64_t off = pf > hh ? pf - hh : 0;
+					uint64_t l1 = r->req.prefix_len - l2;
+
+					l3 = pf < l2 ? pf : l2;
 					s->l3[r->idx] = 0;
+					s->res->l3_prefetched += pf;
+					s->res->l3_unloaded += (pf < hh ? pf : hh) - l3;
+					s->res->l3_on_device += off < l1 ? off : l1;
+					s->res->l3_gone += off - (off < l1 ? off : l1);
 				}
 				s->res->l3_tokens += l3;
 				s->res->l2_tokens += l2 - l3;
@@ -1108,7 +1158,9 @@ static int setup(struct sim *s)
 	char b1[32], b2[32];
 
 	kvs_drv_attr_init(&da);
-	da.flags = KVS_DRV_F_LAZY; /* host: account, never touch (see the man page) */
+	/* host: account, never touch, and move no byte: device memory and the
+	 * host tier (its block is the driver's) of any size (see the man page). */
+	da.flags = KVS_DRV_F_LAZY | KVS_DRV_F_NO_COPY;
 	da.granularity = o->granularity;
 	s->drv = kvs_drv_open(o->driver, &da);
 	if (!s->drv) {
@@ -1320,6 +1372,8 @@ int rp_simulate(const struct rp_trace *t, const struct rp_sim_opts *o,
 		if (s.nrun == 0 && !s.nrequeue && o->use_timestamps &&
 		    t->req[s.next].arrival_ms > s.t_ms)
 			s.t_ms = t->req[s.next].arrival_ms; /* idle: skip to the next arrival */
+		while (s.next_sched < o->nlimits && o->limits[s.next_sched].t_ms <= s.t_ms)
+			s.sched = o->limits[s.next_sched++].bytes;
 		while (s.set_limit && s.next_limit < o->nlimits &&
 		       o->limits[s.next_limit].t_ms <= s.t_ms) {
 			uint64_t b = o->limits[s.next_limit++].bytes;

@@ -203,6 +203,10 @@ struct rp_result {
 	uint64_t limit_changes, limit_over_steps;	/* --limit-schedule */
 	double limit_lag_max_ms;	/* longest wait for mapped <= a lowered limit */
 	uint64_t limit_refused;		/* kvs_pool_set_limit() refused: running requests over it */
+	/* Preemptions while the schedule held the budget below kv_bytes,
+	 * counted for every strategy (those without a limit too): the
+	 * price of the limit is the difference. */
+	uint64_t limit_preempted;
 	uint64_t limit_returned_bytes;	/* bytes kvs_pool_set_limit() gave back, summed */
 	uint64_t limit_ns, limit_ns_max;	/* its time, summed and longest */
 	uint64_t compacted_pages, compact_ns;	/* --compact: pages moved, time */
@@ -223,6 +227,12 @@ struct rp_result {
 	const char *storage;
 	uint32_t prefetch_policy;
 	uint64_t prefetches, prefetch_tokens, l3_backup_pages, l3_backup_fail;
+	/* Where the prefetched tokens went, at their request's first prefill:
+	 * l3_tokens were loaded back; l3_unloaded were on the host but not
+	 * loaded (no device room, or below the load-back threshold);
+	 * l3_on_device were on the device by then (an L1 hit); l3_gone were
+	 * no longer on the host (evicted while the request waited). */
+	uint64_t l3_prefetched, l3_unloaded, l3_on_device, l3_gone;
 	uint64_t store_stats[KVS_STORE_STAT__COUNT];
 	uint64_t backup_tokens, load_backs, evict_host_tokens, host_tokens_peak;
 	uint64_t drv_calls, drv_ns;

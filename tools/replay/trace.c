@@ -18,7 +18,8 @@
  * malformed).  The format is fixed by the first non-blank line ('{' is
  * Mooncake JSONL, anything else Azure CSV) unless the caller named it.  A
  * line that fails any check is reported on the caller's stream as
- * "PATH:LINE: what" and skipped, or ends the load with EINVAL when the
+ * "PATH:LINE: what" (the first rp_trace_bad_shown, then one line with the count)
+ * and skipped, or ends the load with EINVAL when the
  * caller asked to stop on errors.  Blank lines (only white space) are
  * skipped silently.  Arrivals keep the trace's order; a request that goes
  * back in time is kept with the previous arrival, so that arrivals never
@@ -65,6 +66,8 @@ void rp_trace_free(struct rp_trace *t)
 }
 
 /* ------------------------------------------------------------ the loader */
+
+unsigned long rp_trace_bad_shown = 5;
 
 
 /* ------------------------------------------------------------------ load */
@@ -151,6 +154,10 @@ int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE 
 	free(buf);
 	fclose(f);
 	rp_mooncake_done(&ld);
+	if (errs && t->malformed > rp_trace_bad_shown)
+		fprintf(errs, "%s: %llu malformed lines in all, the first %lu shown above%s\n", path,
+			(unsigned long long)t->malformed, rp_trace_bad_shown,
+			t->n ? "" : "; no line was usable: is the format right (--format)?");
 	if (!err && !t->n)
 		err = EINVAL;		/* nothing to replay */
 	if (err) {
@@ -241,4 +248,70 @@ double rp_trace_ideal_hit(const struct rp_trace *t, uint32_t page_size, uint64_t
 	if (unique_tokens)
 		*unique_tokens = uniq;
 	return total ? (double)matched / (double)total : 0.0;
+}
+
+struct need_ev {
+	double t;
+	int64_t tokens;		/* + at the start, - at the end */
+};
+
+static int need_ev_cmp(const void *a, const void *b)
+{
+	const struct need_ev *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	/* Ends first: a request finishing as another arrives frees its room. */
+	return (x->tokens > 0) - (y->tokens > 0);
+}
+
+/*
+ * The pre-pass behind the overload warning's budget: each request held
+ * from its arrival for its prefill (one step, or one a @chunk of input)
+ * and one step an output token, with its whole input and output (no
+ * prefix shared, no queue, no cache); the largest sum of what those in
+ * flight hold, and their largest count.
+ */
+int rp_trace_peak_need(const struct rp_trace *t, double step_ms, uint32_t chunk,
+		       uint64_t *peak_tokens, size_t *peak_running)
+{
+	struct need_ev *ev;
+	int64_t cur = 0, peak = 0;
+	size_t i, run = 0, peak_run = 0;
+
+	if (!t || (t->n && !t->req) || !(step_ms > 0) || !peak_tokens || !peak_running) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (t->n > SIZE_MAX / (2 * sizeof(*ev)) || !(ev = malloc(2 * t->n * sizeof(*ev) + 1))) {
+		errno = ENOMEM;
+		return -1;
+	}
+	for (i = 0; i < t->n; i++) {
+		const struct rp_req *r = &t->req[i];
+		uint64_t steps = (chunk ? (r->input_len + (uint64_t)chunk - 1) / chunk : 1) +
+				 r->output_len;
+		int64_t tok = (int64_t)r->input_len + r->output_len;
+
+		ev[2 * i].t = r->arrival_ms;
+		ev[2 * i].tokens = tok ? tok : 1;
+		ev[2 * i + 1].t = r->arrival_ms + (double)steps * step_ms;
+		ev[2 * i + 1].tokens = -(tok ? tok : 1);
+	}
+	qsort(ev, 2 * t->n, sizeof(*ev), need_ev_cmp);
+	for (i = 0; i < 2 * t->n; i++) {
+		cur += ev[i].tokens;
+		if (ev[i].tokens > 0)
+			run++;
+		else
+			run--;
+		if (cur > peak)
+			peak = cur;
+		if (run > peak_run)
+			peak_run = run;
+	}
+	free(ev);
+	*peak_tokens = (uint64_t)peak;
+	*peak_running = peak_run;
+	return 0;
 }

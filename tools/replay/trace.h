@@ -63,6 +63,10 @@ void rp_synth_defaults(struct rp_synth_opts *o);
  * EINVAL.  Returns 0, or -1 with errno (ENOENT, EINVAL, ENOMEM; EINVAL also
  * when no request could be read).
  */
+/* Malformed lines rp_trace_load() reports one by one (5); past them, one
+ * line at the end gives the count of all.  The tests raise it. */
+extern unsigned long rp_trace_bad_shown;
+
 int rp_trace_load(const char *path, enum rp_format fmt, int stop_on_error, FILE *errs,
 		  struct rp_trace *t);
 int rp_trace_synth(const struct rp_synth_opts *o, struct rp_trace *t);
@@ -81,5 +85,17 @@ void rp_req_input(const struct rp_req *r, int32_t *out);
  * the number of unique tokens (the size of the token-level radix tree).
  */
 double rp_trace_ideal_hit(const struct rp_trace *t, uint32_t page_size, uint64_t *unique_tokens);
+
+/*
+ * What the arrivals ask of memory, from the trace alone: every request
+ * served from its arrival, held for its prefill (one step of @step_ms, or
+ * one a @chunk of input tokens) and one step an output token, with all of
+ * its input and output tokens (no prefix shared, no queue, no cache).
+ * *@peak_tokens is the largest sum of the tokens of requests in flight at
+ * once, *@peak_running their largest count.  0, or -1 with errno EINVAL
+ * or ENOMEM.
+ */
+int rp_trace_peak_need(const struct rp_trace *t, double step_ms, uint32_t chunk,
+		       uint64_t *peak_tokens, size_t *peak_running);
 
 #endif

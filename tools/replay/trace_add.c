@@ -25,7 +25,9 @@ int rp_bad_line(struct rp_loader *ld, const char *fmt, ...)
 	va_list ap;
 
 	ld->t->malformed++;
-	if (ld->errs) {
+	/* The first few only: a wrong --format makes every line malformed,
+	 * and rp_trace_load() ends with the count of the rest. */
+	if (ld->errs && ld->t->malformed <= rp_trace_bad_shown) {
 		fprintf(ld->errs, "%s:%lu: ", ld->path, ld->line);
 		va_start(ap, fmt);
 		vfprintf(ld->errs, fmt, ap);

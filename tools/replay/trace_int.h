@@ -46,6 +46,7 @@ static inline bool is_ws(char c)
 	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
 }
 
+
 /*
  * Report the current line as malformed.  Returns -1 (with errno EINVAL)
  * when the load must stop, 0 when the line is just skipped.
