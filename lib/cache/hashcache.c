@@ -18,18 +18,48 @@
  * request's blocks tail first, so the end of the longest prefix goes
  * first).  kvs_hcache_alloc() takes free pool pages before it evicts.
  *
- * The table maps hash -> block.  It is a fixed array of buckets, sized at
- * create for every page of the pool (there are never more entries than
- * pages), each a singly linked chain of entries.  Entries are immutable
- * once published: caching a block allocates an entry and publishes it at
- * the head of its chain with a release store; removing one unlinks it with
- * a release store and frees it through call_rcu() (liburcu, bulletproof
- * flavour, as lib/cache/radix.c), whose worker thread kvs_hcache_create() has
- * liburcu make, so that no later call allocates inside liburcu.  Writers
- * are serialized by one mutex; readers (kvs_hcache_match_ro()) walk the
- * chains inside an RCU read-side critical section with acquire loads and
- * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
- * with the same hash gets an entry of its own, in front of the first.
+ * The table maps hash -> block.  Its entries are neither the blocks'
+ * records nor malloc'd: they come from a slab, hc->ent[], made at create
+ * with one entry per page of the pool and a reserve beside them (a quarter
+ * of the pages, at least HC_RESERVE_MIN entries), linked by index.  A
+ * fixed array of buckets (a power of two, at least twice the pages) holds
+ * the chains' heads.  Chains are doubly linked, so that removing an entry
+ * is O(1): the entry names the one before it (or, -1, its bucket) and the
+ * writer rewrites one link and one back link, never walking the chain
+ * (the singly linked chains of old made evicting walk from the bucket's
+ * head, one dependent cache miss a step).  Caching a block takes an entry
+ * off the free list, fills it and publishes it at the head of its chain
+ * with a release store; removing one unlinks it with a release store and
+ * puts it on the retired list.  Writers are serialized by one mutex.
+ *
+ * Readers (kvs_hcache_match_ro()) take no lock: they walk the chains with
+ * acquire loads inside an RCU read-side critical section (liburcu,
+ * bulletproof flavour, as lib/cache/radix.c).  A reader may stand on an
+ * entry as it is unlinked; it goes on through the entry's next link, which
+ * unlinking leaves as it was, to the rest of its chain.  What it must
+ * never meet is an entry reused, filled with another hash and linked into
+ * another chain while it stands on it: it could match torn bytes, or
+ * follow the new chain and, reuse after reuse, walk in circles.  There are
+ * two ways out.  A sequence count per entry, checked around each step (a
+ * seqlock), makes readers retry: lock-free but not wait-free, as a busy
+ * writer can keep a reader retrying, and every step pays two more loads.
+ * Or reuse waits for a grace period, as the old malloc'd entries were freed
+ * through call_rcu().  The cache waits: a retired entry stays on the
+ * retired list (linked through prev, which readers never read, so that its
+ * next link stays intact) and becomes free only after a grace period.  When
+ * the free list runs dry, the writer calls synchronize_rcu() once and takes
+ * the whole retired list, which then holds at least the reserve (the table
+ * never holds more entries than pages).  So a reader stays wait-free, meets
+ * only entries that were in its chain when it began or were put at the
+ * head after, never an entry that changes under it, and never reports a
+ * hash that no block held; and a writer pays one grace period per reserve
+ * retirements (microseconds over thousands of entries), no malloc, no
+ * call_rcu() queue.  The price: a writer call may wait for the readers, so
+ * none may be made inside a liburcu-bp read-side critical section of the
+ * calling thread (the event callbacks may call kvs_hcache_match_ro(),
+ * which leaves its section before it returns).  Duplicate hashes are
+ * allowed, as in vLLM: a second block with the same hash gets an entry of
+ * its own, in front of the first.
  *
  * Files.  The cache's operations for its pool (limits and compaction over
  * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's; the
@@ -101,57 +131,92 @@ static uint64_t hash_low64(const kvs_block_hash_t *h)
 
 /* ---------------------------------------------------------------- table */
 
+/* The entries' reserve beside one a page, at least. */
+#define HC_RESERVE_MIN 4096u
+
+/* The entry of a hash, or NULL; a reader's walk (inside its read-side
+ * section) or a writer's (under hc->lock). */
 static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 {
 	uint64_t hv = hash_bucket(h);
-	struct hent *e = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
+	int32_t i = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
 
-	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
+	while (i >= 0) {
+		struct hent *e = &hc->ent[i];
+
 		if (e->hv == hv && hash_eq(&e->hash, h))
 			return e;
+		i = atomic_load_explicit(&e->next, memory_order_acquire);
+	}
 	return NULL;
 }
 
-static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
-{
-	_Atomic(struct hent *) *head;
-
-	e->hv = hash_bucket(&e->hash);
-	head = &hc->bucket[e->hv & hc->mask];
-
-	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(head, e, memory_order_release);
-}
-
 /* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
- * internal.h): readers release it as they leave their read-side section,
- * the writer before call_rcu(), the callback acquires it; so TSan sees a
- * reader's last look at an entry, and the writer's, ordered before its
- * free. */
-char hc_rcu_gp;
+ * internal.h): readers release it as they leave their read-side section
+ * and the writer as it retires an entry; the writer acquires it after the
+ * grace period, before it reuses the retired entries; so TSan sees a
+ * reader's last look at an entry ordered before the entry's reuse. */
+static char hc_rcu_gp;
 
-void hc_free_node_cb(struct rcu_head *r)
+/* A free entry, its index: after a grace period when none is left (the
+ * retired ones then hold at least the reserve).  With hc->lock held. */
+static int32_t ent_get(kvs_hcache_t *hc)
 {
-	struct hent *e = caa_container_of(r, struct hent, rcu);
+	int32_t i;
 
-	KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
-	free(e);
+	if (hc->efree < 0 && hc->efresh < hc->nent)
+		return (int32_t)hc->efresh++;
+	if (hc->efree < 0) {
+		synchronize_rcu();
+		KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
+		hc->efree = hc->retired;
+		hc->retired = -1;
+		hc->nretired = 0;
+		hc->ngp++;
+	}
+	i = hc->efree;
+	hc->efree = hc->ent[i].prev;
+	return i;
 }
 
-static void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
+/* Fill entry @i with @hash for @block and publish it at the head of its
+ * chain. */
+static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, int32_t block)
 {
-	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
-	struct hent *c;
+	struct hent *e = &hc->ent[i];
+	_Atomic int32_t *head;
+	int32_t old;
 
-	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != e)
-		pp = &c->next;
-	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
-			      memory_order_release);
+	e->hash = *hash;
+	e->block = block;
+	e->hv = hash_bucket(hash);
+	e->prev = -1;
+	head = &hc->bucket[e->hv & hc->mask];
+	old = atomic_load_explicit(head, memory_order_relaxed);
+	atomic_store_explicit(&e->next, old, memory_order_relaxed);
+	if (old >= 0)
+		hc->ent[old].prev = i;
+	atomic_store_explicit(head, i, memory_order_release);
+}
+
+/* Unlink entry @i from its chain in O(1) and retire it: its next link
+ * stays for a reader standing on it. */
+static void tbl_remove(kvs_hcache_t *hc, int32_t i)
+{
+	struct hent *e = &hc->ent[i];
+	int32_t next = atomic_load_explicit(&e->next, memory_order_relaxed);
+
+	if (e->prev >= 0)
+		atomic_store_explicit(&hc->ent[e->prev].next, next, memory_order_release);
+	else
+		atomic_store_explicit(&hc->bucket[e->hv & hc->mask], next, memory_order_release);
+	if (next >= 0)
+		hc->ent[next].prev = e->prev;
 	KVSI_TSAN_RELEASE(&hc_rcu_gp);
-	call_rcu(&e->rcu, hc_free_node_cb);
+	e->prev = hc->retired;
+	hc->retired = i;
+	hc->nretired++;
 }
-
 
 /* ---------------------------------------------------------------- events */
 
@@ -235,9 +300,9 @@ void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 
 	hc_q_remove(hc, i);
 	if (event)
-		hc_emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
-	hc_tbl_remove(hc, b->ent);
-	b->ent = NULL;
+		hc_emit(hc, KVS_KV_REMOVED, &hc->ent[b->ent - 1].hash, 1, NULL, 0, NULL);
+	tbl_remove(hc, (int32_t)b->ent - 1);
+	b->ent = 0;
 	hc->ncached--;
 	if (event)
 		hc->nevict++;
@@ -245,8 +310,8 @@ void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 
 /* Take the first block of the free queue that is not isolated off the
  * queue and out of the table (the caller knows there is one: qlen > niso);
- * its page stays with the caller.  O(1) but for the chain walk, and the
- * isolated blocks passed over while kvs_pool_compact() runs. */
+ * its page stays with the caller.  O(1) but for the isolated blocks passed
+ * over while kvs_pool_compact() runs. */
 static int32_t evict_head(kvs_hcache_t *hc, bool event)
 {
 	int32_t i = hc->qhead;
@@ -284,7 +349,7 @@ KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	KVS_FREE_ALL(hc->b, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
+	KVS_FREE_ALL(hc->b, hc->ent_mem, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
 }
 
 /**
@@ -300,7 +365,7 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 {
 	kvs_hcache_attr_t def;
 	kvs_hcache_t *hc;
-	uint64_t pages, nb = 16;
+	uint64_t pages, nb = 16, nent, k;
 
 	if (!attr) {
 		kvs_hcache_attr_init(&def);
@@ -311,17 +376,13 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 		return NULL;
 	}
 	pages = kvs_pool_capacity(pool) / kvs_pool_page_size(pool);
-	if (pages == 0 || pages > INT32_MAX) {
+	if (pages == 0 || pages > INT32_MAX / 2) {
 		errno = EINVAL;
 		return NULL;
 	}
-	while (nb < pages)
+	while (nb < 2 * pages)
 		nb <<= 1;
-	/* liburcu makes its call_rcu worker on the first call_rcu() of the
-	 * process, with malloc(), and ends the process if that fails: have it
-	 * made here, so that evicting, which retires entries through
-	 * call_rcu(), never allocates. */
-	get_default_call_rcu_data();
+	nent = pages + (pages / 4 > HC_RESERVE_MIN ? pages / 4 : HC_RESERVE_MIN);
 	hc = calloc(1, sizeof(*hc));
 	if (!hc)
 		return NULL;
@@ -331,15 +392,25 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->attr = *attr;
 	hc->mask = nb - 1;
 	hc->qhead = hc->qtail = -1;
+	hc->nent = (uint32_t)nent;
+	hc->efree = hc->retired = -1;
 	hc->b = calloc(pages, sizeof(*hc->b));
-	hc->bucket = calloc(nb, sizeof(*hc->bucket));
+	/* calloc(): a large slab is mapped on demand, each entry's page
+	 * touched when it is first used; aligned by hand to a cache line. */
+	hc->ent_mem = calloc(nent + 1, sizeof(*hc->ent));
+	hc->bucket = malloc(nb * sizeof(*hc->bucket));
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht)
+	if (!hc->b || !hc->ent_mem || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	    !hc->wqt || !hc->wht)
 		goto nomem;
+	hc->ent = (struct hent *)(((uintptr_t)hc->ent_mem + sizeof(*hc->ent) - 1) &
+				  ~(uintptr_t)(sizeof(*hc->ent) - 1));
+	for (k = 0; k < nb; k++)
+		atomic_init(&hc->bucket[k], -1);
 	pthread_mutex_init(&hc->lock, NULL);
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
@@ -381,7 +452,6 @@ KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
 	kvsi_pool_cache_del(hc->pool, hc); /* no elastic call runs on it from here on */
 	drop_all(hc);
 	synchronize_rcu();
-	rcu_barrier();
 	pthread_mutex_destroy(&hc->lock);
 	hc_free_mem(hc);
 	return 0;
@@ -731,17 +801,18 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  *          the event reads them, during the call.
  *
  * Each block enters the table (beside any other block of the same hash);
- * one stored event names them all.
+ * one stored event names them all.  Never allocates: the entries come
+ * from the cache's slab, after a grace period when every free one is
+ * used (so it must not be called inside a liburcu-bp read-side section).
  *
  * Context: MT-Safe; serialized with the other writers.
  * Return: 0, or -1 with errno EINVAL (a block not held, already hashed or
- * repeated, a bad hash length) or ENOMEM; nothing changed.
+ * repeated, a bad hash length; nothing changed).
  */
 KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 				const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
 				uint64_t extra_key, const int32_t *tokens)
 {
-	struct hent **ents;
 	size_t i;
 	int err = 0;
 
@@ -750,16 +821,6 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
-	ents = calloc(n, sizeof(*ents));
-	if (!ents)
-		return kvs_fail(ENOMEM);
-	for (i = 0; i < n; i++) {
-		ents[i] = malloc(sizeof(*ents[i]));
-		if (!ents[i]) {
-			err = ENOMEM;
-			goto out;
-		}
-	}
 	pthread_mutex_lock(&hc->lock);
 	for (i = 0; i < n && !err; i++) {
 		if (!held(hc, blocks[i]) || hc->b[blocks[i]].ent || hc->b[blocks[i]].mark)
@@ -771,23 +832,18 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		if (held(hc, blocks[i]))
 			hc->b[blocks[i]].mark = 0;
 	if (!err) {
+		/* Never more entries in the table than pages: one for each
+		 * is there, free or after a grace period (ent_get()). */
 		for (i = 0; i < n; i++) {
-			struct hent *e = ents[i];
+			int32_t e = ent_get(hc);
 
-			e->hash = hashes[i];
-			e->block = blocks[i];
-			tbl_insert(hc, e);
-			hc->b[blocks[i]].ent = e;
-			ents[i] = NULL;
+			tbl_insert(hc, e, &hashes[i], blocks[i]);
+			hc->b[blocks[i]].ent = (uint32_t)e + 1;
 		}
 		hc->ncached += n;
 		hc_emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
 	}
 	pthread_mutex_unlock(&hc->lock);
-out:
-	for (i = 0; i < n; i++)
-		free(ents[i]);
-	free(ents);
 	return err ? kvs_fail(err) : 0;
 }
 
@@ -1021,9 +1077,9 @@ KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
 	pthread_mutex_lock(&hc->lock);
 	if (ref)
 		*ref = hc->b[block].ref;
-	has = hc->b[block].ent != NULL;
+	has = hc->b[block].ent != 0;
 	if (has && hash)
-		*hash = hc->b[block].ent->hash;
+		*hash = hc->ent[hc->b[block].ent - 1].hash;
 	pthread_mutex_unlock(&hc->lock);
 	return has;
 }
@@ -1046,8 +1102,9 @@ KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
  *
  * The free queue links both ways, holds exactly the hashed blocks of
  * refcount 0, and its length is counted right; every table entry names a
- * block whose entry it is, in the bucket of its hash; the counts of cached
- * and used blocks are right.
+ * block whose entry it is, in the bucket of its hash, and its chain links
+ * both ways; the free and retired entries and the table's account for the
+ * whole slab; the counts of cached and used blocks are right.
  *
  * Context: MT-Safe (it takes the writer lock).
  * Return: 0, or -1 with errno EINVAL (@hc NULL) or EUCLEAN (broken).
@@ -1077,22 +1134,34 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 		inq += b->inq;
 		iso += b->iso && b->inq;
 		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
-		    (b->ent && b->ent->block != (int32_t)j))
+		    b->ent > hc->efresh || (b->ent && hc->ent[b->ent - 1].block != (int32_t)j))
 			bad = 1;
 	}
-	for (uint64_t k = 0; k <= hc->mask; k++) {
-		struct hent *e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed);
+	for (uint64_t k = 0; k <= hc->mask && !bad; k++) {
+		int32_t e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed), p = -1;
 
-		for (; e; e = atomic_load_explicit(&e->next, memory_order_relaxed)) {
-			ents++;
-			if (e->hv != hash_bucket(&e->hash) || (e->hv & hc->mask) != k || e->block < 0 ||
-			    (uint32_t)e->block >= hc->nblocks || hc->b[e->block].ent != e ||
-			    ents > hc->nblocks)
+		for (; e >= 0 && !bad; p = e, e = atomic_load_explicit(&hc->ent[e].next,
+								     memory_order_relaxed)) {
+			struct hent *x = &hc->ent[e];
+
+			if ((uint32_t)e >= hc->efresh || ++ents > hc->nblocks || x->prev != p ||
+			    x->hv != hash_bucket(&x->hash) || (x->hv & hc->mask) != k ||
+			    x->block < 0 || (uint32_t)x->block >= hc->nblocks ||
+			    hc->b[x->block].ent != (uint32_t)e + 1)
 				bad = 1;
-			if (ents > hc->nblocks)
-				break;
 		}
 	}
+	/* The free and retired lists: in range, no loop, the slab whole. */
+	n = 0;
+	for (i = hc->efree; i >= 0 && (uint32_t)i < hc->efresh && n <= hc->nent; i = hc->ent[i].prev)
+		n++;
+	if (i >= 0)
+		bad = 1;
+	prev = 0;
+	for (i = hc->retired; i >= 0 && (uint32_t)i < hc->efresh && n <= hc->nent; i = hc->ent[i].prev)
+		n++, prev++;
+	if (i >= 0 || (uint32_t)prev != hc->nretired || n + ents != hc->efresh)
+		bad = 1;
 	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
 		bad = 1;
 	pthread_mutex_unlock(&hc->lock);

@@ -16,16 +16,21 @@
 #include "internal.h"
 #include "kvslab/hashcache.h"
 
+/* A table entry: one of hc->ent[], the slab of entries made at create
+ * (hashcache.c's essay).  Published, it is immutable for the readers but
+ * for @next; @prev and @block are the writers'. */
 struct hent {
-	_Atomic(struct hent *) next;
+	_Atomic int32_t next;		/* chain: the next entry, -1 at the end */
+	int32_t prev;			/* chain: the entry before, -1 at the bucket's head;
+					 * free and retired entries: the list's next */
+	int32_t block;
+	uint32_t pad;
 	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
 	kvs_block_hash_t hash;
-	int32_t block;
-	struct rcu_head rcu;
-};
+} __attribute__((aligned(64)));
 
 struct hblock {
-	struct hent *ent;		/* NULL: no hash */
+	uint32_t ent;			/* its table entry's index + 1; 0: no hash */
 	uint32_t ref;
 	uint32_t mark;			/* scratch for validating a call's input */
 	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
@@ -38,8 +43,16 @@ struct kvs_hcache {
 	uint32_t ps;
 	uint32_t nblocks;
 	struct hblock *b;
-	_Atomic(struct hent *) *bucket;
+	struct hent *ent;		/* the slab: nent entries, 64-byte aligned */
+	void *ent_mem;			/* its allocation */
+	_Atomic int32_t *bucket;	/* chain heads, -1 for none */
 	uint64_t mask;
+	uint32_t nent;
+	int32_t efree;			/* free entries, past a grace period (by prev) */
+	uint32_t efresh;		/* entries from here on never used */
+	int32_t retired;		/* entries unlinked since the last grace period */
+	uint32_t nretired;
+	uint64_t ngp;			/* grace periods waited for (entries ran out) */
 	int32_t qhead, qtail;
 	uint64_t qlen, ncached, nused, nevict;
 	uint64_t niso;			/* isolated blocks in the queue (kept from eviction) */
@@ -55,8 +68,6 @@ struct kvs_hcache {
 };
 
 /* lib/cache/hashcache.c; each with hc->lock held. */
-void hc_free_node_cb(struct rcu_head *r);
-extern char hc_rcu_gp;		/* TSan's view of the grace period (lib/internal.h) */
 void hc_page_free(kvs_hcache_t *hc, int32_t i);
 void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event);
 
