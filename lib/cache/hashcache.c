@@ -79,6 +79,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <urcu-bp.h>
 
 #include "cache/hashcache_int.h"
@@ -134,13 +135,11 @@ static uint64_t hash_low64(const kvs_block_hash_t *h)
 /* The entries' reserve beside one a page, at least. */
 #define HC_RESERVE_MIN 4096u
 
-/* The entry of a hash, or NULL; a reader's walk (inside its read-side
- * section) or a writer's (under hc->lock). */
-static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
+/* The entry of a hash (@hv its hash_bucket()) from the chain that starts
+ * at entry @i, or NULL; a reader's walk (inside its read-side section) or
+ * a writer's (under hc->lock). */
+static struct hent *chain_find(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h, uint64_t hv)
 {
-	uint64_t hv = hash_bucket(h);
-	int32_t i = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
-
 	while (i >= 0) {
 		struct hent *e = &hc->ent[i];
 
@@ -151,6 +150,59 @@ static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 	return NULL;
 }
 
+static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
+{
+	uint64_t hv = hash_bucket(h);
+
+	return chain_find(hc, atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire),
+			  h, hv);
+}
+
+/* Blocks or hashes a batched pass takes a round. */
+#define HC_BATCH 32
+
+/*
+ * The longest run of @hashes (at most @cap) in the table; the blocks into
+ * @blocks unless NULL.  A reader's (inside its read-side section) or a
+ * writer's (under hc->lock).  A round of up to HC_BATCH hashes at a time,
+ * so that the misses of a round overlap rather than follow one another:
+ * the buckets are prefetched, then the chains' heads, then the chains are
+ * walked and the hit blocks' records prefetched for the caller.  A round
+ * may fetch a little past the first miss; it reads nothing else.
+ */
+static size_t tbl_find_run(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
+			   int32_t *blocks)
+{
+	uint64_t hv[HC_BATCH];
+	int32_t head[HC_BATCH];
+
+	for (size_t k = 0; k < cap; k += HC_BATCH) {
+		size_t m = cap - k < HC_BATCH ? cap - k : HC_BATCH, j;
+
+		for (j = 0; j < m; j++) {
+			hv[j] = hash_bucket(&hashes[k + j]);
+			__builtin_prefetch(&hc->bucket[hv[j] & hc->mask]);
+		}
+		for (j = 0; j < m; j++) {
+			head[j] = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
+						       memory_order_acquire);
+			if (head[j] >= 0)
+				__builtin_prefetch(&hc->ent[head[j]]);
+		}
+		for (j = 0; j < m; j++) {
+			struct hent *e = chain_find(hc, head[j], &hashes[k + j], hv[j]);
+
+			if (!e)
+				return k + j;
+			if (blocks) {
+				blocks[k + j] = e->block;
+				__builtin_prefetch(&hc->b[e->block], 1);
+			}
+		}
+	}
+	return cap;
+}
+
 /* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
  * internal.h): readers release it as they leave their read-side section
  * and the writer as it retires an entry; the writer acquires it after the
@@ -159,29 +211,29 @@ static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 static char hc_rcu_gp;
 
 /* A free entry, its index: after a grace period when none is left (the
- * retired ones then hold at least the reserve).  With hc->lock held. */
+ * retired ones then hold at least the reserve).  The free and retired
+ * entries are stacks of indices, so that taking one reads no entry (a
+ * linked free list would cost a dependent miss each) and the next ones can
+ * be prefetched.  With hc->lock held. */
 static int32_t ent_get(kvs_hcache_t *hc)
 {
-	int32_t i;
-
-	if (hc->efree < 0 && hc->efresh < hc->nent)
+	if (hc->nfree)
+		return hc->estk[--hc->nfree];
+	if (hc->efresh < hc->nent)
 		return (int32_t)hc->efresh++;
-	if (hc->efree < 0) {
-		synchronize_rcu();
-		KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
-		hc->efree = hc->retired;
-		hc->retired = -1;
-		hc->nretired = 0;
-		hc->ngp++;
-	}
-	i = hc->efree;
-	hc->efree = hc->ent[i].prev;
-	return i;
+	synchronize_rcu();
+	KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
+	memmove(hc->estk, hc->estk + hc->nent - hc->nretired, hc->nretired * sizeof(*hc->estk));
+	hc->nfree = hc->nretired;
+	hc->nretired = 0;
+	hc->ngp++;
+	return hc->estk[--hc->nfree];
 }
 
-/* Fill entry @i with @hash for @block and publish it at the head of its
+/* Fill entry @i with @hash (@hv its hash_bucket()) for @block and publish it at the head of its
  * chain. */
-static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, int32_t block)
+static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, uint64_t hv,
+		       int32_t block)
 {
 	struct hent *e = &hc->ent[i];
 	_Atomic int32_t *head;
@@ -189,7 +241,7 @@ static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash
 
 	e->hash = *hash;
 	e->block = block;
-	e->hv = hash_bucket(hash);
+	e->hv = hv;
 	e->prev = -1;
 	head = &hc->bucket[e->hv & hc->mask];
 	old = atomic_load_explicit(head, memory_order_relaxed);
@@ -213,9 +265,7 @@ static void tbl_remove(kvs_hcache_t *hc, int32_t i)
 	if (next >= 0)
 		hc->ent[next].prev = e->prev;
 	KVSI_TSAN_RELEASE(&hc_rcu_gp);
-	e->prev = hc->retired;
-	hc->retired = i;
-	hc->nretired++;
+	hc->estk[hc->nent - ++hc->nretired] = i;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -322,6 +372,45 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 	return i;
 }
 
+/*
+ * evict_head() @n times (the caller knows there are @n: qlen - niso >= @n),
+ * the blocks into @out, in the same order, with the same events; but a
+ * round of up to HC_BATCH blocks at a time, so that their memory is
+ * fetched in parallel rather than one dependent miss after another: the
+ * walk down the queue prefetches each block's entry, a second pass the
+ * entries' chain neighbours (or bucket), then the blocks leave as
+ * evict_head() takes them.
+ */
+static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
+{
+	while (n) {
+		size_t m = n < HC_BATCH ? n : HC_BATCH, j;
+		int32_t i = hc->qhead;
+
+		for (j = 0; j < m; j++) {
+			while (hc->b[i].iso)
+				i = hc->b[i].next;
+			out[j] = i;
+			__builtin_prefetch(&hc->ent[hc->b[i].ent - 1], 1);
+			i = hc->b[i].next;
+		}
+		for (j = 0; j < m; j++) {
+			const struct hent *e = &hc->ent[hc->b[out[j]].ent - 1];
+			int32_t nx = atomic_load_explicit(&e->next, memory_order_relaxed);
+
+			if (e->prev >= 0)
+				__builtin_prefetch(&hc->ent[e->prev], 1);
+			else
+				__builtin_prefetch(&hc->bucket[e->hv & hc->mask], 1);
+			if (nx >= 0)
+				__builtin_prefetch(&hc->ent[nx], 1);
+		}
+		for (j = 0; j < m; j++)
+			hc_uncache(hc, out[j], event);
+		out += m;
+		n -= m;
+	}
+}
 
 void hc_page_free(kvs_hcache_t *hc, int32_t i)
 {
@@ -346,10 +435,29 @@ KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 	return 0;
 }
 
+/* Ask for transparent huge pages over the 2 MiB-aligned part of an array
+ * of @len bytes at @p (a large calloc() is a mapping of its own): the
+ * table's accesses are random, and at millions of blocks a TLB miss would
+ * come with nearly every cache miss.  Advice only; errors are ignored. */
+static void advise_huge(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+	const uintptr_t huge = (uintptr_t)2 << 20;
+	uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+	uintptr_t e = ((uintptr_t)p + len) & ~(huge - 1);
+
+	if (e > a)
+		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)len;
+#endif
+}
+
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	KVS_FREE_ALL(hc->b, hc->ent_mem, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
+	KVS_FREE_ALL(hc->b, hc->ent_mem, hc->estk, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
 }
 
 /**
@@ -393,22 +501,25 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->mask = nb - 1;
 	hc->qhead = hc->qtail = -1;
 	hc->nent = (uint32_t)nent;
-	hc->efree = hc->retired = -1;
 	hc->b = calloc(pages, sizeof(*hc->b));
 	/* calloc(): a large slab is mapped on demand, each entry's page
 	 * touched when it is first used; aligned by hand to a cache line. */
 	hc->ent_mem = calloc(nent + 1, sizeof(*hc->ent));
+	hc->estk = calloc(nent, sizeof(*hc->estk));
 	hc->bucket = malloc(nb * sizeof(*hc->bucket));
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b || !hc->ent_mem || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	if (!hc->b || !hc->ent_mem || !hc->estk || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
 	    !hc->wqt || !hc->wht)
 		goto nomem;
 	hc->ent = (struct hent *)(((uintptr_t)hc->ent_mem + sizeof(*hc->ent) - 1) &
 				  ~(uintptr_t)(sizeof(*hc->ent) - 1));
+	advise_huge(hc->b, pages * sizeof(*hc->b));
+	advise_huge(hc->ent_mem, (nent + 1) * sizeof(*hc->ent));
+	advise_huge(hc->bucket, nb * sizeof(*hc->bucket));
 	for (k = 0; k < nb; k++)
 		atomic_init(&hc->bucket[k], -1);
 	pthread_mutex_init(&hc->lock, NULL);
@@ -508,16 +619,7 @@ static void query_record(kvs_hcache_t *hc, uint32_t q, uint32_t h, uint64_t qt)
 static size_t find_hits(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
 			int32_t *blocks)
 {
-	size_t k;
-
-	for (k = 0; k < cap; k++) {
-		struct hent *e = tbl_find(hc, &hashes[k]);
-
-		if (!e)
-			break;
-		blocks[k] = e->block;
-	}
-	return k;
+	return tbl_find_run(hc, hashes, cap, blocks);
 }
 
 /* Reference @n blocks (vLLM's touch()): one of refcount 0 leaves the free
@@ -659,9 +761,7 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
 	if (!hashes_ok(hashes, cap))
 		return kvs_fail(EINVAL);
 	rcu_read_lock();
-	for (k = 0; k < cap; k++)
-		if (!tbl_find(hc, &hashes[k]))
-			break;
+	k = tbl_find_run(hc, hashes, cap, NULL);
 	KVSI_TSAN_RELEASE(&hc_rcu_gp);
 	rcu_read_unlock();
 	return (ssize_t)k;
@@ -703,8 +803,7 @@ static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32
 		return kvs_fail(ENOMEM);
 	}
 	touch(hc, hits, nhits);
-	for (; got < n; got++)
-		blocks[got] = evict_head(hc, true);
+	evict_batch(hc, n - got, blocks + got, true);
 	for (i = 0; i < n; i++)
 		hc->b[blocks[i]].ref = 1;
 	hc->nused += n;
@@ -833,12 +932,31 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 			hc->b[blocks[i]].mark = 0;
 	if (!err) {
 		/* Never more entries in the table than pages: one for each
-		 * is there, free or after a grace period (ent_get()). */
-		for (i = 0; i < n; i++) {
-			int32_t e = ent_get(hc);
+		 * is there, free or after a grace period (ent_get()).  A
+		 * round of HC_BATCH at a time: the entries and buckets are
+		 * prefetched, then the chains' old heads, then linked. */
+		for (i = 0; i < n; i += HC_BATCH) {
+			size_t m = n - i < HC_BATCH ? n - i : HC_BATCH, j;
+			int32_t ev[HC_BATCH];
+			uint64_t hv[HC_BATCH];
 
-			tbl_insert(hc, e, &hashes[i], blocks[i]);
-			hc->b[blocks[i]].ent = (uint32_t)e + 1;
+			for (j = 0; j < m; j++) {
+				ev[j] = ent_get(hc);
+				hv[j] = hash_bucket(&hashes[i + j]);
+				__builtin_prefetch(&hc->ent[ev[j]], 1);
+				__builtin_prefetch(&hc->bucket[hv[j] & hc->mask], 1);
+			}
+			for (j = 0; j < m; j++) {
+				int32_t o = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
+								 memory_order_relaxed);
+
+				if (o >= 0)
+					__builtin_prefetch(&hc->ent[o], 1);
+			}
+			for (j = 0; j < m; j++) {
+				tbl_insert(hc, ev[j], &hashes[i + j], hv[j], blocks[i + j]);
+				hc->b[blocks[i + j]].ent = (uint32_t)ev[j] + 1;
+			}
 		}
 		hc->ncached += n;
 		hc_emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
@@ -912,14 +1030,22 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
  */
 KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
 {
-	size_t k = 0;
+	size_t k = 0, m;
+	int32_t v[HC_BATCH];
 
 	if (!hc)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
 	/* Any @n: the queue never holds more than INT32_MAX blocks. */
-	for (; k < n && hc->qlen > hc->niso; k++)
-		hc_page_free(hc, evict_head(hc, true));
+	while (k < n && hc->qlen > hc->niso) {
+		m = n - k < HC_BATCH ? n - k : HC_BATCH;
+		if (m > hc->qlen - hc->niso)
+			m = (size_t)(hc->qlen - hc->niso);
+		evict_batch(hc, m, v, true);
+		for (size_t j = 0; j < m; j++)
+			hc_page_free(hc, v[j]);
+		k += m;
+	}
 	pthread_mutex_unlock(&hc->lock);
 	return (ssize_t)k;
 }
@@ -1151,17 +1277,15 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 				bad = 1;
 		}
 	}
-	/* The free and retired lists: in range, no loop, the slab whole. */
-	n = 0;
-	for (i = hc->efree; i >= 0 && (uint32_t)i < hc->efresh && n <= hc->nent; i = hc->ent[i].prev)
-		n++;
-	if (i >= 0)
+	/* The free and retired stacks: in range, the slab whole. */
+	if (hc->nfree + hc->nretired + ents != hc->efresh || hc->efresh > hc->nent)
 		bad = 1;
-	prev = 0;
-	for (i = hc->retired; i >= 0 && (uint32_t)i < hc->efresh && n <= hc->nent; i = hc->ent[i].prev)
-		n++, prev++;
-	if (i >= 0 || (uint32_t)prev != hc->nretired || n + ents != hc->efresh)
-		bad = 1;
+	for (uint32_t j = 0; j < hc->nfree + hc->nretired && !bad; j++) {
+		int32_t e = hc->estk[j < hc->nfree ? j : hc->nent - 1 - (j - hc->nfree)];
+
+		if (e < 0 || (uint32_t)e >= hc->efresh)
+			bad = 1;
+	}
 	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
 		bad = 1;
 	pthread_mutex_unlock(&hc->lock);

@@ -21,8 +21,7 @@
  * for @next; @prev and @block are the writers'. */
 struct hent {
 	_Atomic int32_t next;		/* chain: the next entry, -1 at the end */
-	int32_t prev;			/* chain: the entry before, -1 at the bucket's head;
-					 * free and retired entries: the list's next */
+	int32_t prev;			/* chain: the entry before, -1 at the bucket's head */
 	int32_t block;
 	uint32_t pad;
 	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
@@ -48,10 +47,10 @@ struct kvs_hcache {
 	_Atomic int32_t *bucket;	/* chain heads, -1 for none */
 	uint64_t mask;
 	uint32_t nent;
-	int32_t efree;			/* free entries, past a grace period (by prev) */
+	int32_t *estk;			/* nent: free entries (past a grace period) at
+					 * [0, nfree), retired ones at [nent - nretired, nent) */
+	uint32_t nfree, nretired;
 	uint32_t efresh;		/* entries from here on never used */
-	int32_t retired;		/* entries unlinked since the last grace period */
-	uint32_t nretired;
 	uint64_t ngp;			/* grace periods waited for (entries ran out) */
 	int32_t qhead, qtail;
 	uint64_t qlen, ncached, nused, nevict;
