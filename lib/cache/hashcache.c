@@ -467,7 +467,7 @@ static void hc_free_mem(kvs_hcache_t *hc)
  *
  * Context: MT-Safe.
  * Return: the cache, or NULL with errno EINVAL (no pool, window 0, a pool of
- * no pages) or ENOMEM.
+ * no pages or more than 2^30) or ENOMEM.
  */
 KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_attr_t *attr)
 {
@@ -484,7 +484,7 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 		return NULL;
 	}
 	pages = kvs_pool_capacity(pool) / kvs_pool_page_size(pool);
-	if (pages == 0 || pages > INT32_MAX / 2) {
+	if (pages == 0 || pages > ((uint64_t)1 << 30)) {
 		errno = EINVAL;
 		return NULL;
 	}
