@@ -22,7 +22,9 @@ metrics) are replaced by small stand-ins defined here; no event is queued
 
 Usage: peer_vllm_blockpool.py VLLM_SRC [max_blocks [reps [points]]]
   VLLM_SRC: a directory holding vllm/v1/core/block_pool.py (a vLLM checkout);
-  points: "all" (max/1024, max*100/1024, max, as bench_hashcache) or "max".
+  points: "all" (max/1024, max*100/1024, max, as bench_hashcache), "max",
+  or "one": max only, its figures on one line with no header (what
+  bench_hashcache reads when it runs this beside itself).
 Exit 77 when VLLM_SRC has no block_pool.py.
 """
 import gc
@@ -169,7 +171,12 @@ def main():
     reps = int(sys.argv[3]) if len(sys.argv) > 3 else 7
     pts = sys.argv[4] if len(sys.argv) > 4 else "all"
     rnd = lambda x: max(REQ, (x + REQ - 1) // REQ * REQ)
-    ns = [rnd(mx)] if pts == "max" else [rnd(mx // 1024), rnd(mx * 100 // 1024), rnd(mx)]
+    ns = [rnd(mx)] if pts in ("max", "one") else [rnd(mx // 1024), rnd(mx * 100 // 1024), rnd(mx)]
+    if pts == "one":
+        p = run_point(bp, ns[0], reps, ns[0])
+        print("%.1f %.1f %.1f %.1f %.1f %.1f" % (p["lookup"], p["lfree"], p["match"], p["evict"],
+                                                 p["ecache"], p["efree"]))
+        return 0
     print("vLLM BlockPool (%s), %d-token blocks, %d-block requests, median ns/block of %d "
           "repetitions" % (sys.argv[1], PS, REQ, reps))
     print("%9s | %7s %7s %7s | %7s %7s %7s" % ("blocks", "lookup", "free", "match", "evict",
