@@ -59,7 +59,20 @@
  * calling thread (the event callbacks may call kvs_hcache_match_ro(),
  * which leaves its section before it returns).  Duplicate hashes are
  * allowed, as in vLLM: a second block with the same hash gets an entry of
- * its own, in front of the first.
+ * its own, in front of the first.  (tests/stress/stress_hashcache.c holds
+ * a reader in its section and checks that the writer waits; it fails with
+ * entries reused at once.)
+ *
+ * Memory.  At millions of blocks every step of a lookup or an eviction is
+ * a cache miss (and, on 4 KiB pages, a TLB miss: the arrays ask for
+ * transparent huge pages).  So the calls that handle many blocks work in
+ * rounds of HC_BATCH: a lookup or match hashes a round's hashes and
+ * prefetches their buckets, then the chains' heads, then walks; an
+ * eviction walks the queue prefetching the blocks' entries, then their
+ * chain neighbours, then unlinks; caching prefetches the entries and
+ * buckets, then the old heads.  The misses of a round overlap instead of
+ * following one another; the only chain left is the free queue's own
+ * links, one block after the other.
  *
  * Files.  The cache's operations for its pool (limits and compaction over
  * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's; the
@@ -98,26 +111,6 @@ static bool hash_eq(const kvs_block_hash_t *a, const kvs_block_hash_t *b)
 	return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
 }
 
-/* Every byte counts (the caller's hashes need not be uniform), a word at a
- * time: four multiplies for a SHA-256 digest, then a finalizer. */
-static uint64_t hash_bucket(const kvs_block_hash_t *h)
-{
-	uint64_t x = 0x9e3779b97f4a7c15ULL ^ h->len;
-	uint32_t i;
-
-	for (i = 0; i < h->len; i += 8) {
-		uint64_t w = 0;
-
-		memcpy(&w, h->bytes + i, h->len - i < 8 ? h->len - i : 8);
-		x = (x ^ w) * 0xff51afd7ed558ccdULL;
-		x ^= x >> 29;
-	}
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
 /* The low 64 bits of the hash read as a big-endian integer, as vLLM's
  * maybe_convert_block_hash() gives them. */
 static uint64_t hash_low64(const kvs_block_hash_t *h)
@@ -135,7 +128,7 @@ static uint64_t hash_low64(const kvs_block_hash_t *h)
 /* The entries' reserve beside one a page, at least. */
 #define HC_RESERVE_MIN 4096u
 
-/* The entry of a hash (@hv its hash_bucket()) from the chain that starts
+/* The entry of a hash (@hv its hc_hash_bucket()) from the chain that starts
  * at entry @i, or NULL; a reader's walk (inside its read-side section) or
  * a writer's (under hc->lock). */
 static struct hent *chain_find(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h, uint64_t hv)
@@ -152,7 +145,7 @@ static struct hent *chain_find(kvs_hcache_t *hc, int32_t i, const kvs_block_hash
 
 static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 {
-	uint64_t hv = hash_bucket(h);
+	uint64_t hv = hc_hash_bucket(h);
 
 	return chain_find(hc, atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire),
 			  h, hv);
@@ -180,7 +173,7 @@ static size_t tbl_find_run(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, siz
 		size_t m = cap - k < HC_BATCH ? cap - k : HC_BATCH, j;
 
 		for (j = 0; j < m; j++) {
-			hv[j] = hash_bucket(&hashes[k + j]);
+			hv[j] = hc_hash_bucket(&hashes[k + j]);
 			__builtin_prefetch(&hc->bucket[hv[j] & hc->mask]);
 		}
 		for (j = 0; j < m; j++) {
@@ -230,8 +223,8 @@ static int32_t ent_get(kvs_hcache_t *hc)
 	return hc->estk[--hc->nfree];
 }
 
-/* Fill entry @i with @hash (@hv its hash_bucket()) for @block and publish it at the head of its
- * chain. */
+/* Fill entry @i with @hash (@hv its hc_hash_bucket()) for @block and
+ * publish it at the head of its chain. */
 static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, uint64_t hv,
 		       int32_t block)
 {
@@ -942,7 +935,7 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 
 			for (j = 0; j < m; j++) {
 				ev[j] = ent_get(hc);
-				hv[j] = hash_bucket(&hashes[i + j]);
+				hv[j] = hc_hash_bucket(&hashes[i + j]);
 				__builtin_prefetch(&hc->ent[ev[j]], 1);
 				__builtin_prefetch(&hc->bucket[hv[j] & hc->mask], 1);
 			}
@@ -1077,217 +1070,4 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	hc_emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
-}
-
-/* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
-#define HC_STAT_FIELDS(X)                                                          \
-	X(queries, queries) X(query_blocks, query_blocks) X(hit_blocks, hit_blocks)  \
-	X(window_queries, wfill) X(window_query_blocks, wsum_q)                      \
-	X(window_hit_blocks, wsum_h) X(query_tokens, query_tokens)                   \
-	X(hit_tokens, hit_tokens) X(window_query_tokens, wsum_qt)                    \
-	X(window_hit_tokens, wsum_ht) X(cached_blocks, ncached)                      \
-	X(free_queue_blocks, qlen) X(used_blocks, nused) X(evictions, nevict)
-
-/**
- * kvs_hcache_stats() - hit metrics and block counts.
- * @hc: cache.
- * @st: receives them.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
-{
-	if (!hc || !st)
-		return kvs_fail(EINVAL);
-	memset(st, 0, sizeof(*st));
-	pthread_mutex_lock(&hc->lock);
-#define HC_SET(n, e) st->n = hc->e;
-	HC_STAT_FIELDS(HC_SET)
-#undef HC_SET
-	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
-	pthread_mutex_unlock(&hc->lock);
-	return 0;
-}
-
-/* kvs_hcache_stats()'s snapshot, field by field. */
-static void hcache_fill(void *obj, uint64_t *v)
-{
-	kvs_hcache_stats_t st;
-
-	kvs_hcache_stats(obj, &st);
-#define HC_GET(n, k, d) v[KVS_HCACHE_STAT_##n] = st.n;
-	KVS_HCACHE_STATS(HC_GET)
-#undef HC_GET
-}
-
-static void hcache_header(void *obj, char *line, size_t size)
-{
-	const struct kvs_hcache *hc = obj;
-
-	snprintf(line, size, "hcache block_size %u blocks %u window %u\n", hc->ps, hc->nblocks,
-		 hc->attr.window);
-}
-
-/* The metrics' one value that is not in the list. */
-static const struct kvsi_stat_ratio hcache_ratio = {
-	.name = "window_hit_ratio",
-	.desc = "window_hit_blocks / window_query_blocks, 0 if none",
-	.after = KVS_HCACHE_STAT_window_hit_blocks,
-	.num = KVS_HCACHE_STAT_window_hit_blocks,
-	.den = KVS_HCACHE_STAT_window_query_blocks,
-};
-
-/**
- * kvs_hcache_stat() - one statistic of kvs_hcache_stats(), by its
- * KVS_HCACHE_STATS item; kvs_hcache_stat_get() reads one by name,
- * kvs_hcache_stat_name() names one, kvs_hcache_stats_print() prints every
- * one through a callback (a header line, then "name value  kind #
- * description" lines), all through lib/stats.c.
- * @hc: cache.
- * @item: statistic.
- *
- * Context: MT-Safe (takes hc->lock to read, not while calling write_cb).
- * Return: kvs_hcache_stat(): its value, 0 for NULL or an unknown item;
- * kvs_hcache_stat_name(): a static string, NULL for an unknown item; the
- * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
- * statistic).
- */
-KVSI_STATS_FAMILY(hcache, KVS_HCACHE_STATS, hcache_fill, hcache_header, &kvsi_style_kind, &hcache_ratio, kvs_hcache_t,
-		  enum kvs_hcache_stat);
-
-/**
- * kvs_hcache_free_queue() - the free queue, next eviction first.
- * @hc: cache.
- * @blocks: receives up to @max block ids.
- * @max: room in @blocks.
- *
- * Context: MT-Safe.
- * Return: the queue's length (which may exceed @max), or -1 with errno
- * EINVAL.
- */
-KVS_EXPORT ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max)
-{
-	size_t k = 0;
-	int32_t i;
-	ssize_t len;
-
-	if (!hc || (max && !blocks))
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	for (i = hc->qhead; i >= 0 && k < max; i = hc->b[i].next)
-		blocks[k++] = i;
-	len = (ssize_t)hc->qlen;
-	pthread_mutex_unlock(&hc->lock);
-	return len;
-}
-
-/**
- * kvs_hcache_block() - a block's refcount and hash.
- * @hc: cache.
- * @block: block id.
- * @ref: receives the refcount, or NULL.
- * @hash: receives the hash when it has one, or NULL.
- *
- * Context: MT-Safe.
- * Return: 1 when the block has a hash, 0 when not, or -1 with errno EINVAL
- * (out of range).
- */
-KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
-				kvs_block_hash_t *hash)
-{
-	int has;
-
-	if (!hc || block < 0 || (uint32_t)block >= hc->nblocks)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	if (ref)
-		*ref = hc->b[block].ref;
-	has = hc->b[block].ent != 0;
-	if (has && hash)
-		*hash = hc->ent[hc->b[block].ent - 1].hash;
-	pthread_mutex_unlock(&hc->lock);
-	return has;
-}
-
-/**
- * kvs_hcache_block_size() - tokens per block (the pool's page size).
- * @hc: cache.
- *
- * Context: MT-Safe.
- * Return: the block size; 0 for NULL.
- */
-KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
-{
-	return hc ? hc->ps : 0;
-}
-
-/**
- * kvs_hcache_validate() - check the cache's invariants.
- * @hc: cache.
- *
- * The free queue links both ways, holds exactly the hashed blocks of
- * refcount 0, and its length is counted right; every table entry names a
- * block whose entry it is, in the bucket of its hash, and its chain links
- * both ways; the free and retired entries and the table's account for the
- * whole slab; the counts of cached and used blocks are right.
- *
- * Context: MT-Safe (it takes the writer lock).
- * Return: 0, or -1 with errno EINVAL (@hc NULL) or EUCLEAN (broken).
- */
-KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
-{
-	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0;
-	int32_t i, prev = -1;
-	int bad = 0;
-
-	if (!hc)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	for (i = hc->qhead; i >= 0 && n <= hc->nblocks; i = hc->b[i].next, n++) {
-		struct hblock *b = &hc->b[i];
-
-		if (b->prev != prev || !b->inq || b->ref || !b->ent)
-			bad = 1;
-		prev = i;
-	}
-	if (n != hc->qlen || hc->qtail != prev)
-		bad = 1;
-	for (uint32_t j = 0; j < hc->nblocks; j++) {
-		struct hblock *b = &hc->b[j];
-
-		used += b->ref > 0;
-		inq += b->inq;
-		iso += b->iso && b->inq;
-		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
-		    b->ent > hc->efresh || (b->ent && hc->ent[b->ent - 1].block != (int32_t)j))
-			bad = 1;
-	}
-	for (uint64_t k = 0; k <= hc->mask && !bad; k++) {
-		int32_t e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed), p = -1;
-
-		for (; e >= 0 && !bad; p = e, e = atomic_load_explicit(&hc->ent[e].next,
-								     memory_order_relaxed)) {
-			struct hent *x = &hc->ent[e];
-
-			if ((uint32_t)e >= hc->efresh || ++ents > hc->nblocks || x->prev != p ||
-			    x->hv != hash_bucket(&x->hash) || (x->hv & hc->mask) != k ||
-			    x->block < 0 || (uint32_t)x->block >= hc->nblocks ||
-			    hc->b[x->block].ent != (uint32_t)e + 1)
-				bad = 1;
-		}
-	}
-	/* The free and retired stacks: in range, the slab whole. */
-	if (hc->nfree + hc->nretired + ents != hc->efresh || hc->efresh > hc->nent)
-		bad = 1;
-	for (uint32_t j = 0; j < hc->nfree + hc->nretired && !bad; j++) {
-		int32_t e = hc->estk[j < hc->nfree ? j : hc->nent - 1 - (j - hc->nfree)];
-
-		if (e < 0 || (uint32_t)e >= hc->efresh)
-			bad = 1;
-	}
-	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
-		bad = 1;
-	pthread_mutex_unlock(&hc->lock);
-	return bad ? kvs_fail(EUCLEAN) : 0;
 }

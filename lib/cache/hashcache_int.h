@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lib/cache/hashcache_int.h - what the hashed block cache's two files
- * share: its structures, and the table, event and free-queue helpers of
- * lib/cache/hashcache.c that lib/cache/hashcache_pool.c (the cache's
- * operations for its pool) uses.  The design is in hashcache.c's essay.
+ * lib/cache/hashcache_int.h - what the hashed block cache's files share:
+ * its structures, its bucket hash, and the table, event and free-queue
+ * helpers of lib/cache/hashcache.c that lib/cache/hashcache_pool.c (the
+ * cache's operations for its pool) uses; lib/cache/hashcache_info.c has
+ * its statistics and checks.  The design is in hashcache.c's essay.
  */
 #ifndef KVSLAB_CACHE_HASHCACHE_INT_H
 #define KVSLAB_CACHE_HASHCACHE_INT_H
@@ -24,7 +25,7 @@ struct hent {
 	int32_t prev;			/* chain: the entry before, -1 at the bucket's head */
 	int32_t block;
 	uint32_t pad;
-	uint64_t hv;			/* hash_bucket(&hash), kept for removal and compares */
+	uint64_t hv;			/* hc_hash_bucket(&hash), kept for removal and compares */
 	kvs_block_hash_t hash;
 } __attribute__((aligned(64)));
 
@@ -65,6 +66,26 @@ struct kvs_hcache {
 	uint32_t wpos, wfill;
 	uint64_t wsum_q, wsum_h, wsum_qt, wsum_ht;
 };
+
+/* Every byte counts (the caller's hashes need not be uniform), a word at a
+ * time: four multiplies for a SHA-256 digest, then a finalizer. */
+static inline uint64_t hc_hash_bucket(const kvs_block_hash_t *h)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ULL ^ h->len;
+	uint32_t i;
+
+	for (i = 0; i < h->len; i += 8) {
+		uint64_t w = 0;
+
+		memcpy(&w, h->bytes + i, h->len - i < 8 ? h->len - i : 8);
+		x = (x ^ w) * 0xff51afd7ed558ccdULL;
+		x ^= x >> 29;
+	}
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
 
 /* lib/cache/hashcache.c; each with hc->lock held. */
 void hc_page_free(kvs_hcache_t *hc, int32_t i);
