@@ -28,9 +28,10 @@
  * writer rewrites one link and one back link, never walking the chain
  * (the singly linked chains of old made evicting walk from the bucket's
  * head, one dependent cache miss a step).  Caching a block takes an entry
- * off the free list, fills it and publishes it at the head of its chain
- * with a release store; removing one unlinks it with a release store and
- * puts it on the retired list.  Writers are serialized by one mutex.
+ * off the free stack (of indices), fills it and publishes it at the head
+ * of its chain with a release store; removing one unlinks it with a
+ * release store and pushes its index on the retired stack.  Writers are
+ * serialized by one mutex.
  *
  * Readers (kvs_hcache_match_ro()) take no lock: they walk the chains with
  * acquire loads inside an RCU read-side critical section (liburcu,
@@ -44,11 +45,11 @@
  * seqlock), makes readers retry: lock-free but not wait-free, as a busy
  * writer can keep a reader retrying, and every step pays two more loads.
  * Or reuse waits for a grace period, as the old malloc'd entries were freed
- * through call_rcu().  The cache waits: a retired entry stays on the
- * retired list (linked through prev, which readers never read, so that its
- * next link stays intact) and becomes free only after a grace period.  When
- * the free list runs dry, the writer calls synchronize_rcu() once and takes
- * the whole retired list, which then holds at least the reserve (the table
+ * through call_rcu().  The cache waits: a retired entry is not written
+ * (its next link stays intact for a reader on it) and becomes free only
+ * after a grace period.  When the free stack runs dry, the writer calls
+ * synchronize_rcu() once and takes the whole retired stack, which then
+ * holds at least the reserve (the table
  * never holds more entries than pages).  So a reader stays wait-free, meets
  * only entries that were in its chain when it began or were put at the
  * head after, never an entry that changes under it, and never reports a
@@ -75,8 +76,9 @@
  * links, one block after the other.
  *
  * Files.  The cache's operations for its pool (limits and compaction over
- * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's; the
- * structures both files use are in lib/cache/hashcache_int.h.
+ * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's, its
+ * statistics and checks lib/cache/hashcache_info.c's; the
+ * structures they share are in lib/cache/hashcache_int.h.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
