@@ -304,6 +304,16 @@ static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_
 
 /* ---------------------------------------------------------------- free queue */
 
+/*
+ * The queue is a list, and an eviction walking it from the head would wait
+ * for each block's record before it knows the next block: one dependent
+ * miss a block.  Beside it, qring records every block pushed to the queue,
+ * in order, in a ring of at least the pages: from the head's position on it
+ * lists the queue, but for blocks that left it by a hit (still listed) and
+ * for old positions overwritten.  It is only a hint of which records to
+ * prefetch ahead of the walk; the list alone says what is evicted.
+ */
+
 static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
@@ -333,6 +343,8 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 		hc->qhead = i;
 	hc->qtail = i;
 	b->inq = true;
+	b->qpos = hc->qrtail;
+	hc->qring[hc->qrtail++ & hc->qrmask] = i;
 	hc->qlen++;
 }
 
@@ -378,11 +390,21 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
  */
 static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 {
+	uint32_t pos, j;
+
+	if (n == 0)
+		return;
+	pos = hc->b[hc->qhead].qpos;
+	for (j = 0; j < HC_BATCH && j < n; j++)
+		__builtin_prefetch(&hc->b[hc->qring[(pos + j) & hc->qrmask]]);
 	while (n) {
-		size_t m = n < HC_BATCH ? n : HC_BATCH, j;
+		size_t m = n < HC_BATCH ? n : HC_BATCH;
 		int32_t i = hc->qhead;
 
+		/* The next round's records, by qring's hint, as this one walks. */
+		pos = hc->b[i].qpos;
 		for (j = 0; j < m; j++) {
+			__builtin_prefetch(&hc->b[hc->qring[(pos + HC_BATCH + j) & hc->qrmask]]);
 			while (hc->b[i].iso)
 				i = hc->b[i].next;
 			out[j] = i;
@@ -452,7 +474,8 @@ static void advise_huge(void *p, size_t len)
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	KVS_FREE_ALL(hc->b, hc->ent_mem, hc->estk, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
+	KVS_FREE_ALL(hc->b_mem, hc->ent_mem, hc->estk, hc->qring, hc->bucket, hc->scratch, hc->wq, hc->wh,
+		     hc->wqt, hc->wht, hc);
 }
 
 /**
@@ -496,22 +519,25 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->mask = nb - 1;
 	hc->qhead = hc->qtail = -1;
 	hc->nent = (uint32_t)nent;
-	hc->b = calloc(pages, sizeof(*hc->b));
+	hc->b_mem = calloc(pages + 2, sizeof(*hc->b));
 	/* calloc(): a large slab is mapped on demand, each entry's page
 	 * touched when it is first used; aligned by hand to a cache line. */
 	hc->ent_mem = calloc(nent + 1, sizeof(*hc->ent));
 	hc->estk = calloc(nent, sizeof(*hc->estk));
+	hc->qrmask = (uint32_t)(nb / 2 - 1);	/* nb / 2 >= pages */
+	hc->qring = calloc(nb / 2, sizeof(*hc->qring));
 	hc->bucket = malloc(nb * sizeof(*hc->bucket));
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b || !hc->ent_mem || !hc->estk || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	if (!hc->b_mem || !hc->ent_mem || !hc->estk || !hc->qring || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
 	    !hc->wqt || !hc->wht)
 		goto nomem;
 	hc->ent = (struct hent *)(((uintptr_t)hc->ent_mem + sizeof(*hc->ent) - 1) &
 				  ~(uintptr_t)(sizeof(*hc->ent) - 1));
+	hc->b = (struct hblock *)(((uintptr_t)hc->b_mem + 63) & ~(uintptr_t)63);
 	advise_huge(hc->b, pages * sizeof(*hc->b));
 	advise_huge(hc->ent_mem, (nent + 1) * sizeof(*hc->ent));
 	advise_huge(hc->bucket, nb * sizeof(*hc->bucket));

@@ -36,13 +36,15 @@ struct hblock {
 	int32_t prev, next;		/* free queue links, -1 at the ends; only while inq */
 	bool inq;
 	bool iso;			/* isolated by kvs_pool_compact(): in the queue or in use */
-};
+	uint32_t qpos;			/* qring position of its last push to the queue */
+} __attribute__((aligned(32)));		/* one cache line's half: a record is one miss */
 
 struct kvs_hcache {
 	kvs_pool_t *pool;
 	uint32_t ps;
 	uint32_t nblocks;
-	struct hblock *b;
+	struct hblock *b;		/* nblocks records, 64-byte aligned */
+	void *b_mem;			/* their allocation */
 	struct hent *ent;		/* the slab: nent entries, 64-byte aligned */
 	void *ent_mem;			/* its allocation */
 	_Atomic int32_t *bucket;	/* chain heads, -1 for none */
@@ -54,6 +56,8 @@ struct kvs_hcache {
 	uint32_t efresh;		/* entries from here on never used */
 	uint64_t ngp;			/* grace periods waited for (entries ran out) */
 	int32_t qhead, qtail;
+	int32_t *qring;			/* the blocks in the order pushed to the queue: a hint */
+	uint32_t qrmask, qrtail;	/* qring's size - 1 (a power of two), next position */
 	uint64_t qlen, ncached, nused, nevict;
 	uint64_t niso;			/* isolated blocks in the queue (kept from eviction) */
 	int32_t *scratch;		/* ps locations for kvs_pool_alloc() */

@@ -154,6 +154,8 @@ static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q)
 	struct hblock *a = &hc->b[p], *b = &hc->b[q];
 
 	hc->ent[a->ent - 1].block = q;
+	if (hc->qring[a->qpos & hc->qrmask] == p)
+		hc->qring[a->qpos & hc->qrmask] = q;
 	*b = *a;
 	b->iso = false;
 	if (b->prev >= 0)
