@@ -72,8 +72,10 @@
  * eviction walks the queue prefetching the blocks' entries, then their
  * chain neighbours, then unlinks; caching prefetches the entries and
  * buckets, then the old heads.  The misses of a round overlap instead of
- * following one another; the only chain left is the free queue's own
- * links, one block after the other.
+ * following one another.  The one chain left, the free queue's links, is
+ * walked with the records already fetched: a ring of the blocks in the
+ * order they joined the queue tells which to prefetch a round ahead (see
+ * "free queue" below).
  *
  * Files.  The cache's operations for its pool (limits and compaction over
  * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's, its
