@@ -18,22 +18,69 @@
  * request's blocks tail first, so the end of the longest prefix goes
  * first).  kvs_hcache_alloc() takes free pool pages before it evicts.
  *
- * The table maps hash -> block.  It is a fixed array of buckets, sized at
- * create for every page of the pool (there are never more entries than
- * pages), each a singly linked chain of entries.  Entries are immutable
- * once published: caching a block allocates an entry and publishes it at
- * the head of its chain with a release store; removing one unlinks it with
- * a release store and frees it through call_rcu() (liburcu, bulletproof
- * flavour, as lib/cache/radix.c), whose worker thread kvs_hcache_create() has
- * liburcu make, so that no later call allocates inside liburcu.  Writers
- * are serialized by one mutex; readers (kvs_hcache_match_ro()) walk the
- * chains inside an RCU read-side critical section with acquire loads and
- * take no lock.  Duplicate hashes are allowed, as in vLLM: a second block
- * with the same hash gets an entry of its own, in front of the first.
+ * The table maps hash -> block.  Its entries are neither the blocks'
+ * records nor malloc'd: they come from a slab, hc->ent[], made at create
+ * with one entry per page of the pool and a reserve beside them (a quarter
+ * of the pages, at least HC_RESERVE_MIN entries), linked by index.  A
+ * fixed array of buckets (a power of two, at least twice the pages) holds
+ * the chains' heads.  Chains are doubly linked, so that removing an entry
+ * is O(1): the entry names the one before it (or, -1, its bucket) and the
+ * writer rewrites one link and one back link, never walking the chain
+ * (the singly linked chains of old made evicting walk from the bucket's
+ * head, one dependent cache miss a step).  Caching a block takes an entry
+ * off the free stack (of indices), fills it and publishes it at the head
+ * of its chain with a release store; removing one unlinks it with a
+ * release store and pushes its index on the retired stack.  Writers are
+ * serialized by one mutex.
+ *
+ * Readers (kvs_hcache_match_ro()) take no lock: they walk the chains with
+ * acquire loads inside an RCU read-side critical section (liburcu,
+ * bulletproof flavour, as lib/cache/radix.c).  A reader may stand on an
+ * entry as it is unlinked; it goes on through the entry's next link, which
+ * unlinking leaves as it was, to the rest of its chain.  What it must
+ * never meet is an entry reused, filled with another hash and linked into
+ * another chain while it stands on it: it could match torn bytes, or
+ * follow the new chain and, reuse after reuse, walk in circles.  There are
+ * two ways out.  A sequence count per entry, checked around each step (a
+ * seqlock), makes readers retry: lock-free but not wait-free, as a busy
+ * writer can keep a reader retrying, and every step pays two more loads.
+ * Or reuse waits for a grace period, as the old malloc'd entries were freed
+ * through call_rcu().  The cache waits: a retired entry is not written
+ * (its next link stays intact for a reader on it) and becomes free only
+ * after a grace period.  When the free stack runs dry, the writer calls
+ * synchronize_rcu() once and takes the whole retired stack, which then
+ * holds at least the reserve (the table
+ * never holds more entries than pages).  So a reader stays wait-free, meets
+ * only entries that were in its chain when it began or were put at the
+ * head after, never an entry that changes under it, and never reports a
+ * hash that no block held; and a writer pays one grace period per reserve
+ * retirements (microseconds over thousands of entries), no malloc, no
+ * call_rcu() queue.  The price: a writer call may wait for the readers, so
+ * none may be made inside a liburcu-bp read-side critical section of the
+ * calling thread (the event callbacks may call kvs_hcache_match_ro(),
+ * which leaves its section before it returns).  Duplicate hashes are
+ * allowed, as in vLLM: a second block with the same hash gets an entry of
+ * its own, in front of the first.  (tests/stress/stress_hashcache.c holds
+ * a reader in its section and checks that the writer waits; it fails with
+ * entries reused at once.)
+ *
+ * Memory.  At millions of blocks every step of a lookup or an eviction is
+ * a cache miss (and, on 4 KiB pages, a TLB miss: the arrays ask for
+ * transparent huge pages).  So the calls that handle many blocks work in
+ * rounds of HC_BATCH: a lookup or match hashes a round's hashes and
+ * prefetches their buckets, then the chains' heads, then walks; an
+ * eviction walks the queue prefetching the blocks' entries, then their
+ * chain neighbours, then unlinks; caching prefetches the entries and
+ * buckets, then the old heads.  The misses of a round overlap instead of
+ * following one another.  The one chain left, the free queue's links, is
+ * walked with the records already fetched: a ring of the blocks in the
+ * order they joined the queue tells which to prefetch a round ahead (see
+ * "free queue" below).
  *
  * Files.  The cache's operations for its pool (limits and compaction over
- * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's; the
- * structures both files use are in lib/cache/hashcache_int.h.
+ * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's, its
+ * statistics and checks lib/cache/hashcache_info.c's; the
+ * structures they share are in lib/cache/hashcache_int.h.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
  * writer lock, sits where radix->wlock does, above slab->lock: it is held
@@ -49,6 +96,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <urcu-bp.h>
 
 #include "cache/hashcache_int.h"
@@ -67,26 +115,6 @@ static bool hash_eq(const kvs_block_hash_t *a, const kvs_block_hash_t *b)
 	return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
 }
 
-/* Every byte counts (the caller's hashes need not be uniform), a word at a
- * time: four multiplies for a SHA-256 digest, then a finalizer. */
-static uint64_t hash_bucket(const kvs_block_hash_t *h)
-{
-	uint64_t x = 0x9e3779b97f4a7c15ULL ^ h->len;
-	uint32_t i;
-
-	for (i = 0; i < h->len; i += 8) {
-		uint64_t w = 0;
-
-		memcpy(&w, h->bytes + i, h->len - i < 8 ? h->len - i : 8);
-		x = (x ^ w) * 0xff51afd7ed558ccdULL;
-		x ^= x >> 29;
-	}
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ULL;
-	x ^= x >> 33;
-	return x;
-}
-
 /* The low 64 bits of the hash read as a big-endian integer, as vLLM's
  * maybe_convert_block_hash() gives them. */
 static uint64_t hash_low64(const kvs_block_hash_t *h)
@@ -101,57 +129,141 @@ static uint64_t hash_low64(const kvs_block_hash_t *h)
 
 /* ---------------------------------------------------------------- table */
 
-static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
-{
-	uint64_t hv = hash_bucket(h);
-	struct hent *e = atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire);
+/* The entries' reserve beside one a page, at least. */
+#define HC_RESERVE_MIN 4096u
 
-	for (; e; e = atomic_load_explicit(&e->next, memory_order_acquire))
+/* The entry of a hash (@hv its hc_hash_bucket()) from the chain that starts
+ * at entry @i, or NULL; a reader's walk (inside its read-side section) or
+ * a writer's (under hc->lock). */
+static struct hent *chain_find(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h, uint64_t hv)
+{
+	while (i >= 0) {
+		struct hent *e = &hc->ent[i];
+
 		if (e->hv == hv && hash_eq(&e->hash, h))
 			return e;
+		i = atomic_load_explicit(&e->next, memory_order_acquire);
+	}
 	return NULL;
 }
 
-static void tbl_insert(kvs_hcache_t *hc, struct hent *e)
+static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
 {
-	_Atomic(struct hent *) *head;
+	uint64_t hv = hc_hash_bucket(h);
 
-	e->hv = hash_bucket(&e->hash);
-	head = &hc->bucket[e->hv & hc->mask];
+	return chain_find(hc, atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire),
+			  h, hv);
+}
 
-	atomic_store_explicit(&e->next, atomic_load_explicit(head, memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(head, e, memory_order_release);
+/* Blocks or hashes a batched pass takes a round. */
+#define HC_BATCH 32
+
+/*
+ * The longest run of @hashes (at most @cap) in the table; the blocks into
+ * @blocks unless NULL.  A reader's (inside its read-side section) or a
+ * writer's (under hc->lock).  A round of up to HC_BATCH hashes at a time,
+ * so that the misses of a round overlap rather than follow one another:
+ * the buckets are prefetched, then the chains' heads, then the chains are
+ * walked and the hit blocks' records prefetched for the caller.  A round
+ * may fetch a little past the first miss; it reads nothing else.
+ */
+static size_t tbl_find_run(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
+			   int32_t *blocks)
+{
+	uint64_t hv[HC_BATCH];
+	int32_t head[HC_BATCH];
+
+	for (size_t k = 0; k < cap; k += HC_BATCH) {
+		size_t m = cap - k < HC_BATCH ? cap - k : HC_BATCH, j;
+
+		for (j = 0; j < m; j++) {
+			hv[j] = hc_hash_bucket(&hashes[k + j]);
+			__builtin_prefetch(&hc->bucket[hv[j] & hc->mask]);
+		}
+		for (j = 0; j < m; j++) {
+			head[j] = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
+						       memory_order_acquire);
+			if (head[j] >= 0)
+				__builtin_prefetch(&hc->ent[head[j]]);
+		}
+		for (j = 0; j < m; j++) {
+			struct hent *e = chain_find(hc, head[j], &hashes[k + j], hv[j]);
+
+			if (!e)
+				return k + j;
+			if (blocks) {
+				blocks[k + j] = e->block;
+				__builtin_prefetch(&hc->b[e->block], 1);
+			}
+		}
+	}
+	return cap;
 }
 
 /* The grace period's sync object for ThreadSanitizer (KVSI_TSAN_RELEASE,
- * internal.h): readers release it as they leave their read-side section,
- * the writer before call_rcu(), the callback acquires it; so TSan sees a
- * reader's last look at an entry, and the writer's, ordered before its
- * free. */
-char hc_rcu_gp;
+ * internal.h): readers release it as they leave their read-side section
+ * and the writer as it retires an entry; the writer acquires it after the
+ * grace period, before it reuses the retired entries; so TSan sees a
+ * reader's last look at an entry ordered before the entry's reuse. */
+static char hc_rcu_gp;
 
-void hc_free_node_cb(struct rcu_head *r)
+/* A free entry, its index: after a grace period when none is left (the
+ * retired ones then hold at least the reserve).  The free and retired
+ * entries are stacks of indices, so that taking one reads no entry (a
+ * linked free list would cost a dependent miss each) and the next ones can
+ * be prefetched.  With hc->lock held. */
+static int32_t ent_get(kvs_hcache_t *hc)
 {
-	struct hent *e = caa_container_of(r, struct hent, rcu);
-
+	if (hc->nfree)
+		return hc->estk[--hc->nfree];
+	if (hc->efresh < hc->nent)
+		return (int32_t)hc->efresh++;
+	synchronize_rcu();
 	KVSI_TSAN_ACQUIRE(&hc_rcu_gp);
-	free(e);
+	memmove(hc->estk, hc->estk + hc->nent - hc->nretired, hc->nretired * sizeof(*hc->estk));
+	hc->nfree = hc->nretired;
+	hc->nretired = 0;
+	hc->ngp++;
+	return hc->estk[--hc->nfree];
 }
 
-static void hc_tbl_remove(kvs_hcache_t *hc, struct hent *e)
+/* Fill entry @i with @hash (@hv its hc_hash_bucket()) for @block and
+ * publish it at the head of its chain. */
+static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, uint64_t hv,
+		       int32_t block)
 {
-	_Atomic(struct hent *) *pp = &hc->bucket[e->hv & hc->mask];
-	struct hent *c;
+	struct hent *e = &hc->ent[i];
+	_Atomic int32_t *head;
+	int32_t old;
 
-	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != e)
-		pp = &c->next;
-	atomic_store_explicit(pp, atomic_load_explicit(&e->next, memory_order_relaxed),
-			      memory_order_release);
-	KVSI_TSAN_RELEASE(&hc_rcu_gp);
-	call_rcu(&e->rcu, hc_free_node_cb);
+	e->hash = *hash;
+	e->block = block;
+	e->hv = hv;
+	e->prev = -1;
+	head = &hc->bucket[e->hv & hc->mask];
+	old = atomic_load_explicit(head, memory_order_relaxed);
+	atomic_store_explicit(&e->next, old, memory_order_relaxed);
+	if (old >= 0)
+		hc->ent[old].prev = i;
+	atomic_store_explicit(head, i, memory_order_release);
 }
 
+/* Unlink entry @i from its chain in O(1) and retire it: its next link
+ * stays for a reader standing on it. */
+static void tbl_remove(kvs_hcache_t *hc, int32_t i)
+{
+	struct hent *e = &hc->ent[i];
+	int32_t next = atomic_load_explicit(&e->next, memory_order_relaxed);
+
+	if (e->prev >= 0)
+		atomic_store_explicit(&hc->ent[e->prev].next, next, memory_order_release);
+	else
+		atomic_store_explicit(&hc->bucket[e->hv & hc->mask], next, memory_order_release);
+	if (next >= 0)
+		hc->ent[next].prev = e->prev;
+	KVSI_TSAN_RELEASE(&hc_rcu_gp);
+	hc->estk[hc->nent - ++hc->nretired] = i;
+}
 
 /* ---------------------------------------------------------------- events */
 
@@ -194,6 +306,16 @@ static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_
 
 /* ---------------------------------------------------------------- free queue */
 
+/*
+ * The queue is a list, and an eviction walking it from the head would wait
+ * for each block's record before it knows the next block: one dependent
+ * miss a block.  Beside it, qring records every block pushed to the queue,
+ * in order, in a ring of at least the pages: from the head's position on it
+ * lists the queue, but for blocks that left it by a hit (still listed) and
+ * for old positions overwritten.  It is only a hint of which records to
+ * prefetch ahead of the walk; the list alone says what is evicted.
+ */
+
 static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
@@ -223,6 +345,11 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 		hc->qhead = i;
 	hc->qtail = i;
 	b->inq = true;
+	b->qpos = hc->qrtail;
+	hc->qring[hc->qrtail++ & hc->qrmask] = i;
+	/* The ring's line a request or two ahead, so that its store does not
+	 * wait for it (the ring is as large as the queue: its lines are cold). */
+	__builtin_prefetch(&hc->qring[(hc->qrtail + 128) & hc->qrmask], 1);
 	hc->qlen++;
 }
 
@@ -235,9 +362,9 @@ void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 
 	hc_q_remove(hc, i);
 	if (event)
-		hc_emit(hc, KVS_KV_REMOVED, &b->ent->hash, 1, NULL, 0, NULL);
-	hc_tbl_remove(hc, b->ent);
-	b->ent = NULL;
+		hc_emit(hc, KVS_KV_REMOVED, &hc->ent[b->ent - 1].hash, 1, NULL, 0, NULL);
+	tbl_remove(hc, (int32_t)b->ent - 1);
+	b->ent = 0;
 	hc->ncached--;
 	if (event)
 		hc->nevict++;
@@ -245,8 +372,8 @@ void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 
 /* Take the first block of the free queue that is not isolated off the
  * queue and out of the table (the caller knows there is one: qlen > niso);
- * its page stays with the caller.  O(1) but for the chain walk, and the
- * isolated blocks passed over while kvs_pool_compact() runs. */
+ * its page stays with the caller.  O(1) but for the isolated blocks passed
+ * over while kvs_pool_compact() runs. */
 static int32_t evict_head(kvs_hcache_t *hc, bool event)
 {
 	int32_t i = hc->qhead;
@@ -257,6 +384,55 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
 	return i;
 }
 
+/*
+ * evict_head() @n times (the caller knows there are @n: qlen - niso >= @n),
+ * the blocks into @out, in the same order, with the same events; but a
+ * round of up to HC_BATCH blocks at a time, so that their memory is
+ * fetched in parallel rather than one dependent miss after another: the
+ * walk down the queue prefetches each block's entry, a second pass the
+ * entries' chain neighbours (or bucket), then the blocks leave as
+ * evict_head() takes them.
+ */
+static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
+{
+	uint32_t pos, j;
+
+	if (n == 0)
+		return;
+	pos = hc->b[hc->qhead].qpos;
+	for (j = 0; j < HC_BATCH && j < n; j++)
+		__builtin_prefetch(&hc->b[hc->qring[(pos + j) & hc->qrmask]]);
+	while (n) {
+		size_t m = n < HC_BATCH ? n : HC_BATCH;
+		int32_t i = hc->qhead;
+
+		/* The next round's records, by qring's hint, as this one walks. */
+		pos = hc->b[i].qpos;
+		for (j = 0; j < m; j++) {
+			__builtin_prefetch(&hc->b[hc->qring[(pos + HC_BATCH + j) & hc->qrmask]]);
+			while (hc->b[i].iso)
+				i = hc->b[i].next;
+			out[j] = i;
+			__builtin_prefetch(&hc->ent[hc->b[i].ent - 1], 1);
+			i = hc->b[i].next;
+		}
+		for (j = 0; j < m; j++) {
+			const struct hent *e = &hc->ent[hc->b[out[j]].ent - 1];
+			int32_t nx = atomic_load_explicit(&e->next, memory_order_relaxed);
+
+			if (e->prev >= 0)
+				__builtin_prefetch(&hc->ent[e->prev], 1);
+			else
+				__builtin_prefetch(&hc->bucket[e->hv & hc->mask], 1);
+			if (nx >= 0)
+				__builtin_prefetch(&hc->ent[nx], 1);
+		}
+		for (j = 0; j < m; j++)
+			hc_uncache(hc, out[j], event);
+		out += m;
+		n -= m;
+	}
+}
 
 void hc_page_free(kvs_hcache_t *hc, int32_t i)
 {
@@ -281,10 +457,30 @@ KVS_EXPORT int kvs_hcache_attr_init(kvs_hcache_attr_t *attr)
 	return 0;
 }
 
+/* Ask for transparent huge pages over the 2 MiB-aligned part of an array
+ * of @len bytes at @p (a large calloc() is a mapping of its own): the
+ * table's accesses are random, and at millions of blocks a TLB miss would
+ * come with nearly every cache miss.  Advice only; errors are ignored. */
+static void advise_huge(void *p, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+	const uintptr_t huge = (uintptr_t)2 << 20;
+	uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+	uintptr_t e = ((uintptr_t)p + len) & ~(huge - 1);
+
+	if (e > a)
+		(void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+	(void)p;
+	(void)len;
+#endif
+}
+
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	KVS_FREE_ALL(hc->b, hc->bucket, hc->scratch, hc->wq, hc->wh, hc->wqt, hc->wht, hc);
+	KVS_FREE_ALL(hc->b_mem, hc->ent_mem, hc->estk, hc->qring, hc->bucket, hc->scratch, hc->wq, hc->wh,
+		     hc->wqt, hc->wht, hc);
 }
 
 /**
@@ -294,13 +490,13 @@ static void hc_free_mem(kvs_hcache_t *hc)
  *
  * Context: MT-Safe.
  * Return: the cache, or NULL with errno EINVAL (no pool, window 0, a pool of
- * no pages) or ENOMEM.
+ * no pages or more than 2^30) or ENOMEM.
  */
 KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_attr_t *attr)
 {
 	kvs_hcache_attr_t def;
 	kvs_hcache_t *hc;
-	uint64_t pages, nb = 16;
+	uint64_t pages, nb = 16, nent, k;
 
 	if (!attr) {
 		kvs_hcache_attr_init(&def);
@@ -311,17 +507,13 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 		return NULL;
 	}
 	pages = kvs_pool_capacity(pool) / kvs_pool_page_size(pool);
-	if (pages == 0 || pages > INT32_MAX) {
+	if (pages == 0 || pages > ((uint64_t)1 << 30)) {
 		errno = EINVAL;
 		return NULL;
 	}
-	while (nb < pages)
+	while (nb < 2 * pages)
 		nb <<= 1;
-	/* liburcu makes its call_rcu worker on the first call_rcu() of the
-	 * process, with malloc(), and ends the process if that fails: have it
-	 * made here, so that evicting, which retires entries through
-	 * call_rcu(), never allocates. */
-	get_default_call_rcu_data();
+	nent = pages + (pages / 4 > HC_RESERVE_MIN ? pages / 4 : HC_RESERVE_MIN);
 	hc = calloc(1, sizeof(*hc));
 	if (!hc)
 		return NULL;
@@ -331,15 +523,31 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->attr = *attr;
 	hc->mask = nb - 1;
 	hc->qhead = hc->qtail = -1;
-	hc->b = calloc(pages, sizeof(*hc->b));
-	hc->bucket = calloc(nb, sizeof(*hc->bucket));
+	hc->nent = (uint32_t)nent;
+	hc->b_mem = calloc(pages + 2, sizeof(*hc->b));
+	/* calloc(): a large slab is mapped on demand, each entry's page
+	 * touched when it is first used; aligned by hand to a cache line. */
+	hc->ent_mem = calloc(nent + 1, sizeof(*hc->ent));
+	hc->estk = calloc(nent, sizeof(*hc->estk));
+	hc->qrmask = (uint32_t)(nb / 2 - 1);	/* nb / 2 >= pages */
+	hc->qring = calloc(nb / 2, sizeof(*hc->qring));
+	hc->bucket = malloc(nb * sizeof(*hc->bucket));
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh || !hc->wqt || !hc->wht)
+	if (!hc->b_mem || !hc->ent_mem || !hc->estk || !hc->qring || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	    !hc->wqt || !hc->wht)
 		goto nomem;
+	hc->ent = (struct hent *)(((uintptr_t)hc->ent_mem + sizeof(*hc->ent) - 1) &
+				  ~(uintptr_t)(sizeof(*hc->ent) - 1));
+	hc->b = (struct hblock *)(((uintptr_t)hc->b_mem + 63) & ~(uintptr_t)63);
+	advise_huge(hc->b, pages * sizeof(*hc->b));
+	advise_huge(hc->ent_mem, (nent + 1) * sizeof(*hc->ent));
+	advise_huge(hc->bucket, nb * sizeof(*hc->bucket));
+	for (k = 0; k < nb; k++)
+		atomic_init(&hc->bucket[k], -1);
 	pthread_mutex_init(&hc->lock, NULL);
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
@@ -381,7 +589,6 @@ KVS_EXPORT int kvs_hcache_destroy(kvs_hcache_t *hc)
 	kvsi_pool_cache_del(hc->pool, hc); /* no elastic call runs on it from here on */
 	drop_all(hc);
 	synchronize_rcu();
-	rcu_barrier();
 	pthread_mutex_destroy(&hc->lock);
 	hc_free_mem(hc);
 	return 0;
@@ -438,16 +645,7 @@ static void query_record(kvs_hcache_t *hc, uint32_t q, uint32_t h, uint64_t qt)
 static size_t find_hits(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
 			int32_t *blocks)
 {
-	size_t k;
-
-	for (k = 0; k < cap; k++) {
-		struct hent *e = tbl_find(hc, &hashes[k]);
-
-		if (!e)
-			break;
-		blocks[k] = e->block;
-	}
-	return k;
+	return tbl_find_run(hc, hashes, cap, blocks);
 }
 
 /* Reference @n blocks (vLLM's touch()): one of refcount 0 leaves the free
@@ -589,9 +787,7 @@ KVS_EXPORT ssize_t kvs_hcache_match_ro(kvs_hcache_t *hc, const kvs_block_hash_t 
 	if (!hashes_ok(hashes, cap))
 		return kvs_fail(EINVAL);
 	rcu_read_lock();
-	for (k = 0; k < cap; k++)
-		if (!tbl_find(hc, &hashes[k]))
-			break;
+	k = tbl_find_run(hc, hashes, cap, NULL);
 	KVSI_TSAN_RELEASE(&hc_rcu_gp);
 	rcu_read_unlock();
 	return (ssize_t)k;
@@ -633,8 +829,7 @@ static int alloc_locked(kvs_hcache_t *hc, size_t n, int32_t *blocks, const int32
 		return kvs_fail(ENOMEM);
 	}
 	touch(hc, hits, nhits);
-	for (; got < n; got++)
-		blocks[got] = evict_head(hc, true);
+	evict_batch(hc, n - got, blocks + got, true);
 	for (i = 0; i < n; i++)
 		hc->b[blocks[i]].ref = 1;
 	hc->nused += n;
@@ -731,17 +926,18 @@ static bool held(const kvs_hcache_t *hc, int32_t blk)
  *          the event reads them, during the call.
  *
  * Each block enters the table (beside any other block of the same hash);
- * one stored event names them all.
+ * one stored event names them all.  Never allocates: the entries come
+ * from the cache's slab, after a grace period when every free one is
+ * used (so it must not be called inside a liburcu-bp read-side section).
  *
  * Context: MT-Safe; serialized with the other writers.
  * Return: 0, or -1 with errno EINVAL (a block not held, already hashed or
- * repeated, a bad hash length) or ENOMEM; nothing changed.
+ * repeated, a bad hash length; nothing changed).
  */
 KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t n,
 				const kvs_block_hash_t *hashes, const kvs_block_hash_t *parent,
 				uint64_t extra_key, const int32_t *tokens)
 {
-	struct hent **ents;
 	size_t i;
 	int err = 0;
 
@@ -750,16 +946,6 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		return kvs_fail(EINVAL);
 	if (n == 0)
 		return 0;
-	ents = calloc(n, sizeof(*ents));
-	if (!ents)
-		return kvs_fail(ENOMEM);
-	for (i = 0; i < n; i++) {
-		ents[i] = malloc(sizeof(*ents[i]));
-		if (!ents[i]) {
-			err = ENOMEM;
-			goto out;
-		}
-	}
 	pthread_mutex_lock(&hc->lock);
 	for (i = 0; i < n && !err; i++) {
 		if (!held(hc, blocks[i]) || hc->b[blocks[i]].ent || hc->b[blocks[i]].mark)
@@ -771,23 +957,37 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		if (held(hc, blocks[i]))
 			hc->b[blocks[i]].mark = 0;
 	if (!err) {
-		for (i = 0; i < n; i++) {
-			struct hent *e = ents[i];
+		/* Never more entries in the table than pages: one for each
+		 * is there, free or after a grace period (ent_get()).  A
+		 * round of HC_BATCH at a time: the entries and buckets are
+		 * prefetched, then the chains' old heads, then linked. */
+		for (i = 0; i < n; i += HC_BATCH) {
+			size_t m = n - i < HC_BATCH ? n - i : HC_BATCH, j;
+			int32_t ev[HC_BATCH];
+			uint64_t hv[HC_BATCH];
 
-			e->hash = hashes[i];
-			e->block = blocks[i];
-			tbl_insert(hc, e);
-			hc->b[blocks[i]].ent = e;
-			ents[i] = NULL;
+			for (j = 0; j < m; j++) {
+				ev[j] = ent_get(hc);
+				hv[j] = hc_hash_bucket(&hashes[i + j]);
+				__builtin_prefetch(&hc->ent[ev[j]], 1);
+				__builtin_prefetch(&hc->bucket[hv[j] & hc->mask], 1);
+			}
+			for (j = 0; j < m; j++) {
+				int32_t o = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
+								 memory_order_relaxed);
+
+				if (o >= 0)
+					__builtin_prefetch(&hc->ent[o], 1);
+			}
+			for (j = 0; j < m; j++) {
+				tbl_insert(hc, ev[j], &hashes[i + j], hv[j], blocks[i + j]);
+				hc->b[blocks[i + j]].ent = (uint32_t)ev[j] + 1;
+			}
 		}
 		hc->ncached += n;
 		hc_emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
 	}
 	pthread_mutex_unlock(&hc->lock);
-out:
-	for (i = 0; i < n; i++)
-		free(ents[i]);
-	free(ents);
 	return err ? kvs_fail(err) : 0;
 }
 
@@ -856,14 +1056,22 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
  */
 KVS_EXPORT ssize_t kvs_hcache_evict(kvs_hcache_t *hc, size_t n)
 {
-	size_t k = 0;
+	size_t k = 0, m;
+	int32_t v[HC_BATCH];
 
 	if (!hc)
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
 	/* Any @n: the queue never holds more than INT32_MAX blocks. */
-	for (; k < n && hc->qlen > hc->niso; k++)
-		hc_page_free(hc, evict_head(hc, true));
+	while (k < n && hc->qlen > hc->niso) {
+		m = n - k < HC_BATCH ? n - k : HC_BATCH;
+		if (m > hc->qlen - hc->niso)
+			m = (size_t)(hc->qlen - hc->niso);
+		evict_batch(hc, m, v, true);
+		for (size_t j = 0; j < m; j++)
+			hc_page_free(hc, v[j]);
+		k += m;
+	}
 	pthread_mutex_unlock(&hc->lock);
 	return (ssize_t)k;
 }
@@ -895,206 +1103,4 @@ KVS_EXPORT int kvs_hcache_reset(kvs_hcache_t *hc)
 	hc_emit(hc, KVS_KV_ALL_CLEARED, NULL, 0, NULL, 0, NULL);
 	pthread_mutex_unlock(&hc->lock);
 	return 0;
-}
-
-/* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
-#define HC_STAT_FIELDS(X)                                                          \
-	X(queries, queries) X(query_blocks, query_blocks) X(hit_blocks, hit_blocks)  \
-	X(window_queries, wfill) X(window_query_blocks, wsum_q)                      \
-	X(window_hit_blocks, wsum_h) X(query_tokens, query_tokens)                   \
-	X(hit_tokens, hit_tokens) X(window_query_tokens, wsum_qt)                    \
-	X(window_hit_tokens, wsum_ht) X(cached_blocks, ncached)                      \
-	X(free_queue_blocks, qlen) X(used_blocks, nused) X(evictions, nevict)
-
-/**
- * kvs_hcache_stats() - hit metrics and block counts.
- * @hc: cache.
- * @st: receives them.
- *
- * Context: MT-Safe.
- * Return: 0, or -1 with errno EINVAL.
- */
-KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
-{
-	if (!hc || !st)
-		return kvs_fail(EINVAL);
-	memset(st, 0, sizeof(*st));
-	pthread_mutex_lock(&hc->lock);
-#define HC_SET(n, e) st->n = hc->e;
-	HC_STAT_FIELDS(HC_SET)
-#undef HC_SET
-	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
-	pthread_mutex_unlock(&hc->lock);
-	return 0;
-}
-
-/* kvs_hcache_stats()'s snapshot, field by field. */
-static void hcache_fill(void *obj, uint64_t *v)
-{
-	kvs_hcache_stats_t st;
-
-	kvs_hcache_stats(obj, &st);
-#define HC_GET(n, k, d) v[KVS_HCACHE_STAT_##n] = st.n;
-	KVS_HCACHE_STATS(HC_GET)
-#undef HC_GET
-}
-
-static void hcache_header(void *obj, char *line, size_t size)
-{
-	const struct kvs_hcache *hc = obj;
-
-	snprintf(line, size, "hcache block_size %u blocks %u window %u\n", hc->ps, hc->nblocks,
-		 hc->attr.window);
-}
-
-/* The metrics' one value that is not in the list. */
-static const struct kvsi_stat_ratio hcache_ratio = {
-	.name = "window_hit_ratio",
-	.desc = "window_hit_blocks / window_query_blocks, 0 if none",
-	.after = KVS_HCACHE_STAT_window_hit_blocks,
-	.num = KVS_HCACHE_STAT_window_hit_blocks,
-	.den = KVS_HCACHE_STAT_window_query_blocks,
-};
-
-/**
- * kvs_hcache_stat() - one statistic of kvs_hcache_stats(), by its
- * KVS_HCACHE_STATS item; kvs_hcache_stat_get() reads one by name,
- * kvs_hcache_stat_name() names one, kvs_hcache_stats_print() prints every
- * one through a callback (a header line, then "name value  kind #
- * description" lines), all through lib/stats.c.
- * @hc: cache.
- * @item: statistic.
- *
- * Context: MT-Safe (takes hc->lock to read, not while calling write_cb).
- * Return: kvs_hcache_stat(): its value, 0 for NULL or an unknown item;
- * kvs_hcache_stat_name(): a static string, NULL for an unknown item; the
- * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
- * statistic).
- */
-KVSI_STATS_FAMILY(hcache, KVS_HCACHE_STATS, hcache_fill, hcache_header, &kvsi_style_kind, &hcache_ratio, kvs_hcache_t,
-		  enum kvs_hcache_stat);
-
-/**
- * kvs_hcache_free_queue() - the free queue, next eviction first.
- * @hc: cache.
- * @blocks: receives up to @max block ids.
- * @max: room in @blocks.
- *
- * Context: MT-Safe.
- * Return: the queue's length (which may exceed @max), or -1 with errno
- * EINVAL.
- */
-KVS_EXPORT ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max)
-{
-	size_t k = 0;
-	int32_t i;
-	ssize_t len;
-
-	if (!hc || (max && !blocks))
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	for (i = hc->qhead; i >= 0 && k < max; i = hc->b[i].next)
-		blocks[k++] = i;
-	len = (ssize_t)hc->qlen;
-	pthread_mutex_unlock(&hc->lock);
-	return len;
-}
-
-/**
- * kvs_hcache_block() - a block's refcount and hash.
- * @hc: cache.
- * @block: block id.
- * @ref: receives the refcount, or NULL.
- * @hash: receives the hash when it has one, or NULL.
- *
- * Context: MT-Safe.
- * Return: 1 when the block has a hash, 0 when not, or -1 with errno EINVAL
- * (out of range).
- */
-KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
-				kvs_block_hash_t *hash)
-{
-	int has;
-
-	if (!hc || block < 0 || (uint32_t)block >= hc->nblocks)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	if (ref)
-		*ref = hc->b[block].ref;
-	has = hc->b[block].ent != NULL;
-	if (has && hash)
-		*hash = hc->b[block].ent->hash;
-	pthread_mutex_unlock(&hc->lock);
-	return has;
-}
-
-/**
- * kvs_hcache_block_size() - tokens per block (the pool's page size).
- * @hc: cache.
- *
- * Context: MT-Safe.
- * Return: the block size; 0 for NULL.
- */
-KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
-{
-	return hc ? hc->ps : 0;
-}
-
-/**
- * kvs_hcache_validate() - check the cache's invariants.
- * @hc: cache.
- *
- * The free queue links both ways, holds exactly the hashed blocks of
- * refcount 0, and its length is counted right; every table entry names a
- * block whose entry it is, in the bucket of its hash; the counts of cached
- * and used blocks are right.
- *
- * Context: MT-Safe (it takes the writer lock).
- * Return: 0, or -1 with errno EINVAL (@hc NULL) or EUCLEAN (broken).
- */
-KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
-{
-	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0;
-	int32_t i, prev = -1;
-	int bad = 0;
-
-	if (!hc)
-		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&hc->lock);
-	for (i = hc->qhead; i >= 0 && n <= hc->nblocks; i = hc->b[i].next, n++) {
-		struct hblock *b = &hc->b[i];
-
-		if (b->prev != prev || !b->inq || b->ref || !b->ent)
-			bad = 1;
-		prev = i;
-	}
-	if (n != hc->qlen || hc->qtail != prev)
-		bad = 1;
-	for (uint32_t j = 0; j < hc->nblocks; j++) {
-		struct hblock *b = &hc->b[j];
-
-		used += b->ref > 0;
-		inq += b->inq;
-		iso += b->iso && b->inq;
-		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
-		    (b->ent && b->ent->block != (int32_t)j))
-			bad = 1;
-	}
-	for (uint64_t k = 0; k <= hc->mask; k++) {
-		struct hent *e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed);
-
-		for (; e; e = atomic_load_explicit(&e->next, memory_order_relaxed)) {
-			ents++;
-			if (e->hv != hash_bucket(&e->hash) || (e->hv & hc->mask) != k || e->block < 0 ||
-			    (uint32_t)e->block >= hc->nblocks || hc->b[e->block].ent != e ||
-			    ents > hc->nblocks)
-				bad = 1;
-			if (ents > hc->nblocks)
-				break;
-		}
-	}
-	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
-		bad = 1;
-	pthread_mutex_unlock(&hc->lock);
-	return bad ? kvs_fail(EUCLEAN) : 0;
 }

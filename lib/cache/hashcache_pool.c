@@ -10,23 +10,6 @@
 #include "cache/hashcache_int.h"
 #include "mem/cacheops.h"
 
-/* Put @nw (same hash, not yet published) where @old stands in its chain,
- * so duplicates keep their order, and retire @old. */
-static void tbl_replace(kvs_hcache_t *hc, struct hent *old, struct hent *nw)
-{
-	_Atomic(struct hent *) *pp = &hc->bucket[old->hv & hc->mask];
-	struct hent *c;
-
-	nw->hv = old->hv;
-	while ((c = atomic_load_explicit(pp, memory_order_relaxed)) != old)
-		pp = &c->next;
-	atomic_store_explicit(&nw->next, atomic_load_explicit(&old->next, memory_order_relaxed),
-			      memory_order_relaxed);
-	atomic_store_explicit(pp, nw, memory_order_release);
-	KVSI_TSAN_RELEASE(&hc_rcu_gp);
-	call_rcu(&old->rcu, hc_free_node_cb);
-}
-
 /*
  * The cache's side of lib/mem/cacheops.h, which kvs_pool_set_limit() and
  * kvs_pool_compact() use on every cache over a pool.  Every page of a
@@ -38,10 +21,10 @@ static void tbl_replace(kvs_hcache_t *hc, struct hent *old, struct hent *nw)
  * the compaction puts it back: a hit puts it in use (migration then leaves
  * it), and freed again it returns to the queue still flagged, so that its
  * page cannot change hands while the compaction runs.  Migration
- * gives the block's hash entry, queue place and record to its new page,
- * publishing a new entry in the old one's place in its chain (entries are
- * immutable for the lock-free readers).  Each operation takes hc->lock;
- * migrate holds it across the pool's inner step.
+ * gives the block's hash entry, queue place and record to its new page:
+ * the entry stays where it is in its chain and only its block changes (a
+ * field the lock-free readers never read).  Each operation takes hc->lock;
+ * migrate holds it across the pool's inner step and allocates nothing.
  */
 
 static bool hc_holds(const kvs_hcache_t *hc, uint64_t pg)
@@ -164,17 +147,16 @@ static void ops_putback(void *cache, void *token)
 	free(t);
 }
 
-/* Block @p's record, entry @nw (its hash) and place in the queue go to
- * block @q (a page of the pool's that the cache did not hold). */
-static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q, struct hent *nw)
+/* Block @p's record, table entry and place in the queue go to block @q
+ * (a page of the pool's that the cache did not hold). */
+static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q)
 {
 	struct hblock *a = &hc->b[p], *b = &hc->b[q];
 
-	memcpy(&nw->hash, &a->ent->hash, sizeof(nw->hash));
-	nw->block = q;
-	tbl_replace(hc, a->ent, nw);
+	hc->ent[a->ent - 1].block = q;
+	if (hc->qring[a->qpos & hc->qrmask] == p)
+		hc->qring[a->qpos & hc->qrmask] = q;
 	*b = *a;
-	b->ent = nw;
 	b->iso = false;
 	if (b->prev >= 0)
 		hc->b[b->prev].next = q;
@@ -192,52 +174,28 @@ static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q, struct hent *nw)
 static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), void *arg)
 {
 	kvs_hcache_t *hc = cache;
-	struct hent **nw = NULL;
-	size_t n = 0, cap = 0, k;
 	int rc, err = 0;
-	int32_t i;
 
 	pthread_mutex_lock(&hc->lock);
 	/* Blocks that must stay: in use (a hit since isolate()), or not
-	 * isolated; entries for the ones that may move. */
+	 * isolated. */
 	for (uint32_t j = 0; j < hc->nblocks; j++) {
 		struct hblock *b = &hc->b[j];
 
 		if (newpage[j] < 0 || !hc_holds(hc, j))
 			continue;
 		if (!b->iso || !b->inq || (uint32_t)newpage[j] >= hc->nblocks ||
-		    hc_holds(hc, (uint32_t)newpage[j])) {
+		    hc_holds(hc, (uint32_t)newpage[j]))
 			newpage[j] = -1;
-			continue;
-		}
-		struct hent **v = kvsi_grow(nw, &cap, n, sizeof(*nw));
-
-		if (!v || !(v[n] = malloc(sizeof(**v)))) {
-			if (v)
-				nw = v;
-			for (k = 0; k < n; k++)
-				free(nw[k]);
-			free(nw);
-			pthread_mutex_unlock(&hc->lock);
-			return kvs_fail(ENOMEM);
-		}
-		nw = v;
-		n++;
 	}
 	rc = inside(arg);
 	if (rc < 0)
 		err = errno;
-	/* The blocks whose pages moved, in page order as counted above. */
-	k = 0;
-	for (i = 0; i < (int32_t)hc->nblocks && k < n; i++) {
-		if (!hc->b[i].iso || !hc->b[i].inq)
-			continue;
-		if (newpage[i] >= 0)
-			block_move(hc, i, newpage[i], nw[k++]);
-	}
-	for (; k < n; k++)
-		free(nw[k]);
-	free(nw);
+	/* The blocks whose pages moved; a block moved to a later page is no
+	 * longer isolated when the walk reaches it. */
+	for (uint32_t j = 0; j < hc->nblocks; j++)
+		if (hc->b[j].iso && hc->b[j].inq && newpage[j] >= 0)
+			block_move(hc, (int32_t)j, newpage[j]);
 	pthread_mutex_unlock(&hc->lock);
 	if (rc < 0)
 		errno = err;

@@ -754,6 +754,66 @@ START_TEST(test_hcache_first_eviction)
 }
 END_TEST
 
+/*
+ * Caching and evicting allocate nothing, however long they run: the
+ * table's entries come from the cache's own slab, and a retired entry is
+ * reused after a grace period, not freed and allocated again.  Every
+ * allocation fails while the cache turns its whole pool over many times:
+ * more retirements than the slab's pages and reserve (a quarter of the
+ * pages, at least 4096 entries, kvs_hcache_create(3)) together, so that
+ * retired entries are reused after grace periods, again and again.  Each
+ * call succeeds without trying an allocation, and the table answers
+ * exactly for the hashes cached last and for some evicted long ago.
+ */
+START_TEST(test_hcache_cache_never_allocates)
+{
+	struct henv e;
+	kvs_block_hash_t h[HBLK];
+	kvs_hcache_stats_t st;
+	int32_t rev[HBLK];
+	uint32_t seq = 10, rounds;
+	int bad = 0;
+	size_t n;
+
+	henv_open(&e);
+	n = e.nb / 2;
+	/* 3 x (pages + 4096 + pages / 4) retirements at least. */
+	rounds = (uint32_t)(3 * (e.nb + 4096 + e.nb / 4) / n + 2);
+	/* The pool's pages cached first (taking a page from the pool may
+	 * allocate); then no ck_assert while armed: libcheck allocates to
+	 * record one. */
+	for (uint32_t r = 0; r < rounds && !bad; r++, seq++) {
+		if (r == 2)
+			fs_fail_random(1.0, 1); /* every allocation fails */
+		hashes_of(h, seq, n);
+		bad |= kvs_hcache_alloc(e.hc, n, e.blk) != 0;
+		bad |= kvs_hcache_cache(e.hc, e.blk, n, h, NULL, seq, e.tok) != 0;
+		for (size_t i = 0; i < n; i++)
+			rev[i] = e.blk[n - 1 - i];
+		bad |= kvs_hcache_free(e.hc, rev, n) != 0;
+		if (r % 64 == 0)
+			bad |= kvs_hcache_validate(e.hc) != 0;
+	}
+	fs_off();
+	ck_assert_int_eq(bad, 0);
+	ck_assert_uint_eq(fs_failed(), 0); /* none was tried */
+	ck_assert_int_eq(kvs_hcache_stats(e.hc, &st), 0);
+	ck_assert_uint_ge(st.evictions, 3 * (e.nb + 4096 + e.nb / 4) - 2 * e.nb);
+	/* The last two requests are cached (the pool holds two), the first
+	 * ones long gone. */
+	hashes_of(h, seq - 1, n);
+	ck_assert_int_eq(kvs_hcache_match_ro(e.hc, h, n, 1000), (ssize_t)n);
+	hashes_of(h, seq - 2, n);
+	ck_assert_int_eq(kvs_hcache_match_ro(e.hc, h, n, 1000), (ssize_t)n);
+	hashes_of(h, seq - 3, n);
+	ck_assert_int_eq(kvs_hcache_match_ro(e.hc, h, n, 1000), 0);
+	hashes_of(h, 10, n);
+	ck_assert_int_eq(kvs_hcache_match_ro(e.hc, h, n, 1000), 0);
+	haccounted(&e);
+	henv_close(&e);
+}
+END_TEST
+
 START_TEST(test_hcache_random_allocations)
 {
 	for (uint64_t seed = 1; seed <= 40; seed++)
@@ -844,6 +904,7 @@ static Suite *failslab_suite(void)
 	tcase_add_loop_test(tc, test_hcache_every_allocation, 0, (int)NHSC);
 	tcase_add_test(tc, test_hcache_random_allocations);
 	tcase_add_test(tc, test_hcache_first_eviction);
+	tcase_add_test(tc, test_hcache_cache_never_allocates);
 	tcase_add_loop_test(tc, test_hiradix_every_allocation, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;

@@ -31,11 +31,28 @@
  * over evict at the smallest: about 1 when eviction is O(1) per block and
  * the memory hierarchy does not intervene.
  *
- * Usage: bench_hashcache [max_blocks [reps]]   (default 1048576 blocks, 7
- * repetitions; the points are max_blocks / 1024, max_blocks * 100 / 1024
- * and max_blocks, rounded up to whole 64-block requests)
+ * vLLM's BlockPool beside it: with KVSLAB_VLLM_SRC naming a vLLM source
+ * tree (one that holds vllm/v1/core/block_pool.py), each point is run
+ * again, right after kvslab's, by tests/bench/peer_vllm_blockpool.py (found
+ * under KVSLAB_TOP_SRCDIR, else the current directory; run by
+ * KVSLAB_PYTHON, else /usr/bin/python3): vLLM's own block_pool.py and
+ * kv_cache_utils.py on the same workload (get_cached_block() and touch(),
+ * free_blocks(), get_new_blocks() evicting, cache_full_blocks()).  Then
+ * each row has vLLM's row and the ratios under it, and the last lines give
+ * issue 26's targets beside their figures: eviction >= 10x vLLM's per
+ * block at the middle point (max_blocks * 100 / 1024, about 10% of the
+ * largest) and at the largest (4M: bench_hashcache 4194304), and the
+ * request's whole sequence of cache operations (lookup + free, evict +
+ * cache + free, per block) >= 20x.  Without KVSLAB_VLLM_SRC, the lines say
+ * that no peer ran: no figure from another run is printed as the peer's.
+ *
+ * Usage: bench_hashcache [max_blocks [reps [top]]]   (default 1048576
+ * blocks, 7 repetitions; the points are max_blocks / 1024, max_blocks *
+ * 100 / 1024 and max_blocks, rounded up to whole 64-block requests; "top":
+ * the largest point only)
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +202,8 @@ struct point {
 	size_t n, capacity;
 	double lookup, lfree, match, alloc, afree, evict, ecache, efree;
 	long rss_kib;
+	bool peer;			/* vLLM's figures below are set */
+	double vlookup, vlfree, vmatch, vevict, vecache, vefree;
 };
 
 /* Median of @reps values of ns per block. */
@@ -349,6 +368,50 @@ static void run_point(size_t n, int reps, struct point *p)
 	p->rss_kib = rss_kib();
 }
 
+/* vLLM's BlockPool at @n blocks, run by peer_vllm_blockpool.py, into @p's
+ * v* fields; false when KVSLAB_VLLM_SRC is unset or the run fails. */
+static bool run_peer(size_t n, int reps, struct point *p)
+{
+	const char *src = getenv("KVSLAB_VLLM_SRC"), *top = getenv("KVSLAB_TOP_SRCDIR");
+	const char *py = getenv("KVSLAB_PYTHON");
+	char cmd[4096];
+	FILE *f;
+	int got;
+
+	if (!src || !*src)
+		return false;
+	snprintf(cmd, sizeof(cmd), "'%s' '%s/tests/bench/peer_vllm_blockpool.py' '%s' %zu %d one",
+		 py && *py ? py : "/usr/bin/python3", top && *top ? top : ".", src, n, reps);
+	f = popen(cmd, "r");
+	if (!f)
+		return false;
+	got = fscanf(f, "%lf %lf %lf %lf %lf %lf", &p->vlookup, &p->vlfree, &p->vmatch, &p->vevict,
+		     &p->vecache, &p->vefree);
+	p->peer = pclose(f) == 0 && got == 6;
+	if (!p->peer)
+		fprintf(stderr, "bench_hashcache: %s: failed\n", cmd);
+	return p->peer;
+}
+
+static double ratio(double peer, double ours)
+{
+	return ours > 0 ? peer / ours : 0;
+}
+
+/* A request's cache operations a block: lookup + free, evict + cache + free. */
+static double seq_ns(double lookup, double lfree, double evict, double ecache, double efree)
+{
+	return lookup + lfree + evict + ecache + efree;
+}
+
+static void print_target(const char *what, double ours, double peer, double want)
+{
+	double r = ratio(peer, ours);
+
+	printf("  %-44s %8.1f ns  vLLM %8.1f ns  %6.1fx  (target >= %.0fx: %s)\n", what, ours,
+	       peer, r, want, r >= want ? "met" : "NOT met");
+}
+
 static size_t round_req(size_t n)
 {
 	n = (n + REQ - 1) / REQ * REQ;
@@ -359,11 +422,16 @@ int main(int argc, char **argv)
 {
 	size_t max = argc > 1 ? strtoull(argv[1], NULL, 0) : (size_t)1 << 20;
 	int reps = argc > 2 ? atoi(argv[2]) : 7;
+	bool only_top = argc > 3 && strcmp(argv[3], "top") == 0;
 	size_t pts[3];
 	struct point p[3];
+	int first = only_top ? 2 : 0, mid = only_top ? 2 : 1;
+	bool peers = true;
+	char what[96];
 
-	if (max == 0 || max > (1u << 26) || reps < 1 || reps > MAX_REPS) {
-		fprintf(stderr, "usage: bench_hashcache [max_blocks (1..%u) [reps (1..%d)]]\n",
+	if (max == 0 || max > (1u << 26) || reps < 1 || reps > MAX_REPS ||
+	    (argc > 3 && !only_top)) {
+		fprintf(stderr, "usage: bench_hashcache [max_blocks (1..%u) [reps (1..%d) [top]]]\n",
 			1u << 26, MAX_REPS);
 		return 2;
 	}
@@ -374,18 +442,49 @@ int main(int argc, char **argv)
 	       "repetitions\n", PS, REQ, reps);
 	printf("%9s %9s | %7s %7s %7s | %7s %7s | %7s %7s %7s | %8s\n", "blocks", "pool",
 	       "lookup", "free", "match", "alloc", "free", "evict", "cache", "free", "maxrss");
-	for (int i = 0; i < 3; i++) {
+	for (int i = first; i < 3; i++) {
 		run_point(pts[i], reps, &p[i]);
 		printf("%9zu %9zu | %7.1f %7.1f %7.1f | %7.1f %7.1f | %7.1f %7.1f %7.1f | %5ld MiB\n",
 		       p[i].n, p[i].capacity, p[i].lookup, p[i].lfree, p[i].match, p[i].alloc,
 		       p[i].afree, p[i].evict, p[i].ecache, p[i].efree, p[i].rss_kib / 1024);
 		fflush(stdout);
+		if (run_peer(pts[i], reps, &p[i])) {
+			printf("%9s %9s | %7.1f %7.1f %7.1f | %7s %7s | %7.1f %7.1f %7.1f |\n",
+			       "vLLM", "", p[i].vlookup, p[i].vlfree, p[i].vmatch, "-", "-",
+			       p[i].vevict, p[i].vecache, p[i].vefree);
+			printf("%9s %9s | %6.1fx %6.1fx %6.1fx | %7s %7s | %6.1fx %6.1fx %6.1fx |\n",
+			       "vLLM/us", "", ratio(p[i].vlookup, p[i].lookup),
+			       ratio(p[i].vlfree, p[i].lfree), ratio(p[i].vmatch, p[i].match), "",
+			       "", ratio(p[i].vevict, p[i].evict), ratio(p[i].vecache, p[i].ecache),
+			       ratio(p[i].vefree, p[i].efree));
+			fflush(stdout);
+		}
+		peers = peers && p[i].peer;
 	}
 	printf("  lookup/free: a 64-block request that hits fully, then its free to the queue;\n"
 	       "  alloc/free: from and to free pool pages; evict/cache/free: alloc with the pool\n"
 	       "  empty (one eviction a block), hashing under fresh hashes, free to the queue\n");
-	printf("evict ns/block at %zu over %zu blocks: %.2f (lookup %.2f, match %.2f)\n", p[2].n,
-	       p[0].n, p[2].evict / p[0].evict, p[2].lookup / p[0].lookup,
-	       p[2].match / p[0].match);
+	if (!only_top)
+		printf("evict ns/block at %zu over %zu blocks: %.2f (lookup %.2f, match %.2f)\n",
+		       p[2].n, p[0].n, p[2].evict / p[0].evict, p[2].lookup / p[0].lookup,
+		       p[2].match / p[0].match);
+	if (!peers) {
+		printf("targets (issue 26): vLLM's BlockPool not run (set KVSLAB_VLLM_SRC to a vLLM "
+		       "source tree to run it beside, with the ratios)\n");
+		return 0;
+	}
+	printf("targets (issue 26), vLLM's BlockPool run beside, per block:\n");
+	for (int i = mid; i < 3; i++) {
+		snprintf(what, sizeof(what), "evict at %zu blocks%s", p[i].n,
+			 i == 1 ? " (~10% of the largest)" : "");
+		print_target(what, p[i].evict, p[i].vevict, 10);
+	}
+	for (int i = first; i < 3; i++) {
+		snprintf(what, sizeof(what), "request sequence at %zu blocks", p[i].n);
+		print_target(what, seq_ns(p[i].lookup, p[i].lfree, p[i].evict, p[i].ecache, p[i].efree),
+			     seq_ns(p[i].vlookup, p[i].vlfree, p[i].vevict, p[i].vecache, p[i].vefree),
+			     20);
+	}
+	printf("  (request sequence: lookup + free of a hit, evict + cache + free of a new block)\n");
 	return 0;
 }

@@ -695,6 +695,76 @@ START_TEST(test_duplicates_allowed)
 }
 END_TEST
 
+/*
+ * Removal from the middle of a chain: eight blocks under one hash share a
+ * chain (its entries linked in the order cached, newest first), beside
+ * blocks of other hashes; evicting them in every order of position (the
+ * queue's order: head, tail, middle) must leave the chain whole each time:
+ * the cache validates (the chain links both ways), the hash answers while
+ * one block holds it and names a block that holds it, and the other
+ * hashes keep answering.  Then the same blocks, cached again under fresh
+ * hashes, reuse the entries.
+ */
+START_TEST(test_duplicate_chain_removal)
+{
+	static const int order[3][8] = {
+		{0, 1, 2, 3, 4, 5, 6, 7}, {7, 6, 5, 4, 3, 2, 1, 0}, {3, 5, 0, 7, 1, 6, 2, 4},
+	};
+	kvs_block_hash_t h = H(9, 9), other[4], fresh[8];
+	int32_t x[8], o[4], q[8];
+	kvs_block_hash_t got;
+	struct env e;
+
+	for (int k = 0; k < 4; k++)
+		other[k] = H(10, (uint32_t)k);
+	for (int round = 0; round < 3; round++) {
+		env_open(&e, 2, 16, 100);
+		ck_assert_int_eq(kvs_hcache_alloc(e.hc, 4, o), 0);
+		ck_assert_int_eq(kvs_hcache_cache(e.hc, o, 4, other, NULL, 0, NULL), 0);
+		ck_assert_int_eq(kvs_hcache_alloc(e.hc, 8, x), 0);
+		for (int k = 0; k < 8; k++)
+			ck_assert_int_eq(kvs_hcache_cache(e.hc, &x[k], 1, &h, NULL, 0, NULL), 0);
+		/* Freed in the round's order: the queue's order, and so the
+		 * eviction's. */
+		for (int k = 0; k < 8; k++)
+			q[k] = x[order[round][k]];
+		ck_assert_int_eq(kvs_hcache_free(e.hc, q, 8), 0);
+		ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
+		for (int k = 0; k < 8; k++) {
+			int32_t b;
+
+			ck_assert_int_eq(kvs_hcache_evict(e.hc, 1), 1);
+			ck_assert_int_eq(kvs_hcache_block(e.hc, q[k], NULL, NULL), 0);
+			ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
+			ck_assert_int_eq(kvs_hcache_match_ro(e.hc, &h, 1, 3), k < 7);
+			ck_assert_int_eq(kvs_hcache_match_ro(e.hc, other, 4, 100), 4);
+			b = kvs_hcache_find(e.hc, &h);
+			if (k == 7) {
+				ck_assert_int_eq(b, -1);
+				ck_assert_int_eq(errno, ENOENT);
+				continue;
+			}
+			/* A block still in the queue, holding the hash. */
+			ck_assert_int_eq(kvs_hcache_block(e.hc, b, NULL, &got), 1);
+			ck_assert_mem_eq(got.bytes, h.bytes, 32);
+			for (int j = 0; j <= k; j++)
+				ck_assert_int_ne(b, q[j]);
+		}
+		/* The entries come back for other hashes. */
+		ck_assert_int_eq(kvs_hcache_alloc(e.hc, 8, x), 0);
+		for (int k = 0; k < 8; k++)
+			fresh[k] = H(11, (uint32_t)k);
+		ck_assert_int_eq(kvs_hcache_cache(e.hc, x, 8, fresh, NULL, 0, NULL), 0);
+		ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
+		ck_assert_int_eq(kvs_hcache_match_ro(e.hc, fresh, 8, 100), 8);
+		ck_assert_int_eq(kvs_hcache_match_ro(e.hc, &h, 1, 3), 0);
+		ck_assert_int_eq(kvs_hcache_free(e.hc, x, 8), 0);
+		ck_assert_int_eq(kvs_hcache_free(e.hc, o, 4), 0);
+		env_close(&e);
+	}
+}
+END_TEST
+
 START_TEST(test_window_metrics)
 {
 	struct env e;
@@ -1290,6 +1360,7 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_events);
 	tcase_add_test(tc, test_event_token_ids);
 	tcase_add_test(tc, test_duplicates_allowed);
+	tcase_add_test(tc, test_duplicate_chain_removal);
 	tcase_add_test(tc, test_window_metrics);
 	tcase_add_test(tc, test_stat_accessors);
 	tcase_add_test(tc, test_bad_input);

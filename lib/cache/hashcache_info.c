@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lib/cache/hashcache_info.c - what the hashed block cache tells about
+ * itself: its statistics (kvs_hcache_stats() and the accessors lib/stats.c
+ * makes), the free queue, one block, and the check of its invariants
+ * (kvs_hcache_validate()).  The design is in lib/cache/hashcache.c's essay.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cache/hashcache_int.h"
+
+/* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
+#define HC_STAT_FIELDS(X)                                                          \
+	X(queries, queries) X(query_blocks, query_blocks) X(hit_blocks, hit_blocks)  \
+	X(window_queries, wfill) X(window_query_blocks, wsum_q)                      \
+	X(window_hit_blocks, wsum_h) X(query_tokens, query_tokens)                   \
+	X(hit_tokens, hit_tokens) X(window_query_tokens, wsum_qt)                    \
+	X(window_hit_tokens, wsum_ht) X(cached_blocks, ncached)                      \
+	X(free_queue_blocks, qlen) X(used_blocks, nused) X(evictions, nevict)
+
+/**
+ * kvs_hcache_stats() - hit metrics and block counts.
+ * @hc: cache.
+ * @st: receives them.
+ *
+ * Context: MT-Safe.
+ * Return: 0, or -1 with errno EINVAL.
+ */
+KVS_EXPORT int kvs_hcache_stats(kvs_hcache_t *hc, kvs_hcache_stats_t *st)
+{
+	if (!hc || !st)
+		return kvs_fail(EINVAL);
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&hc->lock);
+#define HC_SET(n, e) st->n = hc->e;
+	HC_STAT_FIELDS(HC_SET)
+#undef HC_SET
+	st->window_hit_ratio = hc->wsum_q ? (double)hc->wsum_h / (double)hc->wsum_q : 0.0;
+	pthread_mutex_unlock(&hc->lock);
+	return 0;
+}
+
+/* kvs_hcache_stats()'s snapshot, field by field. */
+static void hcache_fill(void *obj, uint64_t *v)
+{
+	kvs_hcache_stats_t st;
+
+	kvs_hcache_stats(obj, &st);
+#define HC_GET(n, k, d) v[KVS_HCACHE_STAT_##n] = st.n;
+	KVS_HCACHE_STATS(HC_GET)
+#undef HC_GET
+}
+
+static void hcache_header(void *obj, char *line, size_t size)
+{
+	const struct kvs_hcache *hc = obj;
+
+	snprintf(line, size, "hcache block_size %u blocks %u window %u\n", hc->ps, hc->nblocks,
+		 hc->attr.window);
+}
+
+/* The metrics' one value that is not in the list. */
+static const struct kvsi_stat_ratio hcache_ratio = {
+	.name = "window_hit_ratio",
+	.desc = "window_hit_blocks / window_query_blocks, 0 if none",
+	.after = KVS_HCACHE_STAT_window_hit_blocks,
+	.num = KVS_HCACHE_STAT_window_hit_blocks,
+	.den = KVS_HCACHE_STAT_window_query_blocks,
+};
+
+/**
+ * kvs_hcache_stat() - one statistic of kvs_hcache_stats(), by its
+ * KVS_HCACHE_STATS item; kvs_hcache_stat_get() reads one by name,
+ * kvs_hcache_stat_name() names one, kvs_hcache_stats_print() prints every
+ * one through a callback (a header line, then "name value  kind #
+ * description" lines), all through lib/stats.c.
+ * @hc: cache.
+ * @item: statistic.
+ *
+ * Context: MT-Safe (takes hc->lock to read, not while calling write_cb).
+ * Return: kvs_hcache_stat(): its value, 0 for NULL or an unknown item;
+ * kvs_hcache_stat_name(): a static string, NULL for an unknown item; the
+ * others: 0, or -1 with errno EINVAL (a NULL argument) or ENOENT (no such
+ * statistic).
+ */
+KVSI_STATS_FAMILY(hcache, KVS_HCACHE_STATS, hcache_fill, hcache_header, &kvsi_style_kind, &hcache_ratio, kvs_hcache_t,
+		  enum kvs_hcache_stat);
+
+/**
+ * kvs_hcache_free_queue() - the free queue, next eviction first.
+ * @hc: cache.
+ * @blocks: receives up to @max block ids.
+ * @max: room in @blocks.
+ *
+ * Context: MT-Safe.
+ * Return: the queue's length (which may exceed @max), or -1 with errno
+ * EINVAL.
+ */
+KVS_EXPORT ssize_t kvs_hcache_free_queue(kvs_hcache_t *hc, int32_t *blocks, size_t max)
+{
+	size_t k = 0;
+	int32_t i;
+	ssize_t len;
+
+	if (!hc || (max && !blocks))
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = hc->qhead; i >= 0 && k < max; i = hc->b[i].next)
+		blocks[k++] = i;
+	len = (ssize_t)hc->qlen;
+	pthread_mutex_unlock(&hc->lock);
+	return len;
+}
+
+/**
+ * kvs_hcache_block() - a block's refcount and hash.
+ * @hc: cache.
+ * @block: block id.
+ * @ref: receives the refcount, or NULL.
+ * @hash: receives the hash when it has one, or NULL.
+ *
+ * Context: MT-Safe.
+ * Return: 1 when the block has a hash, 0 when not, or -1 with errno EINVAL
+ * (out of range).
+ */
+KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
+				kvs_block_hash_t *hash)
+{
+	int has;
+
+	if (!hc || block < 0 || (uint32_t)block >= hc->nblocks)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	if (ref)
+		*ref = hc->b[block].ref;
+	has = hc->b[block].ent != 0;
+	if (has && hash)
+		*hash = hc->ent[hc->b[block].ent - 1].hash;
+	pthread_mutex_unlock(&hc->lock);
+	return has;
+}
+
+/**
+ * kvs_hcache_block_size() - tokens per block (the pool's page size).
+ * @hc: cache.
+ *
+ * Context: MT-Safe.
+ * Return: the block size; 0 for NULL.
+ */
+KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
+{
+	return hc ? hc->ps : 0;
+}
+
+/**
+ * kvs_hcache_validate() - check the cache's invariants.
+ * @hc: cache.
+ *
+ * The free queue links both ways, holds exactly the hashed blocks of
+ * refcount 0, and its length is counted right; every table entry names a
+ * block whose entry it is, in the bucket of its hash, and its chain links
+ * both ways; the free and retired entries and the table's account for the
+ * whole slab; the counts of cached and used blocks are right.
+ *
+ * Context: MT-Safe (it takes the writer lock).
+ * Return: 0, or -1 with errno EINVAL (@hc NULL) or EUCLEAN (broken).
+ */
+KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
+{
+	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0;
+	int32_t i, prev = -1;
+	int bad = 0;
+
+	if (!hc)
+		return kvs_fail(EINVAL);
+	pthread_mutex_lock(&hc->lock);
+	for (i = hc->qhead; i >= 0 && n <= hc->nblocks; i = hc->b[i].next, n++) {
+		struct hblock *b = &hc->b[i];
+
+		if (b->prev != prev || !b->inq || b->ref || !b->ent)
+			bad = 1;
+		prev = i;
+	}
+	if (n != hc->qlen || hc->qtail != prev)
+		bad = 1;
+	for (uint32_t j = 0; j < hc->nblocks; j++) {
+		struct hblock *b = &hc->b[j];
+
+		used += b->ref > 0;
+		inq += b->inq;
+		iso += b->iso && b->inq;
+		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
+		    b->ent > hc->efresh || (b->ent && hc->ent[b->ent - 1].block != (int32_t)j))
+			bad = 1;
+	}
+	for (uint64_t k = 0; k <= hc->mask && !bad; k++) {
+		int32_t e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed), p = -1;
+
+		for (; e >= 0 && !bad; p = e, e = atomic_load_explicit(&hc->ent[e].next,
+								     memory_order_relaxed)) {
+			struct hent *x = &hc->ent[e];
+
+			if ((uint32_t)e >= hc->efresh || ++ents > hc->nblocks || x->prev != p ||
+			    x->hv != hc_hash_bucket(&x->hash) || (x->hv & hc->mask) != k ||
+			    x->block < 0 || (uint32_t)x->block >= hc->nblocks ||
+			    hc->b[x->block].ent != (uint32_t)e + 1)
+				bad = 1;
+		}
+	}
+	/* The free and retired stacks: in range, the slab whole. */
+	if (hc->nfree + hc->nretired + ents != hc->efresh || hc->efresh > hc->nent)
+		bad = 1;
+	for (uint32_t j = 0; j < hc->nfree + hc->nretired && !bad; j++) {
+		int32_t e = hc->estk[j < hc->nfree ? j : hc->nent - 1 - (j - hc->nfree)];
+
+		if (e < 0 || (uint32_t)e >= hc->efresh)
+			bad = 1;
+	}
+	if (used != hc->nused || inq != hc->qlen || ents != hc->ncached || iso != hc->niso)
+		bad = 1;
+	pthread_mutex_unlock(&hc->lock);
+	return bad ? kvs_fail(EUCLEAN) : 0;
+}
