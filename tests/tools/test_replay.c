@@ -10,6 +10,7 @@
  * second finding the first's pages.
  */
 #include <errno.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <sys/wait.h>
@@ -1659,6 +1660,37 @@ END_TEST
  * the budget down; the JSON's limit_preempted); the plot's titles give the
  * driver time beside the memory (an SVG, whose text can be read).
  */
+/* --slab-aware=both: each slab strategy with slab-aware eviction and
+ * without (NAME/lru), and a line that compares their hits and memory; the
+ * two differ on this evicting load, so each ran with its own order. */
+START_TEST(test_tool_slab_aware_both)
+{
+	static char out[1 << 16];
+	double on = -1, off = -1, d;
+	const char *l;
+
+	ck_assert_int_eq(tool("-m tiny --head-dim 512 -M 64M -s slab:16 --slab-aware both "
+			      "--requests 600 --cache-max off", out, sizeof(out)), 0);
+	l = strstr(out, "slab-aware eviction slab:16 against slab:16/lru (LRU alone): hit ");
+	ck_assert_msg(l, "no comparison line in:\n%s", out);
+	ck_assert_int_eq(sscanf(l, "slab-aware eviction slab:16 against slab:16/lru (LRU alone): "
+				   "hit %lf against %lf (%lf)", &on, &off, &d), 3);
+	ck_assert(on > 0 && off > 0);
+	ck_assert_msg(on != off, "the same hit ratio %f: both ran with one order", on);
+	ck_assert(fabs(d - (on - off)) < 1e-4);
+	ck_assert_int_eq(tool("-q -m tiny --head-dim 512 -M 64M -s slab:16 --slab-aware both "
+			      "--requests 100 --json -", out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"name\": \"slab:16\""));
+	ck_assert_ptr_nonnull(strstr(out, "\"slab_aware\": 1"));
+	ck_assert_ptr_nonnull(strstr(out, "\"name\": \"slab:16/lru\""));
+	ck_assert_ptr_nonnull(strstr(out, "\"slab_aware\": 0"));
+	/* Doubling past the strategies' limit is refused. */
+	ck_assert_int_eq(tool("-s slab:1,slab:2,slab:4,slab:8,slab:16 --slab-aware both", out,
+			      sizeof(out)), 2);
+	ck_assert_ptr_nonnull(strstr(out, "doubles the slab strategies"));
+}
+END_TEST
+
 START_TEST(test_tool_limit_and_plot_costs)
 {
 	static char out[1 << 17];
@@ -1746,6 +1778,7 @@ int main(void)
 	tcase_add_test(tc, test_tool_progress);
 	tcase_add_test(tc, test_tool_host_tier_any_size);
 	tcase_add_test(tc, test_tool_limit_and_plot_costs);
+	tcase_add_test(tc, test_tool_slab_aware_both);
 	suite_add_tcase(s, tc);
 	return tu_run(s);
 }

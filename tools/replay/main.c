@@ -117,7 +117,9 @@ static void usage(FILE *f)
 		"      --shrink-quiet=N    slab: pages freed since the last growth before\n"
 		"                          empty slabs are unmapped                [4096]\n"
 		"      --worker            slab: map ahead on a worker thread\n"
-		"      --slab-aware=on|off radix eviction prefers pages whose slabs empty [on]\n"
+		"      --slab-aware=on|off|both radix eviction prefers pages whose slabs\n"
+		"                          empty [on]; both: each slab strategy with and\n"
+		"                          without (NAME/lru), to see what it costs in hits\n"
 		"      --compact=N         slab: migrate up to N live pages a step out of\n"
 		"                          sparse slabs (kvs_pool_compact)           [0: off]\n"
 		"      --cache-max=P%%      cap the prefix cache's evictable pages at P%% of the\n"
@@ -305,6 +307,7 @@ static int parse_strategies(const char *list, uint32_t granules, struct rp_strat
 		}
 		s->page_size = page;
 		s->slab_granules = granules;
+		s->slab_aware = -1;
 		snprintf(s->name, sizeof(s->name), "%s:%u", tok, page);
 		(*n)++;
 	}
@@ -312,6 +315,38 @@ static int parse_strategies(const char *list, uint32_t granules, struct rp_strat
 	if (rc == 0 && *n == 0)
 		rc = bad("--strategies", list);
 	return rc;
+}
+
+/*
+ * --slab-aware=both: each slab strategy twice, slab-aware eviction on (its
+ * name) and off (NAME/lru, the policy's order alone, SGLang's), so that
+ * the report gives what it costs in hits and saves in memory.
+ */
+static int add_lru_twins(struct rp_strategy *s, size_t *n)
+{
+	size_t m = *n, i, j;
+
+	for (i = 0; i < *n; i++)
+		m += s[i].kind == RP_SLAB;
+	if (m > MAX_STRATEGIES) {
+		fprintf(stderr, "kvslab-replay: --slab-aware=both doubles the slab strategies: at "
+				"most %d in all\n", MAX_STRATEGIES);
+		return -1;
+	}
+	for (i = *n, j = m; i-- > 0;) {
+		if (s[i].kind == RP_SLAB) {
+			s[--j] = s[i];
+			s[j].slab_aware = 0;
+			snprintf(s[j].name + strlen(s[j].name), sizeof(s[j].name) - strlen(s[j].name),
+				 "/lru");
+			s[--j] = s[i];
+			s[j].slab_aware = 1;
+		} else {
+			s[--j] = s[i];
+		}
+	}
+	*n = m;
+	return 0;
 }
 
 /* "radix", "hash" or both, comma-separated, each at most once. */
@@ -434,6 +469,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				o->sim.slab_aware = 1;
 			else if (strcmp(optarg, "off") == 0)
 				o->sim.slab_aware = 0;
+			else if (strcmp(optarg, "both") == 0)
+				o->sim.slab_aware = 2;
 			else
 				r = bad("--slab-aware", optarg);
 			break;
@@ -938,6 +975,10 @@ int main(int argc, char **argv)
 	if (parse_strategies(o.strategies, o.granules, strats, &ns) < 0 ||
 	    parse_caches(o.caches, caches, &nc) < 0)
 		return 2;
+	if (o.sim.slab_aware == 2 && add_lru_twins(strats, &ns) < 0)
+		return 2;
+	if (o.sim.slab_aware == 2)
+		o.sim.slab_aware = 1;
 	/* One run a store: a second strategy would find the first's pages
 	 * there, and the two would no longer be compared on equal terms. */
 	if (o.sim.storage && ns > 1) {

@@ -171,6 +171,42 @@ static void limit_verdict(FILE *f, const struct rp_result *res, size_t n)
 	}
 }
 
+/*
+ * --slab-aware=both: each slab strategy beside its NAME/lru twin, what the
+ * slab-aware eviction order costs in hits and saves in memory, so that a
+ * user can choose.
+ */
+static void aware_verdict(FILE *f, const struct rp_result *res, size_t n)
+{
+	size_t i, j;
+
+	for (i = 0; i < n; i++) {
+		const struct rp_result *off = &res[i];
+
+		if (off->strat.slab_aware != 0 || off->strat.kind != RP_SLAB)
+			continue;
+		for (j = 0; j < n; j++) {
+			const struct rp_result *on = &res[j];
+
+			if (on->strat.slab_aware != 1 || on->strat.kind != RP_SLAB ||
+			    on->strat.page_size != off->strat.page_size ||
+			    on->strat.cache != off->strat.cache)
+				continue;
+			fprintf(f, "slab-aware eviction %s against %s (LRU alone): hit %.4f against "
+				   "%.4f (%+.4f); maps %.2f GiB on average against %.2f (%+.1f%%), "
+				   "%.2f GiB at peak against %.2f; %llu driver calls against %llu\n",
+				on->strat.name, off->strat.name, hit_ratio(on), hit_ratio(off),
+				hit_ratio(on) - hit_ratio(off), gib(on->mapped_mean),
+				gib(off->mapped_mean),
+				off->mapped_mean > 0 ? 100.0 * (on->mapped_mean / off->mapped_mean - 1)
+						     : 0.0,
+				gib((double)on->mapped_peak), gib((double)off->mapped_peak),
+				(unsigned long long)on->drv_calls, (unsigned long long)off->drv_calls);
+			break;
+		}
+	}
+}
+
 void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 		       const struct rp_cost_model *cost)
 {
@@ -217,6 +253,7 @@ void rp_report_verdict(FILE *f, const struct rp_result *res, size_t n,
 	if (!any)
 		fprintf(f, "verdict: no static pool to compare with (add static:1 to -s)\n");
 	limit_verdict(f, res, n);
+	aware_verdict(f, res, n);
 }
 
 /* The memory table: what requests need, what the cache holds, what is mapped. */
@@ -511,6 +548,8 @@ int rp_report_json(const char *path, const struct rp_meta *meta, const struct rp
 		fprintf(f, ", \"cache\": \"%s\", \"cache_ns\": %llu, \"hash_ns\": %llu, "
 			"\"cache_requests_per_s\": %.1f", cache_name(r), (unsigned long long)r->cache_ns,
 			(unsigned long long)r->hash_ns, cache_rps(r));
+		if (r->strat.kind == RP_SLAB && r->strat.slab_aware >= 0)
+			fprintf(f, ", \"slab_aware\": %d", r->strat.slab_aware);
 		fprintf(f,
 			", \"page_size\": %u, \"capacity_tokens\": %llu, \"steps\": %llu, "
 			"\"sim_seconds\": %.3f,\n     \"mapped_peak\": %llu, \"mapped_mean\": %.0f, "

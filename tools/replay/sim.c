@@ -1282,7 +1282,7 @@ static int setup(struct sim *s)
 
 		kvs_radix_attr_init(&ra);
 		ra.disabled = o->no_cache;
-		ra.slab_aware = (uint32_t)o->slab_aware;
+		ra.slab_aware = (uint32_t)(st->slab_aware >= 0 ? st->slab_aware : o->slab_aware);
 		s->radix = kvs_radix_create(s->pool, &ra);
 		if (!s->radix)
 			return fail_msg(s, "cannot create the radix cache: %s", strerror(errno));

@@ -24,6 +24,7 @@ struct rp_strategy {
 	enum rp_cache cache;
 	uint32_t page_size;
 	uint32_t slab_granules;		/* chunk size in granules (>= 1) */
+	int slab_aware;			/* radix eviction: -1 the run's --slab-aware, 0 off, 1 on */
 	char name[32];
 };
 
@@ -41,7 +42,9 @@ struct rp_sim_opts {
 	uint32_t min_empty, max_empty;	/* slab watermarks */
 	uint64_t shrink_quiet;		/* slab: pages freed since growth before unmapping */
 	int worker;			/* slab: map ahead on a worker thread */
-	int slab_aware;			/* radix eviction slab-aware (the library's default, 1) */
+	int slab_aware;			/* radix eviction slab-aware (the library's default, 1);
+					 * 2 (--slab-aware=both): main.c runs each slab
+					 * strategy with it and without */
 	uint32_t compact_pages;		/* slab: kvs_pool_compact() budget a step, 0: off */
 	int no_cache;			/* a disabled prefix cache: nothing kept */
 	int hash_fn;			/* --cache hash: enum kvs_hash_fn */
