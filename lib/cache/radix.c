@@ -14,7 +14,7 @@
  * segment (struct rseg); a split's two halves point into the old
  * segment's memory (its owner, freed with the last segment over it), so a
  * split copies nothing; owners' memory comes from and goes back to a
- * per-tree cache of blocks and arena (struct seg_cache).  A node's children live in
+ * per-tree cache of blocks (struct seg_cache).  A node's children live in
  * one array sorted by a 64-bit hash of (extra key, first page) (struct
  * rkids), changed in place while it has room (see kid_count()).  Changing
  * a segment, or a full array, means building a new one, publishing it with

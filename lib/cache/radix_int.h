@@ -7,7 +7,7 @@
  *
  *   radix.c        the tree: children, the writer, create, insert, lock,
  *                  reset, getters and statistics
- *   radix_seg.c    segment memory (the per-tree block cache and arena), RCU frees
+ *   radix_seg.c    segment memory (the per-tree block cache) and RCU frees
  *   radix_match.c  matching, under wlock and lock-free
  *   radix_check.c  trust at the boundary (an insert's input) and validate
  *   radix_evict.c  eviction: the policy's heap and slab-aware picks
@@ -51,7 +51,6 @@ struct rseg {
 	uint32_t len;
 	_Atomic uint32_t refs;		/* an owner's: segments over its data[], itself included */
 	uint8_t cls;			/* an owner's size class in its cache, or SEG_BIG */
-	bool arena;			/* an owner's block is carved from its cache's arena */
 	struct seg_cache *sc;		/* the cache an owner goes back to, or NULL */
 	int32_t *keys, *vals;		/* len each, in owner->data */
 	struct rseg *owner;		/* the segment whose data[] holds them (itself, or a split's source) */
@@ -64,32 +63,15 @@ struct rseg {
  * classes a power of two, from 64 bytes to 64 MiB, on free lists (linked
  * through ->owner), so that inserts reuse what evictions and splits
  * retired rather than fault fresh pages in.  Freed blocks come back from
- * RCU's thread too, hence the lock.
- *
- * Blocks up to SEG_ARENA_BLOCK bytes are carved from the tree's arena:
- * chunks mapped whole (256 KiB, doubling to SEG_CHUNK_MAX) and populated
- * in one call, so that a growing tree does not take a page-fault trap
- * every 4 KiB in its copies.  An arena block always goes
- * back to its class's list, and the arena to the system only when the
- * tree is destroyed: it holds the high-water mark of the tree's segment
- * memory (bounded by the pool's capacity), plus what the classes strand.
- * A miss in one class takes a kept block of one of the next three (at most
- * 1.6 times the size) before it carves.  Larger blocks come from malloc:
- * of those it keeps at most a quarter of the bytes its segments hold, plus
- * 4 MiB; the rest goes back to malloc.
+ * RCU's thread too, hence the lock.  It keeps at most a quarter of the
+ * bytes its segments hold, plus 4 MiB; the rest goes back to malloc.
  */
 #define SEG_CLASSES 81
 #define SEG_BIG 0xff
-#define SEG_CHUNK_MIN ((size_t)256 << 10)
-#define SEG_CHUNK_MAX ((size_t)4 << 20)
-#define SEG_ARENA_BLOCK (SEG_CHUNK_MAX / 8)
 struct seg_cache {
 	pthread_mutex_t lock;
 	struct rseg *free[SEG_CLASSES];
 	size_t free_bytes, live_bytes;
-	void *chunks;			/* the arena's chunks, linked through their first word */
-	char *cur;			/* the current chunk's free part */
-	size_t left, next_chunk;	/* its bytes; the next chunk's size (0: SEG_CHUNK_MIN) */
 };
 
 /* A run of consecutive pages among the locations an insert is handed. */

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <urcu-bp.h>
 
 #include "cache/radix_int.h"
@@ -35,104 +34,40 @@ static unsigned int seg_class(size_t b, size_t *size)
 	return e > 25 ? SEG_BIG : 1 + (e - 6) * 4 + (unsigned int)(m - 5);
 }
 
-/* The size of class @c's blocks (seg_class()'s inverse). */
-static size_t class_size(unsigned int c)
-{
-	unsigned int e, m;
-
-	if (c == 0)
-		return 64;
-	e = 6 + (c - 1) / 4;
-	m = 5 + (c - 1) % 4;
-	return (size_t)m << (e - 2);
-}
-
-/*
- * A block of @size bytes carved from @sc's arena, or NULL (the system
- * refused a chunk).  A new chunk is mapped whole and populated in one call
- * (advice only: a kernel without MADV_POPULATE_WRITE faults the pages in
- * as they are written), at most SEG_CHUNK_MAX at a time so that the
- * writer holding wlock never waits long for it; the old chunk's tail is
- * left unused.  Huge pages (MADV_HUGEPAGE) cut the faults to a third on
- * the conversation trace but made the replay slower on this machine's
- * kernel (defrag on madvise: compaction on the fault), so they are not
- * asked for.  With sc->lock.
- */
-static void *arena_take(struct seg_cache *sc, size_t size)
-{
-	void *p;
-
-	if (sc->left < size) {
-		size_t csz = sc->next_chunk ? sc->next_chunk : SEG_CHUNK_MIN;
-		void *m;
-
-		while (csz < 8 * size && csz < SEG_CHUNK_MAX)
-			csz *= 2;
-		m = mmap(NULL, csz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (m == MAP_FAILED)
-			return NULL;
-#ifdef MADV_POPULATE_WRITE
-		(void)madvise(m, csz, MADV_POPULATE_WRITE);
-#endif
-		*(void **)m = sc->chunks;
-		((size_t *)m)[1] = csz;
-		sc->chunks = m;
-		sc->cur = (char *)m + 64;
-		sc->left = csz - 64;
-		sc->next_chunk = csz < SEG_CHUNK_MAX ? 2 * csz : SEG_CHUNK_MAX;
-	}
-	p = sc->cur;
-	sc->cur += size;
-	sc->left -= size;
-	return p;
-}
-
 static struct rseg *seg_block(struct seg_cache *sc, size_t b)
 {
 	struct rseg *s = NULL;
 	size_t size;
-	unsigned int c = seg_class(b, &size), k;
-	bool arena = size <= SEG_ARENA_BLOCK;
+	unsigned int c = seg_class(b, &size);
 
 	if (!sc || c == SEG_BIG) {
 		s = malloc(b);
 		if (s) {
 			s->cls = SEG_BIG;
-			s->arena = false;
 			s->sc = NULL;
 		}
 		return s;
 	}
 	pthread_mutex_lock(&sc->lock);
-	/* A kept block of this class, else (arena sizes) of the next three. */
-	for (k = c; k < SEG_CLASSES && k <= c + (arena ? 3u : 0u) && !(s = sc->free[k]); k++)
-		;
+	s = sc->free[c];
 	if (s) {
-		sc->free[k] = s->owner;
-		size = class_size(k);
+		sc->free[c] = s->owner;
 		sc->free_bytes -= size;
-		c = k;
-	} else if (arena && (s = arena_take(sc, size)) != NULL) {
-		s->arena = true;
 	}
-	if (s)
-		sc->live_bytes += size;
+	sc->live_bytes += size;
 	pthread_mutex_unlock(&sc->lock);
-	if (!s) {
-		if (!(s = malloc(size)))
-			return NULL;
-		s->arena = false;
+	if (!s && !(s = malloc(size))) {
 		pthread_mutex_lock(&sc->lock);
-		sc->live_bytes += size;
+		sc->live_bytes -= size;
 		pthread_mutex_unlock(&sc->lock);
+		return NULL;
 	}
 	s->cls = (uint8_t)c;
 	s->sc = sc;
 	return s;
 }
 
-/* An owner's block goes back to its cache (always, for an arena block),
- * or to malloc. */
+/* An owner's block goes back to its cache, or to malloc. */
 static void seg_block_free(struct rseg *s)
 {
 	struct seg_cache *sc = s->sc;
@@ -143,10 +78,10 @@ static void seg_block_free(struct rseg *s)
 		free(s);
 		return;
 	}
-	size = class_size(s->cls);
+	seg_class(sizeof(*s) + 2 * (size_t)s->len * sizeof(int32_t), &size);
 	pthread_mutex_lock(&sc->lock);
 	sc->live_bytes -= size;
-	keep = s->arena || sc->free_bytes + size <= sc->live_bytes / 4 + (4u << 20);
+	keep = sc->free_bytes + size <= sc->live_bytes / 4 + (4u << 20);
 	if (keep) {
 		s->owner = sc->free[s->cls];
 		sc->free[s->cls] = s;
@@ -157,8 +92,7 @@ static void seg_block_free(struct rseg *s)
 		free(s);
 }
 
-/* Give every kept block back to malloc, and the arena to the system.  No
- * segment may be in flight, nor any arena block in use. */
+/* Give every kept block back to malloc.  No segment may be in flight. */
 void rx_seg_cache_drain(struct seg_cache *sc)
 {
 	unsigned int c;
@@ -168,17 +102,8 @@ void rx_seg_cache_drain(struct seg_cache *sc)
 			struct rseg *s = sc->free[c];
 
 			sc->free[c] = s->owner;
-			if (!s->arena)
-				free(s);
+			free(s);
 		}
-	while (sc->chunks) {
-		void *m = sc->chunks;
-
-		sc->chunks = *(void **)m;
-		munmap(m, ((size_t *)m)[1]);
-	}
-	sc->cur = NULL;
-	sc->left = 0;
 	sc->free_bytes = 0;
 }
 
@@ -213,7 +138,6 @@ struct rseg *rx_seg_view(struct rseg *src, uint32_t off, uint32_t len)
 		return NULL;
 	s->len = len;
 	s->cls = SEG_BIG;
-	s->arena = false;
 	s->sc = NULL;
 	s->owner = src->owner;
 	s->keys = src->keys + off;
