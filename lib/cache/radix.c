@@ -29,11 +29,13 @@
  * scratch bitmap of the same size to find a page named twice in one call;
  * both are changed only under wlock.
  *
- * Trust at the API boundary.  An insert checks every location it is
- * handed before it changes anything, a run of consecutive pages at a time
- * (one scan finds the runs): in the pool's range, page-aligned,
- * no page twice, held by the caller (refcount > 0), and, for the pages the
- * tree would take over, not already the tree's.  Node handles are checked
+ * Trust at the API boundary.  An insert checks every location of the part
+ * of the key the tree does not hold yet before it changes anything, a run
+ * of consecutive pages at a time (one scan finds the runs): in the pool's
+ * range, page-aligned, no page twice, held by the caller (refcount > 0),
+ * and not already the tree's.  The locations of the part the tree holds
+ * are not looked at: the tree keeps its own, and the caller's are most
+ * often the very ones it matched.  Node handles are checked
  * to belong to the tree.  kvs_radix_validate() checks the same of the
  * whole tree.
  *
@@ -535,7 +537,10 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 
 
 /* The body of kvs_radix_insert() and kvs_radix_insert_lock(), with wlock
- * held and the input checked.  *@last receives the node ending the key.
+ * held and the arguments checked.  The walk finds the part of the key the
+ * tree holds; only the locations of the rest are checked
+ * (rx_check_insert()), since the tree keeps its own for the part it holds
+ * and ignores the caller's.  *@last receives the node ending the key.
  * Returns what kvs_radix_insert() returns. */
 static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t *key, size_t n,
 			     const int32_t *locs, int priority, struct rnode **last)
@@ -550,6 +555,8 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 	if (r->disabled) {
 		/* Nothing was cached, so the tree takes every page over and
 		 * drops it at once, as SGLang's caller does; returns 0. */
+		if (rx_check_insert(r, locs, n) < 0)
+			return -1;
 		if (n)
 			rx_free_locs(r, locs, n);
 		return 0;
@@ -574,12 +581,16 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 		cut = 0;
 		node = c;
 	}
-	if (r->held) /* rx_check_insert() left the runs */
+	/* The new part's locations, from token @pos on (page-aligned, so its
+	 * runs start pages): rx_check_insert() leaves its runs of pages in
+	 * r->runs, none of which the tree may hold yet. */
+	if (rx_check_insert(r, pos < n ? locs + pos : locs, n - pos) < 0)
+		return -1;
+	if (r->held)
 		for (i = 0; i < r->nruns; i++) {
-			uint64_t p;
-			uint32_t np = run_from(r, i, pos, &p);
+			const struct prun *u = &r->runs[i];
 
-			if (np && bits_any(r->held, p, p + np))
+			if (bits_any(r->held, u->first, u->first + u->np))
 				return kvs_fail(EINVAL);
 		}
 	r->clock++;
@@ -620,13 +631,10 @@ static ssize_t insert_locked(struct kvs_radix *r, uint64_t extra, const int32_t 
 			stored = leaf;
 			leaf->last_hash = kvev_chain(&r->ev, stored_from, extra, s->keys, 0, s->len, 0);
 		}
-		if (r->held) /* rx_check_insert() left the runs */
-			for (i = 0; i < r->nruns; i++) {
-				uint64_t p;
-				uint32_t np = run_from(r, i, pos, &p);
-
-				bits_fill(r->held, p, p + np, true);
-			}
+		if (r->held) /* the new part's runs, from rx_check_insert() */
+			for (i = 0; i < r->nruns; i++)
+				bits_fill(r->held, r->runs[i].first,
+					  r->runs[i].first + r->runs[i].np, true);
 		r->evictable += s->len;
 		r->total += s->len;
 		r->st.inserted_tokens += s->len;
@@ -652,9 +660,7 @@ static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t 
 		return kvs_fail(EINVAL);
 	n = n / r->ps * r->ps;
 	pthread_mutex_lock(&r->wlock);
-	got = rx_check_insert(r, locs, n);
-	if (got == 0)
-		got = insert_locked(r, extra, key, n, locs, priority, &node);
+	got = insert_locked(r, extra, key, n, locs, priority, &node);
 	if (got >= 0 && lock)
 		rx_lock_path(r, node);
 	pthread_mutex_unlock(&r->wlock);
@@ -677,9 +683,11 @@ static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t 
  *        It is not protected once the call returns (see
  *        kvs_radix_insert_lock()).
  *
- * The locations are checked first: in the pool's range, page-aligned, no
- * page twice, every page held by the caller, and none of the pages the
- * tree would take over already in the tree.
+ * The locations of the part the tree does not hold yet are checked
+ * before anything changes: in the pool's range, page-aligned, no page
+ * twice, every page held by the caller, and none already in the tree.
+ * The tree keeps its own locations for the part it holds and ignores
+ * the caller's (those of a disabled cache are all checked).
  *
  * Context: MT-Safe (takes wlock).
  * Return: the number of leading tokens that were already cached: the

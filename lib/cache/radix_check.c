@@ -107,14 +107,14 @@ static int check_pages(struct kvs_radix *r)
 }
 
 /*
- * Check what an insert of @n tokens (page-aligned) is handed, before it
- * changes anything: every location in the pool's range (>= 0 without a
- * pool), each page's locations one page of the pool in order, no page
- * twice, every page held by the caller (reference count > 0), and none of
- * the pages the tree would take over already the tree's (that one by
- * insert_locked(), once its walk knows where the new part starts).  Leaves
- * the runs of pages in r->runs for the insert.  With wlock.  Returns 0, or
- * -1 with errno EINVAL or ENOMEM.
+ * Check the locations of the @n tokens (page-aligned) an insert would
+ * store, before it changes anything (insert_locked() hands the part of its
+ * key the tree does not hold yet): every location in the pool's range
+ * (>= 0 without a pool), each page's locations one page of the pool in
+ * order, no page twice, every page held by the caller (reference count >
+ * 0); insert_locked() then refuses a page already the tree's.  Leaves the
+ * runs of pages in r->runs for the insert.  With wlock.  Returns 0, or -1
+ * with errno EINVAL or ENOMEM.
  */
 int rx_check_insert(struct kvs_radix *r, const int32_t *locs, size_t n)
 {

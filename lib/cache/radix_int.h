@@ -320,22 +320,6 @@ static inline void rcu_retire(struct rcu_head *h, void (*cb)(struct rcu_head *))
 	call_rcu(h, cb);
 }
 
-/* The part of run @k from token @pos on (page-aligned): its first page in
- * *@first, its pages returned (0: the run ends before @pos). */
-static inline uint32_t run_from(const struct kvs_radix *r, size_t k, size_t pos, uint64_t *first)
-{
-	const struct prun *u = &r->runs[k];
-	uint64_t skip;
-
-	if (u->at >= pos) {
-		*first = u->first;
-		return u->np;
-	}
-	skip = loc_page(r, (int32_t)(pos - u->at));
-	*first = u->first + skip;
-	return skip < u->np ? u->np - (uint32_t)skip : 0;
-}
-
 /*
  * The sequence count readers check their walk against.  Only changes a
  * reader can see go between write_begin() and write_end(): a split, a new

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <kvslab.h>
@@ -355,6 +356,7 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	struct stat_ns sx = {0}, sm = {0}, se = {0}, sec = {0}, sa = {0}, si = {0};
 	uint64_t req_tokens = 0, hit_tokens = 0, alloc_tokens = 0, evicted_tokens = 0;
 	uint64_t busy = 0, inserted;
+	struct rusage ru0, ru1;
 	double bound_s;
 	size_t i;
 
@@ -384,6 +386,7 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		perror("bench_radix: holding the pool's excess");
 		return 1;
 	}
+	getrusage(RUSAGE_SELF, &ru0);
 	for (i = 0; i < t->n; i++) {
 		const struct treq *q = &t->r[i];
 		uint32_t n = q->len / ps * ps;
@@ -432,6 +435,7 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 		kvs_radix_unlock(r, last);
 		busy += bench_ns() - start;
 	}
+	getrusage(RUSAGE_SELF, &ru1);
 	/* The bandwidth before and after the run, averaged: the machine's
 	 * other tenants change it over seconds. */
 	measure_bandwidth();
@@ -451,9 +455,11 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	       (unsigned long long)kvs_pool_capacity(pool), (double)hit_tokens / (double)req_tokens,
 	       ideal_hit, (double)t->n / ((double)busy / 1e9),
 	       100.0 * bound_s / ((double)busy / 1e9), (double)t->n / bound_s);
-	printf("    tokens: matched %llu allocated %llu inserted %llu evicted %llu\n",
+	printf("    tokens: matched %llu allocated %llu inserted %llu evicted %llu; minor page "
+	       "faults during the requests %ld\n",
 	       (unsigned long long)hit_tokens, (unsigned long long)alloc_tokens,
-	       (unsigned long long)inserted, (unsigned long long)evicted_tokens);
+	       (unsigned long long)inserted, (unsigned long long)evicted_tokens,
+	       ru1.ru_minflt - ru0.ru_minflt);
 	printf("    median ns/request: expand %llu  match %llu  evict %llu (%llu over %zu "
 	       "evicting)  alloc %llu  insert %llu\n",
 	       (unsigned long long)median(&sx), (unsigned long long)median(&sm),

@@ -752,6 +752,76 @@ START_TEST(test_insert_checks_runs)
 }
 END_TEST
 
+/* An insert checks only the locations it stores: those of the part the
+ * tree does not hold yet.  With the tree's own locations (a locked
+ * match's) as the cached part, a bad location in the new part is still
+ * refused with EINVAL and changes nothing; the cached part's locations are
+ * ignored, whatever they are, and the tree keeps its own. */
+START_TEST(test_insert_checks_new_part_only)
+{
+	struct env e;
+	int32_t k[16], a[8], b[8], m[16], bad[16], gone[4];
+	kvs_radix_node_t *last;
+	kvs_slab_t *slab;
+
+	env_open(&e, 4, KVS_EVICT_LRU, 1024);
+	slab = kvs_pool_slab(e.pool);
+	for (int i = 0; i < 16; i++)
+		k[i] = 100 + i;
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, a), 0);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 8, a, 0, NULL), 0);
+	/* A request matches the first 8 tokens (locked) and computes 8 more. */
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 16, m, &last), 8);
+	ck_assert_int_eq(kvs_radix_lock(e.r, last), 0);
+	ck_assert_int_eq(memcmp(m, a, sizeof(a)), 0);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, b), 0);
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 4, gone), 0);
+	ck_assert_int_eq(kvs_pool_free(e.pool, 4, gone), 0);
+	ck_assert_int_eq(kvs_radix_unlock(e.r, last), 0);
+	/* The new part: negative, beyond the pool, a page twice, a page the
+	 * caller does not hold, a page of the tree, a page out of order. */
+	for (int c = 0; c < 6; c++) {
+		memcpy(bad, m, 8 * sizeof(int32_t));
+		memcpy(bad + 8, b, 8 * sizeof(int32_t));
+		for (int j = 0; j < 4; j++) {
+			int32_t *p = &bad[12 + j];
+
+			*p = c == 0 ? -4 + j
+			   : c == 1 ? (int32_t)kvs_pool_capacity(e.pool) + j
+			   : c == 2 ? b[j]
+			   : c == 3 ? gone[j]
+			   : c == 4 ? a[4 + j]
+			   : b[4 + (j ^ 1)];
+		}
+		insert_refused(&e, k, 16, bad);
+		/* Nothing taken over: the caller still holds each new page once. */
+		ck_assert_int_eq(kvs_slab_refcount(slab, (uint32_t)b[0] / 4), 1);
+		ck_assert_int_eq(kvs_slab_refcount(slab, (uint32_t)b[4] / 4), 1);
+	}
+	/* The cached part's locations are not looked at: the tree's own (the
+	 * match's), or anything at all. */
+	memcpy(bad, m, 8 * sizeof(int32_t));
+	for (int i = 0; i < 8; i++)
+		bad[i] = -1;
+	memcpy(bad + 8, b, 8 * sizeof(int32_t));
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 16, bad, 0, NULL), 8);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 16);
+	ck_assert_int_eq(kvs_radix_match(e.r, 0, k, 16, m, NULL), 16);
+	ck_assert_int_eq(memcmp(m, a, sizeof(a)), 0);
+	ck_assert_int_eq(memcmp(m + 8, b, sizeof(b)), 0);
+	ck_assert_int_eq(kvs_slab_refcount(slab, (uint32_t)a[0] / 4), 1);
+	ck_assert_int_eq(kvs_slab_refcount(slab, (uint32_t)b[4] / 4), 1);
+	/* And the matched locations as the cached part, with a longer key. */
+	for (int i = 0; i < 8; i++)
+		k[i + 8] = 200 + i;
+	memcpy(bad, a, 8 * sizeof(int32_t));
+	ck_assert_int_eq(kvs_pool_alloc(e.pool, 8, bad + 8), 0);
+	ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, 16, bad, 0, NULL), 8);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), 24);
+	env_close(&e);
+}
+END_TEST
+
 static void count_frees(void *arg, const int32_t *locs, size_t n)
 {
 	(void)locs;
@@ -1139,6 +1209,7 @@ static Suite *radix_suite(void)
 	tc = tcase_create("boundary");
 	tcase_add_test(tc, test_insert_checks_locations);
 	tcase_add_test(tc, test_insert_checks_runs);
+	tcase_add_test(tc, test_insert_checks_new_part_only);
 	tcase_add_test(tc, test_insert_checks_free_cb);
 	tcase_add_test(tc, test_validate_catches_corruption);
 	tcase_add_test(tc, test_node_of_other_tree);
