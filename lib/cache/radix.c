@@ -651,7 +651,7 @@ static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t 
 	if (!r || (!key && n) || (!locs && n) || n > UINT32_MAX || (lock && !last))
 		return kvs_fail(EINVAL);
 	n = n / r->ps * r->ps;
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	got = rx_check_insert(r, locs, n);
 	if (got == 0)
 		got = insert_locked(r, extra, key, n, locs, priority, &node);
@@ -722,7 +722,7 @@ static int wlock_node(struct kvs_radix *r, const struct rnode *n)
 {
 	if (!r || !n)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	if (!node_ok(r, n)) {
 		pthread_mutex_unlock(&r->wlock);
 		return kvs_fail(EINVAL);
@@ -810,7 +810,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
 
 	if (!r)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	if (r->protected_) {
 		pthread_mutex_unlock(&r->wlock);
 		return kvs_fail(EBUSY);
@@ -839,7 +839,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
                                                                            \
 		if (!r)                                                    \
 			return 0;                                          \
-		pthread_mutex_lock(&r->wlock);                             \
+		rx_wlock(r);                             \
 		v = r->field;                                              \
 		pthread_mutex_unlock(&r->wlock);                           \
 		return v;                                                  \
@@ -910,7 +910,7 @@ static void radix_fill(void *obj, uint64_t *v)
 {
 	struct kvs_radix *r = obj;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 #define W_GET(n) v[KVS_RADIX_STAT_##n] = r->st.n;
 	W_STATS(W_GET)
 #undef W_GET
