@@ -228,6 +228,10 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 #define EVICT_SECTION_LEAVES 64
 #define EVICT_SECTION_TOKENS 4096
 
+/* The bounds, which tests/regression may change (SIZE_MAX: one section). */
+size_t kvsi_radix_evict_section_leaves = EVICT_SECTION_LEAVES;
+size_t kvsi_radix_evict_section_tokens = EVICT_SECTION_TOKENS;
+
 /* Called between two sections, without wlock (tests/regression). */
 void (*kvsi_radix_evict_test_hook)(void *arg, kvs_radix_t *radix);
 void *kvsi_radix_evict_test_arg;
@@ -241,8 +245,8 @@ static bool evict_section(struct kvs_radix *r, size_t tokens, size_t *done)
 	bool more = true;
 
 	write_begin(r);
-	while (*done < tokens && r->heap.n > 0 && leaves < EVICT_SECTION_LEAVES &&
-	       part < EVICT_SECTION_TOKENS) {
+	while (*done < tokens && r->heap.n > 0 && leaves < kvsi_radix_evict_section_leaves &&
+	       part < kvsi_radix_evict_section_tokens) {
 		struct rnode *leaf = r->window ? slab_aware_pick(r) : ek_node(evict_heap_top(&r->heap));
 		uint32_t len = seg_of(leaf)->len;
 

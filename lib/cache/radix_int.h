@@ -455,6 +455,8 @@ struct rnode *rx_split(struct kvs_radix *r, struct rnode *c, uint32_t m);
  * without wlock, when set (tests/regression/reg_evict_sections.c). */
 extern void (*kvsi_radix_evict_test_hook)(void *arg, kvs_radix_t *radix);
 extern void *kvsi_radix_evict_test_arg;
+/* Its bounds: leaves and tokens a section (SIZE_MAX each: one section). */
+extern size_t kvsi_radix_evict_section_leaves, kvsi_radix_evict_section_tokens;
 
 /* lib/cache/radix_pool.c: the operations the cache registers on its pool. */
 struct kvsi_cache_ops;

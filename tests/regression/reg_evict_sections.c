@@ -37,6 +37,9 @@ struct env {
 	atomic_int started, removed, removed_before_b, b_stored;
 };
 
+static void env_close(struct env *e);
+static void hook_count(void *arg, kvs_radix_t *r);
+
 static void key_of(int i, int32_t *key)
 {
 	key[0] = i;
@@ -83,6 +86,112 @@ static void env_open(struct env *e, uint32_t slab_aware, kvs_kv_event_cb cb)
 		ck_assert_int_eq(put(e, key, 2, NULL), 0);
 	}
 }
+
+/* As env_open(), slab-aware, but each leaf's two pages drawn at random
+ * from the whole pool (the same draw every time), so that leaves share
+ * slabs and slab-aware picks differ from the policy's order. */
+static void env_open_scattered(struct env *e, kvs_kv_event_cb cb)
+{
+	kvs_pool_attr_t pa;
+	kvs_radix_attr_t ra;
+	int32_t key[2], *locs;
+	uint64_t rng = 26;
+	size_t np;
+
+	memset(e, 0, sizeof(*e));
+	/* 16 pages a slab: 125 slabs (as tests/regression/reg_compact_race.c). */
+	e->d = tu_open_gran(0, tu_granularity(4096), 0, 0);
+	ck_assert_ptr_nonnull(e->d);
+	kvs_pool_attr_init(&pa);
+	pa.model.layers = 1;
+	pa.model.kv_heads = 1;
+	pa.model.head_dim = 128 * (uint32_t)(tu_granularity(4096) / 4096);
+	pa.model.dtype_size = 2;
+	pa.model.tp_size = 1;
+	pa.model.context_len = 4096;
+	pa.page_size = 1;
+	pa.max_tokens = 2 * NLEAF;
+	pa.magazine = 0;
+	pa.chunk_pool = 0;
+	e->pool = kvs_pool_create(e->d, &pa);
+	ck_assert_ptr_nonnull(e->pool);
+	ck_assert_uint_eq(kvs_slab_pages_per_slab(kvs_pool_slab(e->pool)), 16);
+	kvs_radix_attr_init(&ra);
+	ra.policy = KVS_EVICT_FIFO;
+	ra.event_cb = cb;
+	ra.event_arg = e;
+	e->r = kvs_radix_create(e->pool, &ra);
+	ck_assert_ptr_nonnull(e->r);
+	np = kvs_pool_capacity(e->pool);
+	locs = malloc(np * sizeof(*locs));
+	ck_assert_ptr_nonnull(locs);
+	ck_assert_int_eq(kvs_pool_alloc(e->pool, np, locs), 0);
+	for (size_t i = np - 1; i > 0; i--) {
+		size_t j = tu_rng(&rng) % (i + 1);
+		int32_t t = locs[i];
+
+		locs[i] = locs[j];
+		locs[j] = t;
+	}
+	for (int i = 0; i < NLEAF; i++) {
+		key_of(i, key);
+		ck_assert_int_eq(kvs_radix_insert(e->r, 0, key, 2, locs + 2 * i, 0, NULL), 0);
+	}
+	if (np > 2 * NLEAF)
+		ck_assert_int_eq(kvs_pool_free(e->pool, np - 2 * NLEAF, locs + 2 * NLEAF), 0);
+	free(locs);
+}
+
+/* The pages of the REMOVED events, in order. */
+static int32_t removed_log[2 * NLEAF];
+static size_t removed_n;
+
+static void ev_log(void *arg, const kvs_kv_event_t *ev)
+{
+	(void)arg;
+	if (ev->type == KVS_KV_REMOVED && removed_n < 2 * NLEAF)
+		removed_log[removed_n++] = ev->token_ids ? ev->token_ids[0] : (int32_t)ev->hash;
+}
+
+/*
+ * Slab-aware on a tree whose leaves share slabs: sections of 5 leaves
+ * evict the same leaves in the same order as one section for the whole
+ * call, and leave the same pages free.
+ */
+START_TEST(test_same_order_as_one_section)
+{
+	static int32_t one[2 * NLEAF];
+	struct env e;
+	size_t n_one;
+	uint64_t avail_one;
+
+	kvsi_radix_evict_section_leaves = SIZE_MAX;
+	kvsi_radix_evict_section_tokens = SIZE_MAX;
+	env_open_scattered(&e, ev_log);
+	removed_n = 0;
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1200), 1200);
+	n_one = removed_n;
+	memcpy(one, removed_log, sizeof(one));
+	avail_one = kvs_pool_available(e.pool);
+	env_close(&e);
+
+	kvsi_radix_evict_section_leaves = 5;
+	kvsi_radix_evict_section_tokens = SIZE_MAX;
+	env_open_scattered(&e, ev_log);
+	kvsi_radix_evict_test_arg = &e;
+	kvsi_radix_evict_test_hook = hook_count;
+	removed_n = 0;
+	ck_assert_int_eq(kvs_radix_evict(e.r, 1200), 1200);
+	ck_assert_int_eq(e.hook_calls, 600 / 5 - 1);
+	ck_assert_uint_eq(removed_n, n_one);
+	ck_assert_uint_eq(removed_n, 1200);
+	ck_assert_mem_eq(removed_log, one, n_one * sizeof(int32_t));
+	ck_assert_uint_eq(kvs_pool_available(e.pool), avail_one);
+	env_close(&e);
+	kvsi_radix_evict_section_leaves = 64;
+	kvsi_radix_evict_section_tokens = 4096;
+}
+END_TEST
 
 static void env_close(struct env *e)
 {
@@ -248,10 +357,13 @@ START_TEST(test_waiter_let_in)
 	env_open(&e, 1, ev_cb);
 	ck_assert_int_eq(kvs_radix_evict(e.r, 1000), 1000);
 	ck_assert_int_eq(pthread_join(e.th, NULL), 0);
-	ck_assert_int_eq(atomic_load(&e.b_stored), 1);
+	int b_stored = atomic_load(&e.b_stored), before_b = atomic_load(&e.removed_before_b);
+	int removed = atomic_load(&e.removed);
+
+	ck_assert_int_eq(b_stored, 1);
 	/* One event a page (page 1): the first section's 64 leaves, 128. */
-	ck_assert_int_eq(atomic_load(&e.removed_before_b), 128);
-	ck_assert_int_eq(atomic_load(&e.removed), 1000);
+	ck_assert_int_eq(before_b, 128);
+	ck_assert_int_eq(removed, 1000);
 	key_of(7000, key);
 	ck_assert(cached(&e, key, 2));
 	env_close(&e);
@@ -267,11 +379,13 @@ static Suite *reg_suite(void)
 	tcase_add_test(tc, test_sections_same_leaves);
 	tcase_add_test(tc, test_writers_between_sections);
 	tcase_add_test(tc, test_waiter_let_in);
+	tcase_add_test(tc, test_same_order_as_one_section);
 	suite_add_tcase(s, tc);
 	return s;
 }
 
 int main(void)
 {
+	setenv("KVSLAB_DOUBLE_GRANULARITY", "4096", 0);
 	return tu_run(reg_suite());
 }
