@@ -659,7 +659,7 @@ static ssize_t insert_common(struct kvs_radix *r, uint64_t extra, const int32_t 
 	if (!r || (!key && n) || (!locs && n) || n > UINT32_MAX || (lock && !last))
 		return kvs_fail(EINVAL);
 	n = n / r->ps * r->ps;
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	got = insert_locked(r, extra, key, n, locs, priority, &node);
 	if (got >= 0 && lock)
 		rx_lock_path(r, node);
@@ -730,7 +730,7 @@ static int wlock_node(struct kvs_radix *r, const struct rnode *n)
 {
 	if (!r || !n)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	if (!node_ok(r, n)) {
 		pthread_mutex_unlock(&r->wlock);
 		return kvs_fail(EINVAL);
@@ -818,7 +818,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
 
 	if (!r)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	if (r->protected_) {
 		pthread_mutex_unlock(&r->wlock);
 		return kvs_fail(EBUSY);
@@ -847,7 +847,7 @@ KVS_EXPORT int kvs_radix_reset(kvs_radix_t *r)
                                                                            \
 		if (!r)                                                    \
 			return 0;                                          \
-		pthread_mutex_lock(&r->wlock);                             \
+		rx_wlock(r);                             \
 		v = r->field;                                              \
 		pthread_mutex_unlock(&r->wlock);                           \
 		return v;                                                  \
@@ -918,7 +918,7 @@ static void radix_fill(void *obj, uint64_t *v)
 {
 	struct kvs_radix *r = obj;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 #define W_GET(n) v[KVS_RADIX_STAT_##n] = r->st.n;
 	W_STATS(W_GET)
 #undef W_GET

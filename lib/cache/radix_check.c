@@ -239,7 +239,7 @@ KVS_EXPORT int kvs_radix_validate(kvs_radix_t *r)
 
 	if (!r)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	if (r->held)
 		v.mine = calloc(map_words(r), sizeof(uint64_t));
 	else

@@ -35,6 +35,7 @@
 #define KVSLAB_CACHE_RADIX_INT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <urcu-bp.h>
 
@@ -140,7 +141,9 @@ struct kvs_radix {
 	void *free_arg;
 
 	struct seg_cache sc;
-	pthread_mutex_t wlock;
+	pthread_mutex_t wlock;		/* taken through rx_wlock() */
+	_Atomic uint32_t wwait;		/* writers waiting for wlock (rx_wlock()) */
+	_Atomic uint32_t wtaken;	/* wlock taken by a writer that waited */
 	_Atomic uint64_t seq;		/* odd while the writer changes the tree */
 	struct rnode *root;
 	uint64_t clock;
@@ -321,6 +324,36 @@ static inline void rcu_retire(struct rcu_head *h, void (*cb)(struct rcu_head *))
 }
 
 /*
+ * Take r->wlock, counted in r->wwait while waiting for it, so that a long
+ * writer that works in sections (kvs_radix_evict()) can see that another
+ * writer waits and let it in between sections (rx_wlock_yield()).
+ * Uncontended, one trylock and nothing more.
+ */
+static inline void rx_wlock(struct kvs_radix *r)
+{
+	if (pthread_mutex_trylock(&r->wlock) == 0)
+		return;
+	atomic_fetch_add_explicit(&r->wwait, 1, memory_order_relaxed);
+	pthread_mutex_lock(&r->wlock);
+	atomic_fetch_sub_explicit(&r->wwait, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&r->wtaken, 1, memory_order_relaxed);
+}
+
+/* Release wlock between two sections of a long writer, and if writers
+ * were waiting for it, wait until one of them has had it (or none waits
+ * any more): a mutex lets the releasing thread take it straight back, and
+ * a waiter woken by the release would find it taken again. */
+static inline void rx_wlock_yield(struct kvs_radix *r)
+{
+	uint32_t t0 = atomic_load_explicit(&r->wtaken, memory_order_relaxed);
+
+	pthread_mutex_unlock(&r->wlock);
+	while (atomic_load_explicit(&r->wwait, memory_order_relaxed) > 0 &&
+	       atomic_load_explicit(&r->wtaken, memory_order_relaxed) == t0)
+		sched_yield();
+}
+
+/*
  * The sequence count readers check their walk against.  Only changes a
  * reader can see go between write_begin() and write_end(): a split, a new
  * child, an eviction, a reset.  Called with wlock held.
@@ -401,6 +434,13 @@ struct rseg *rx_seg_new(struct seg_cache *sc, uint32_t len, const int32_t *keys,
 struct rseg *rx_seg_view(struct rseg *src, uint32_t off, uint32_t len);
 void rx_touch(struct kvs_radix *r, struct rnode *n, int priority);
 struct rnode *rx_split(struct kvs_radix *r, struct rnode *c, uint32_t m);
+
+/* lib/cache/radix_evict.c: called between two sections of an eviction,
+ * without wlock, when set (tests/regression/reg_evict_sections.c). */
+extern void (*kvsi_radix_evict_test_hook)(void *arg, kvs_radix_t *radix);
+extern void *kvsi_radix_evict_test_arg;
+/* Its bounds: leaves and tokens a section (SIZE_MAX each: one section). */
+extern size_t kvsi_radix_evict_section_leaves, kvsi_radix_evict_section_tokens;
 
 /* lib/cache/radix_pool.c: the operations the cache registers on its pool. */
 struct kvsi_cache_ops;

@@ -95,7 +95,7 @@ KVS_EXPORT ssize_t kvs_radix_match(kvs_radix_t *r, uint64_t extra, const int32_t
 
 	if (!r || (!key && n) || (!locs && n))
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	got = match_locked(r, extra, key, n, locs, &node);
 	pthread_mutex_unlock(&r->wlock);
 	if (got >= 0 && last)
@@ -129,7 +129,7 @@ KVS_EXPORT ssize_t kvs_radix_match_lock(kvs_radix_t *r, uint64_t extra, const in
 
 	if (!r || (!key && n) || (!locs && n) || !last)
 		return kvs_fail(EINVAL);
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	got = match_locked(r, extra, key, n, locs, &node);
 	if (got >= 0)
 		rx_lock_path(r, node);
@@ -226,7 +226,7 @@ KVS_EXPORT ssize_t kvs_radix_match_ro(kvs_radix_t *r, uint64_t extra, const int3
 			KVSI_TSAN_RELEASE(&rx_rcu_gp);
 			rcu_read_unlock();
 			atomic_fetch_add_explicit(&r->rst.fallbacks, 1, memory_order_relaxed);
-			pthread_mutex_lock(&r->wlock);
+			rx_wlock(r);
 			pos = ro_walk(r, extra, key, n, locs);
 			pthread_mutex_unlock(&r->wlock);
 			return (ssize_t)pos;

@@ -55,7 +55,7 @@ static int ops_unlocked_pages(void *cache, uint64_t *pages)
 {
 	struct kvs_radix *r = cache;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	mark_unlocked(r, r->root, pages);
 	pthread_mutex_unlock(&r->wlock);
 	return 0;
@@ -67,7 +67,7 @@ static int ops_held_pages(void *cache, uint64_t *pages)
 	struct kvs_radix *r = cache;
 	size_t i, n;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	n = map_words(r);
 	for (i = 0; i < n; i++)
 		pages[i] |= r->held[i];
@@ -132,7 +132,7 @@ static long ops_evict_slabs(void *cache, const uint64_t *slabs)
 	struct rnode *gone = NULL, **tail = &gone;
 	size_t i, done = 0;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	doom_walk(r, r->root, false, &d);
 	if (d.nv.nomem) {
 		pthread_mutex_unlock(&r->wlock);
@@ -197,7 +197,7 @@ static int ops_isolate(void *cache, const uint64_t *pages, uint64_t *pinned, voi
 		return kvs_fail(ENOMEM);
 	i->pages = pages;
 	i->pinned = pinned;
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	iso_walk(r, r->root, i);
 	if (i->nv.nomem) {
 		pthread_mutex_unlock(&r->wlock);
@@ -221,7 +221,7 @@ static void ops_putback(void *cache, void *token)
 	struct iso *i = token;
 	size_t j;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	for (j = 0; j < i->nv.n; j++)
 		rx_unlock_path(r, i->nv.v[j]);
 	pthread_mutex_unlock(&r->wlock);
@@ -287,7 +287,7 @@ static int ops_migrate(void *cache, int32_t *newpage, int (*inside)(void *arg), 
 	size_t i;
 	int rc, err = 0;
 
-	pthread_mutex_lock(&r->wlock);
+	rx_wlock(r);
 	reloc_walk(r, r->root, &rl);
 	if (rl.nomem) {
 		pthread_mutex_unlock(&r->wlock);
