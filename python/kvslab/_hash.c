@@ -588,17 +588,14 @@ static PyObject *hcache_block(HCacheObject *self, PyObject *arg)
 	return Py_BuildValue("(kN)", (unsigned long)ref, hash_bytes(&h));
 }
 
-/* used_blocks() -> blocks of refcount > 0, without the dict of stats() */
+/* used_blocks() -> blocks of refcount > 0, without the dict of stats()
+ * (the library's one-statistic getter). */
 static PyObject *hcache_used_blocks(HCacheObject *self, PyObject *unused)
 {
-	kvs_hcache_stats_t st;
-
 	(void)unused;
 	if (hcache_check(self) < 0)
 		return NULL;
-	if (kvs_hcache_stats(self->hc, &st) < 0)
-		return kvpy_raise("kvs_hcache_stats", NULL);
-	return PyLong_FromUnsignedLongLong(st.used_blocks);
+	return PyLong_FromUnsignedLongLong(kvs_hcache_stat(self->hc, KVS_HCACHE_STAT_used_blocks));
 }
 
 static PyObject *hcache_stats(HCacheObject *self, PyObject *unused)

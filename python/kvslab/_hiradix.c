@@ -468,19 +468,26 @@ static PyObject *hiradix_prefetch_revoke(HiRadixObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
-static PyObject *hiradix_l3_wait(HiRadixObject *self, PyObject *unused)
+/* A call on the tree alone that returns 0 or -1: without the GIL, None or
+ * kvslab.Error naming @what. */
+static PyObject *hiradix_call(HiRadixObject *self, int (*fn)(kvs_hiradix_t *), const char *what)
 {
 	int rc;
 
-	(void)unused;
 	if (hiradix_check(self) < 0)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hiradix_l3_wait(self->h);
+	rc = fn(self->h);
 	Py_END_ALLOW_THREADS
 	if (rc < 0)
-		return kvpy_raise("kvs_hiradix_l3_wait", NULL);
+		return kvpy_raise(what, NULL);
 	Py_RETURN_NONE;
+}
+
+static PyObject *hiradix_l3_wait(HiRadixObject *self, PyObject *unused)
+{
+	(void)unused;
+	return hiradix_call(self, kvs_hiradix_l3_wait, "kvs_hiradix_l3_wait");
 }
 
 static PyObject *hiradix_usage(HiRadixObject *self, PyObject *unused)
@@ -540,17 +547,8 @@ static PyObject *hiradix_stats(HiRadixObject *self, PyObject *unused)
 
 static PyObject *hiradix_validate(HiRadixObject *self, PyObject *unused)
 {
-	int rc;
-
 	(void)unused;
-	if (hiradix_check(self) < 0)
-		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	rc = kvs_hiradix_validate(self->h);
-	Py_END_ALLOW_THREADS
-	if (rc < 0)
-		return kvpy_raise("kvs_hiradix_validate", NULL);
-	Py_RETURN_NONE;
+	return hiradix_call(self, kvs_hiradix_validate, "kvs_hiradix_validate");
 }
 
 static PyObject *hiradix_root(HiRadixObject *self, PyObject *unused)
