@@ -111,8 +111,9 @@
 /* ---- <kvslab/radix.h> */
 
 /*
- * Statistics, defined once; all are event counts since kvs_radix_create().
- * X(name, kind, description); kind is counter for every one.
+ * Statistics, defined once; all are event counts since kvs_radix_create()
+ * but evict_section_max_ns and evict_section_cpu_max_ns, peaks since then.  X(name, kind,
+ * description); kind is counter, or gauge for the peak.
  */
 #define KVS_RADIX_STATS(X)                                                             \
 	X(matches, counter, "kvs_radix_match() and kvs_radix_match_lock() calls")              \
@@ -126,7 +127,11 @@
 	X(reader_retries, counter, "lock-free reads started over because the tree changed") \
 	X(reader_fallbacks, counter, "lock-free reads that gave up and read under the writer lock") \
 	X(resets, counter, "kvs_radix_reset() calls that emptied the tree")              \
-	X(query_tokens, counter, "tokens asked of kvs_radix_match() and kvs_radix_match_lock()")
+	X(query_tokens, counter, "tokens asked of kvs_radix_match() and kvs_radix_match_lock()") \
+	X(evict_sections, counter, "write sections kvs_radix_evict() held the writer lock for")   \
+	X(evict_section_ns, counter, "time kvs_radix_evict() held the writer lock, in all")        \
+	X(evict_section_max_ns, gauge, "longest write section of kvs_radix_evict()")       \
+	X(evict_section_cpu_max_ns, gauge, "most CPU time one write section of kvs_radix_evict() took")
 /* Its enum constants, KVS_RADIX_STAT_name. */
 #define KVS_RADIX_STAT_ITEM(n, k, d) KVS_RADIX_STAT_##n,
 

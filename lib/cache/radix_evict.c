@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <urcu-bp.h>
 
 #include "cache/radix_int.h"
@@ -86,9 +87,12 @@ void rx_evict_finish(struct kvs_radix *r, struct rnode *gone)
 /*
  * Leaf @n's pages held by the tree alone, per slab (struct slab_hist): the
  * one kept on the node if the sharing generation still stands, else built
- * (a run of pages at a time) and kept, or, with no memory to keep it,
- * built in r->hist_tmp.  With wlock; r->slab_cnt is all zero before and
- * after.
+ * (a run of pages at a time) and kept, in the node's old one when it has
+ * room (a new generation rebuilds the weights of every leaf weighed, and a
+ * free() and malloc() each made glibc consolidate its free lists in the
+ * middle of an eviction's write section: sections of 0.5-1 ms at 2M
+ * leaves), or, with no memory to keep it, built in r->hist_tmp.  With
+ * wlock; r->slab_cnt is all zero before and after.
  */
 static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n)
 {
@@ -99,8 +103,6 @@ static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n
 
 	if (n->hist && n->hist->gen == gen)
 		return n->hist;
-	free(n->hist);
-	n->hist = NULL;
 	SEG_SLAB_PIECES(r, s, {
 		uint32_t c = kvsi_slab_run_sole(r->slab, (uint32_t)p, k);
 
@@ -109,11 +111,16 @@ static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n
 			r->slab_cnt[sl] += c;
 		}
 	});
-	h = malloc(sizeof(*h) + nd * sizeof(h->e[0]));
-	if (h)
-		n->hist = h;
-	else
-		h = r->hist_tmp;
+	if (n->hist && n->hist->cap >= nd) {
+		h = n->hist;
+	} else {
+		free(n->hist);
+		n->hist = h = malloc(sizeof(*h) + nd * sizeof(h->e[0]));
+		if (h)
+			h->cap = nd;
+		else
+			h = r->hist_tmp;
+	}
 	h->gen = gen;
 	h->n = 0;
 	SEG_SLAB_PIECES(r, s, {
@@ -214,27 +221,44 @@ static struct rnode *slab_aware_pick(struct kvs_radix *r)
 
 /*
  * An eviction works in sections of at most EVICT_SECTION_LEAVES leaves and
- * EVICT_SECTION_TOKENS tokens: each takes wlock, takes leaves out in one
- * write section, frees their locations, and lets wlock go (to a waiting
- * writer first: rx_wlock_yield()) before the next.  At 2M leaves a leaf
- * costs 2-6 us (heap removal, slab-aware weighing, the free): a section
- * took a median 0.14-0.42 ms (90% under 0.9 ms) in
- * tests/bench/bench_radix_wait.c, where one section held it all (80k
- * tokens, 20k leaves) for 70-130 ms.  Nothing is carried from one section
+ * EVICT_SECTION_TOKENS tokens, and no leaf is started once a section has
+ * run EVICT_SECTION_NS: each takes wlock, takes leaves out in one write
+ * section, frees their locations, and lets wlock go (to a waiting writer
+ * first: rx_wlock_yield()) before the next.  At 2M leaves a leaf costs
+ * 2-10 us (heap removal, slab-aware weighing, the free; most at a large
+ * tree's first evictions): in tests/bench/bench_radix_wait.c, where one
+ * section once held it all (80k tokens, 20k leaves) for 70-130 ms,
+ * sections of 64 leaves alone took 0.2 ms of CPU on average but up to
+ * 2 ms, hence the time bound.  Nothing is carried from one section
  * to the next but the count: each starts again from the heap's top, so a
  * leaf another writer locked, extended or inserted meanwhile is weighed
  * as it is now.
  */
 #define EVICT_SECTION_LEAVES 64
 #define EVICT_SECTION_TOKENS 4096
+#define EVICT_SECTION_NS 200000
 
-/* The bounds, which tests/regression may change (SIZE_MAX: one section). */
+/* The bounds, which tests/regression may change (SIZE_MAX, UINT64_MAX:
+ * one section). */
 size_t kvsi_radix_evict_section_leaves = EVICT_SECTION_LEAVES;
 size_t kvsi_radix_evict_section_tokens = EVICT_SECTION_TOKENS;
+uint64_t kvsi_radix_evict_section_ns = EVICT_SECTION_NS;
 
 /* Called between two sections, without wlock (tests/regression). */
 void (*kvsi_radix_evict_test_hook)(void *arg, kvs_radix_t *radix);
 void *kvsi_radix_evict_test_arg;
+
+/* The calling thread's CPU time: a section's own work, without the time
+ * the thread spent preempted (a system call of about 0.1-0.3 us, against
+ * sections of tens to hundreds of us). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* One section: evict up to the bounds, or until *@done reaches @tokens.
  * With wlock.  False once nothing more can be evicted. */
@@ -242,11 +266,13 @@ static bool evict_section(struct kvs_radix *r, size_t tokens, size_t *done)
 {
 	struct rnode *gone = NULL, **tail = &gone;
 	size_t leaves = 0, part = 0;
+	uint64_t t0 = kvs_now_ns(), c0 = thread_cpu_ns(), ns;
 	bool more = true;
 
 	write_begin(r);
 	while (*done < tokens && r->heap.n > 0 && leaves < kvsi_radix_evict_section_leaves &&
-	       part < kvsi_radix_evict_section_tokens) {
+	       part < kvsi_radix_evict_section_tokens &&
+	       (leaves == 0 || kvs_now_ns() - t0 < kvsi_radix_evict_section_ns)) {
 		struct rnode *leaf = r->window ? slab_aware_pick(r) : ek_node(evict_heap_top(&r->heap));
 		uint32_t len = seg_of(leaf)->len;
 
@@ -260,6 +286,14 @@ static bool evict_section(struct kvs_radix *r, size_t tokens, size_t *done)
 	}
 	write_end(r);
 	rx_evict_finish(r, gone); /* clears r->slab_gone of the pages it frees */
+	ns = kvs_now_ns() - t0;
+	r->st.evict_sections++;
+	r->st.evict_section_ns += ns;
+	if (ns > r->st.evict_section_max_ns)
+		r->st.evict_section_max_ns = ns;
+	ns = thread_cpu_ns() - c0;
+	if (ns > r->st.evict_section_cpu_max_ns)
+		r->st.evict_section_cpu_max_ns = ns;
 	return more && r->heap.n > 0;
 }
 

@@ -120,14 +120,15 @@ struct rnode {
  */
 struct slab_hist {
 	uint64_t gen;
-	uint32_t n;
+	uint32_t n, cap;		/* entries, and room for them */
 	struct {
 		uint32_t slab, cnt;
 	} e[];
 };
 
 #define W_STATS(X) X(matches) X(hit_tokens) X(inserts) X(inserted_tokens) X(splits) \
-	X(evictions) X(evicted_tokens) X(resets) X(query_tokens)
+	X(evictions) X(evicted_tokens) X(resets) X(query_tokens) X(evict_sections) \
+	X(evict_section_ns) X(evict_section_max_ns) X(evict_section_cpu_max_ns)
 
 struct kvs_radix {
 	kvs_pool_t *pool;
@@ -439,8 +440,10 @@ struct rnode *rx_split(struct kvs_radix *r, struct rnode *c, uint32_t m);
  * without wlock, when set (tests/regression/reg_evict_sections.c). */
 extern void (*kvsi_radix_evict_test_hook)(void *arg, kvs_radix_t *radix);
 extern void *kvsi_radix_evict_test_arg;
-/* Its bounds: leaves and tokens a section (SIZE_MAX each: one section). */
+/* Its bounds: leaves and tokens a section, and the time after which a
+ * section starts no leaf (SIZE_MAX each and UINT64_MAX: one section). */
 extern size_t kvsi_radix_evict_section_leaves, kvsi_radix_evict_section_tokens;
+extern uint64_t kvsi_radix_evict_section_ns;
 
 /* lib/cache/radix_pool.c: the operations the cache registers on its pool. */
 struct kvsi_cache_ops;

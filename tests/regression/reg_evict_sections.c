@@ -5,10 +5,13 @@
  * whole call: on a 2M-leaf tree 80k tokens took 27-41 ms (70-130 ms on
  * this project's bench machine), and a scheduler inserting meanwhile
  * waited that long.  Now it evicts at most 64 leaves (4096 tokens) in one
- * write section, lets the lock go between sections, to a waiting writer
- * first, and starts each section again from the heap's top.
+ * write section, starts no leaf once a section has run 0.2 ms (sections of
+ * 64 leaves took up to 2 ms of CPU at 2M leaves), lets the lock go between
+ * sections, to a waiting writer first, and starts each section again from
+ * the heap's top.
  *
- * Deterministic: the test point between sections
+ * Deterministic: the time bound is lifted (main()) but where a test sets
+ * it to 0, one leaf a section; the test point between sections
  * (kvsi_radix_evict_test_hook, lib/cache/radix_int.h) runs writer calls
  * with no lock held, and a writer that waits for the lock is seen through
  * the tree's waiter count, not through timing.
@@ -370,6 +373,42 @@ START_TEST(test_waiter_let_in)
 }
 END_TEST
 
+/*
+ * The time bound: at 0, every section takes one leaf and no more (the
+ * first leaf of a section is always taken, so the call goes on), the same
+ * leaves leave the tree as with sections of 64, and the statistics count
+ * every section.
+ */
+START_TEST(test_time_bound)
+{
+	struct env e;
+	int32_t key[2];
+	uint64_t sec0, ns0, max;
+
+	env_open(&e, 0, NULL);
+	kvsi_radix_evict_section_ns = 0;
+	kvsi_radix_evict_test_arg = &e;
+	kvsi_radix_evict_test_hook = hook_count;
+	sec0 = kvs_radix_stat(e.r, KVS_RADIX_STAT_evict_sections);
+	ns0 = kvs_radix_stat(e.r, KVS_RADIX_STAT_evict_section_ns);
+	ck_assert_int_eq(kvs_radix_evict(e.r, NLEAF), NLEAF);
+	kvsi_radix_evict_section_ns = UINT64_MAX;
+	ck_assert_int_eq(e.hook_calls, NLEAF / 2 - 1);
+	ck_assert_uint_eq(kvs_radix_stat(e.r, KVS_RADIX_STAT_evict_sections) - sec0, NLEAF / 2);
+	max = kvs_radix_stat(e.r, KVS_RADIX_STAT_evict_section_max_ns);
+	ck_assert_uint_gt(max, 0);
+	/* The longest is at least the mean. */
+	ck_assert_uint_ge(max * (NLEAF / 2),
+			  kvs_radix_stat(e.r, KVS_RADIX_STAT_evict_section_ns) - ns0);
+	ck_assert_uint_eq(kvs_radix_tokens(e.r), NLEAF);
+	for (int i = 0; i < NLEAF; i++) {
+		key_of(i, key);
+		ck_assert_int_eq(cached(&e, key, 2), i >= NLEAF / 2);
+	}
+	env_close(&e);
+}
+END_TEST
+
 static Suite *reg_suite(void)
 {
 	Suite *s = suite_create("reg_evict_sections");
@@ -380,6 +419,7 @@ static Suite *reg_suite(void)
 	tcase_add_test(tc, test_writers_between_sections);
 	tcase_add_test(tc, test_waiter_let_in);
 	tcase_add_test(tc, test_same_order_as_one_section);
+	tcase_add_test(tc, test_time_bound);
 	suite_add_tcase(s, tc);
 	return s;
 }
@@ -387,5 +427,8 @@ static Suite *reg_suite(void)
 int main(void)
 {
 	setenv("KVSLAB_DOUBLE_GRANULARITY", "4096", 0);
+	/* Sections counted here are bounded by leaves and tokens alone, on
+	 * any machine and under valgrind (test_time_bound sets it). */
+	kvsi_radix_evict_section_ns = UINT64_MAX;
 	return tu_run(reg_suite());
 }
