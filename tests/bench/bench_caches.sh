@@ -7,7 +7,8 @@
 # trace's unique tokens.  Prints each cache's hit ratio and completed
 # requests per second of time spent in the cache's calls (match, extend,
 # decode, finish; for the hashed cache, block hashing included: it runs
-# inside the library's hashed flow).
+# inside the library's hashed flow).  Then slab-aware eviction's effect on
+# the radix cache's hits and mapped memory, at 10% and 30%.
 #
 # Usage: bench_caches.sh [TRACE.jsonl]   (default: the conversation trace
 # in $KVSLAB_SHARED/traces, else in a "shared" folder beside the source or
@@ -36,4 +37,15 @@ for s in json.load(sys.stdin)["strategies"]:
           s["cache_requests_per_s"], s["preempted"]))
 ' "$pct" "$fn"
 	done
+done
+
+# Issue 26: what slab-aware eviction does to hits and to memory, so that a
+# user can choose (the radix cache's default is on; SGLang's order is
+# slab_aware 0).  llama-3-8b's KV, slab pages of 16, the replay's own
+# comparison line: each run with and without it on the same requests.
+echo "bench_caches: slab-aware eviction against the policy's order alone (kvslab-replay --slab-aware=both)"
+for pct in 10 30; do
+	printf '%-9s ' "$pct%"
+	"$replay" --no-progress -M "$pct%" -s slab:16 --cache radix --slab-aware=both "$trace" |
+		grep '^slab-aware eviction'
 done
