@@ -642,6 +642,135 @@ static PyObject *hcache_take_events(HCacheObject *self, PyObject *unused)
 	return kvpy_evq_take(&self->events, 1);
 }
 
+/*
+ * getter(blocks, fallback): a callable for vLLM's per-block
+ * BlockPool.get_cached_block(block_hash, kv_cache_group_ids=(0,)), the
+ * scheduler's loop along a request's hash chain.  Made in C, so that a
+ * call is one find and one list index: the Python method around find()
+ * cost about as much as vLLM's own dict lookups.  It answers the common
+ * case itself (a bytes hash, no groups or one group 0): [blocks[b]], or
+ * None on a miss; anything else goes to @fallback with the same arguments,
+ * which answers as the Python method does.
+ */
+typedef struct {
+	PyObject_HEAD
+	vectorcallfunc vectorcall;
+	HCacheObject *hc;
+	PyObject *blocks;	/* a list, indexed by block id */
+	PyObject *fallback;
+} GetterObject;
+
+static PyObject *getter_call(GetterObject *self, PyObject *const *args, size_t nargsf,
+			     PyObject *kwnames)
+{
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+	kvs_block_hash_t h;
+	PyObject *item, *l;
+	int32_t b;
+
+	if (kwnames || nargs < 1 || nargs > 2 || !PyBytes_Check(args[0]))
+		goto slow;
+	if (nargs == 2) {
+		PyObject *g = args[1], *g0;
+		int ov;
+
+		if (PyList_CheckExact(g) && PyList_GET_SIZE(g) == 1)
+			g0 = PyList_GET_ITEM(g, 0);
+		else if (PyTuple_CheckExact(g) && PyTuple_GET_SIZE(g) == 1)
+			g0 = PyTuple_GET_ITEM(g, 0);
+		else
+			goto slow;
+		if (!PyLong_CheckExact(g0) || PyLong_AsLongAndOverflow(g0, &ov) != 0 || ov)
+			goto slow;
+	}
+	if (hcache_check(self->hc) < 0 || hash_from(args[0], &h) < 0)
+		return NULL;
+	b = kvs_hcache_find(self->hc->hc, &h);
+	if (b < 0) {
+		if (errno == ENOENT)
+			Py_RETURN_NONE;
+		return kvpy_raise("kvs_hcache_find", NULL);
+	}
+	if (!PyList_CheckExact(self->blocks) || b >= PyList_GET_SIZE(self->blocks))
+		goto slow;
+	item = PyList_GET_ITEM(self->blocks, b);
+	l = PyList_New(1);
+	if (!l)
+		return NULL;
+	Py_INCREF(item);
+	PyList_SET_ITEM(l, 0, item);
+	return l;
+slow:
+	return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static int getter_traverse(GetterObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(self->hc);
+	Py_VISIT(self->blocks);
+	Py_VISIT(self->fallback);
+	return 0;
+}
+
+static int getter_clear(GetterObject *self)
+{
+	Py_CLEAR(self->hc);
+	Py_CLEAR(self->blocks);
+	Py_CLEAR(self->fallback);
+	return 0;
+}
+
+static void getter_dealloc(GetterObject *self)
+{
+	PyObject_GC_UnTrack(self);
+	getter_clear(self);
+	PyObject_GC_Del(self);
+}
+
+static PyTypeObject GetterType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kvslab._kvslab.CachedBlockGetter",
+	.tp_doc = "HCache.getter(blocks, fallback)'s callable: "
+		  "(block_hash, kv_cache_group_ids=(0,)) -> [block] or None.",
+	.tp_basicsize = sizeof(GetterObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+	.tp_vectorcall_offset = offsetof(GetterObject, vectorcall),
+	.tp_call = PyVectorcall_Call,
+	.tp_traverse = (traverseproc)getter_traverse,
+	.tp_clear = (inquiry)getter_clear,
+	.tp_dealloc = (destructor)getter_dealloc,
+};
+
+/* getter(blocks, fallback) -> CachedBlockGetter */
+static PyObject *hcache_getter(HCacheObject *self, PyObject *args)
+{
+	PyObject *blocks, *fallback;
+	GetterObject *g;
+
+	if (!PyArg_ParseTuple(args, "O!O:getter", &PyList_Type, &blocks, &fallback))
+		return NULL;
+	if (!PyCallable_Check(fallback)) {
+		PyErr_SetString(PyExc_TypeError, "getter: fallback must be callable");
+		return NULL;
+	}
+	if (hcache_check(self) < 0)
+		return NULL;
+	if (PyType_Ready(&GetterType) < 0)
+		return NULL;
+	g = PyObject_GC_New(GetterObject, &GetterType);
+	if (!g)
+		return NULL;
+	g->vectorcall = (vectorcallfunc)getter_call;
+	Py_INCREF(self);
+	g->hc = self;
+	Py_INCREF(blocks);
+	g->blocks = blocks;
+	Py_INCREF(fallback);
+	g->fallback = fallback;
+	PyObject_GC_Track(g);
+	return (PyObject *)g;
+}
+
 static PyMethodDef hcache_methods[] = {
 	{"take_events", (PyCFunction)hcache_take_events, METH_NOARGS,
 	 "take_events() -> the KV events queued since the last call, oldest first: "
@@ -651,6 +780,9 @@ static PyMethodDef hcache_methods[] = {
 	{"free", (PyCFunction)hcache_free, METH_O, "Drop a reference of each block."},
 	{"touch", (PyCFunction)hcache_touch, METH_O, "Reference cached blocks."},
 	{"find", (PyCFunction)hcache_find, METH_O, "find(hash) -> block or None."},
+	{"getter", (PyCFunction)hcache_getter, METH_VARARGS,
+	 "getter(blocks, fallback) -> a callable (block_hash, kv_cache_group_ids=(0,)) -> "
+	 "[blocks[b]] or None, for vLLM's get_cached_block; other arguments go to fallback."},
 	{"cache", (PyCFunction)(void (*)(void))hcache_cache, METH_VARARGS | METH_KEYWORDS,
 	 "cache(blocks, hashes, parent=None, extra_key=0)"},
 	{"lookup", (PyCFunction)hcache_lookup, METH_VARARGS,

@@ -293,7 +293,7 @@ class BlockPool:
             self._hc = _kvslab.HCache(self._pool)
         self.block_size = block_size
         self.hash_block_size = block_size
-        self.enable_caching = enable_caching
+        self._enable_caching = bool(enable_caching)
         self.num_gpu_blocks = num_gpu_blocks
         total = self._pool.capacity // block_size
         if total < num_gpu_blocks:
@@ -308,6 +308,7 @@ class BlockPool:
         self._surplus = self._hc.alloc(total - num_gpu_blocks) if total > num_gpu_blocks \
             else []
         self._held = 1 + len(self._surplus)
+        self._install_getter()
         self._pending = []
         self._stored_info = []  # (token_ids, lora_id) of each cache() call, for its event
 
@@ -325,6 +326,7 @@ class BlockPool:
                 hc.free(held)
             hc.close()
             self._hc = None
+            self._install_getter()
         if getattr(self, "_pool", None) is not None:
             self._pool.close()
             self._pool = None
@@ -339,8 +341,32 @@ class BlockPool:
         self.close()
         return False
 
+    @property
+    def enable_caching(self):
+        """Whether blocks are cached by their hashes (vLLM's flag)."""
+        return self._enable_caching
+
+    @enable_caching.setter
+    def enable_caching(self, on):
+        self._enable_caching = bool(on)
+        self._install_getter()
+
+    def _install_getter(self):
+        # get_cached_block() is what a scheduler calls once a block along a
+        # request's hash chain: with caching on and the cache open, an
+        # instance attribute made in C (HCache.getter) answers the common
+        # call (a bytes hash, group 0) with one lookup, and hands any other
+        # call to the method below.
+        self.__dict__.pop("get_cached_block", None)
+        hc = getattr(self, "_hc", None)
+        if getattr(self, "_enable_caching", False) and hc is not None and hasattr(self, "blocks"):
+            self.get_cached_block = hc.getter(self.blocks, self._get_cached_block)
+
     def get_cached_block(self, block_hash, kv_cache_group_ids=(0,)):
         """The cached block of ``block_hash`` for each group, or None on a miss."""
+        return self._get_cached_block(block_hash, kv_cache_group_ids)
+
+    def _get_cached_block(self, block_hash, kv_cache_group_ids=(0,)):
         if not self.enable_caching:
             return None
         one = kv_cache_group_ids == (0,) or kv_cache_group_ids == [0]

@@ -123,3 +123,49 @@ def test_block_pool_prefix_caching_like_vllm():
         pool.get_new_blocks(n + 1)
     assert pool.take_events() == []
     pool.close()
+
+
+def test_get_cached_block_fast_path_answers_as_the_method():
+    """get_cached_block is made in C (HCache.getter) while caching is on:
+    every form of call answers as the Python method does, other forms go
+    to the method, and the answer's reference counts do not drift."""
+    pool = vllm.BlockPool(32, enable_caching=True, block_size=4)
+    assert type(pool.get_cached_block).__name__ == "CachedBlockGetter"
+    h = vllm.RequestBlockHasher(4, "sha256_cbor", seed="0")
+    a = FakeRequest(range(12), h)
+    blocks = pool.get_new_blocks(3)
+    pool.cache_full_blocks(a, blocks, 0, 3, 4, 0)
+    slow = pool._get_cached_block
+
+    class Sub(bytes):
+        pass
+    miss = b"\x01" * 32
+    for key in list(a.block_hashes) + [miss, Sub(a.block_hashes[1]),
+                                        bytearray(a.block_hashes[2])]:
+        for groups in ((), ((0,),), ([0],), ((0, 0),), ([0, 0],)):
+            assert pool.get_cached_block(key, *groups) == slow(key, *groups)
+        assert pool.get_cached_block(key, kv_cache_group_ids=[0]) == slow(key, [0])
+    assert pool.get_cached_block(a.block_hashes[1])[0] is blocks[1]
+    assert pool.get_cached_block(miss) is None
+    with pytest.raises(NotImplementedError):
+        pool.get_cached_block(a.block_hashes[0], [1])
+    with pytest.raises(TypeError):
+        pool.get_cached_block()
+    with pytest.raises(TypeError):
+        pool.get_cached_block(a.block_hashes[0], [0], 5)
+    with pytest.raises(ValueError):
+        pool.get_cached_block(b"")  # a hash is 1 to 32 bytes
+    counts = []
+    for _ in range(3):
+        for _ in range(1000):
+            pool.get_cached_block(a.block_hashes[0], [0])
+        counts.append(sys.getrefcount(blocks[0]))
+    assert counts[0] == counts[1] == counts[2]
+    # Caching off: the method's answer (None), and on again.
+    pool.enable_caching = False
+    assert pool.get_cached_block(a.block_hashes[0]) is None
+    pool.enable_caching = True
+    assert pool.get_cached_block(a.block_hashes[0]) == [blocks[0]]
+    pool.free_blocks(blocks)
+    pool.close()
+    assert "get_cached_block" not in pool.__dict__
