@@ -26,8 +26,9 @@
  * KV events and the chained page hashes are lib/cache/kvevent.c's.  Over a pool,
  * the tree keeps a bitmap of the pages it holds (one bit a pool page), so
  * an insert can refuse a page the tree already holds in O(1), and a
- * scratch bitmap of the same size to find a page named twice in one call;
- * both are changed only under wlock.
+ * scratch bitmap of the same size to find a page named twice in one call
+ * (needed only when the call's runs of pages do not come in ascending
+ * order, as the slab hands them out); both are changed only under wlock.
  *
  * Trust at the API boundary.  An insert checks every location of the part
  * of the key the tree does not hold yet before it changes anything, a run

@@ -15,8 +15,10 @@
  * request held), requests per second, and the median ns per request of
  * each step timed apart: expanding the key, the match, the eviction (0 for
  * a request that needed none; also the median of the evicting requests),
- * the pool allocation and the insert.  The capacity printed is the pool's
- * own (kvs_pool_capacity: whole slabs), not the one asked for.
+ * the pool allocation and the insert, then each step's total over the run
+ * (where the time went, beside the bound's total).  The capacity printed
+ * is the pool's own (kvs_pool_capacity: whole slabs), not the one asked
+ * for.
  *
  * Each run's requests/s counts the time of the cache's calls and the pool
  * allocation (not the key's expansion), and is printed as a fraction of
@@ -243,6 +245,17 @@ static uint64_t median(struct stat_ns *s)
 	return bench_quantile(s->v, s->n, 0.5);
 }
 
+/* The step's total over the run, in ms: where the time went. */
+static double total_ms(const struct stat_ns *s)
+{
+	uint64_t t = 0;
+	size_t i;
+
+	for (i = 0; i < s->n; i++)
+		t += s->v[i];
+	return (double)t / 1e6;
+}
+
 /*
  * Lock-free readers over the tree a run left behind: the first READ_REQS
  * requests' keys, expanded beforehand, matched with kvs_radix_match_ro()
@@ -465,6 +478,9 @@ static int run(const struct trace *t, uint32_t ps, uint64_t capacity, double ide
 	       (unsigned long long)median(&sx), (unsigned long long)median(&sm),
 	       (unsigned long long)median(&se), (unsigned long long)median(&sec), sec.n,
 	       (unsigned long long)median(&sa), (unsigned long long)median(&si));
+	printf("    total ms: match %.1f  evict %.1f  alloc %.1f  insert %.1f  (busy %.1f; the "
+	       "bound's %.1f)\n", total_ms(&sm), total_ms(&se), total_ms(&sa), total_ms(&si),
+	       (double)busy / 1e6, bound_s * 1e3);
 	free(sx.v);
 	free(sm.v);
 	free(se.v);

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -757,6 +758,139 @@ END_TEST
  * match's) as the cached part, a bad location in the new part is still
  * refused with EINVAL and changes nothing; the cached part's locations are
  * ignored, whatever they are, and the tree keeps its own. */
+/* Locations for the pages listed in @pg (-1 ends the list), page p being
+ * tokens a[p * ps ...] of one allocation; returns the tokens written. */
+static size_t pages_locs(const int32_t *a, uint32_t ps, const int *pg, int32_t *out)
+{
+	size_t n = 0;
+
+	for (; *pg >= 0; pg++)
+		for (uint32_t j = 0; j < ps; j++)
+			out[n++] = a[(size_t)*pg * ps + j];
+	return n;
+}
+
+/* The duplicate check takes runs that come in ascending order, apart, as
+ * free of duplicates without its bitmap: a page named twice in any other
+ * order (after, inside or right at the end of an earlier run, far later)
+ * is still refused, distinct pages in any order go in, and a refusal
+ * leaves the bitmap clear for the next call. */
+START_TEST(test_insert_checks_run_order)
+{
+	static const uint32_t pss[] = {1, 4};
+	static const int dups[][48] = {
+		{0, 1, 2, 3, 8, 9, 10, 11, 2, -1},	/* ascending, then an early page */
+		{0, 1, 2, 3, 3, 4, 5, 6, -1},		/* overlapping the last page */
+		{5, 5, -1},				/* the same page twice in a row */
+		{0, 1, 2, 3, 1, 2, 3, 4, -1},		/* inside the run before */
+		{20, 21, 8, 9, 20, -1},			/* descending, then a repeat */
+		{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30, 32, 34, 36,
+		 38, 40, 42, 44, 46, 48, 50, 52, 54, 56, 58, 60, 62, 0, -1},
+	};
+	static const int up[] = {0, 1, 2, 3, 8, 9, 10, 11, 20, 21, 22, 23, 40, 41, 42, 43,
+				 44, 45, 46, 47, -1};
+	static const int down[] = {60, 61, 62, 63, 50, 51, 52, 53, 30, 31, 32, 33, 12, 13, 14,
+				   15, -1};
+
+	for (size_t t = 0; t < 2; t++) {
+		uint32_t ps = pss[t];
+		struct env e;
+		int32_t a[64 * 4], locs[64 * 4], got[64 * 4], k[64 * 4];
+		size_t n;
+
+		env_open(&e, ps, KVS_EVICT_LRU, 1024);
+		ck_assert_int_eq(kvs_pool_alloc(e.pool, 64 * ps, a), 0);
+		for (size_t i = 0; i < 64 * ps; i++)
+			k[i] = 5000 + (int32_t)i;
+		for (size_t d = 0; d < sizeof(dups) / sizeof(dups[0]); d++) {
+			n = pages_locs(a, ps, dups[d], locs);
+			insert_refused(&e, k, n, locs);
+		}
+		/* Ascending with gaps (no bitmap), then descending (the bitmap,
+		 * which the refusals above must have left clear). */
+		n = pages_locs(a, ps, up, locs);
+		ck_assert_int_eq(kvs_radix_insert(e.r, 1, k, n, locs, 0, NULL), 0);
+		ck_assert_int_eq(kvs_radix_match_ro(e.r, 1, k, n, got), (ssize_t)n);
+		ck_assert_int_eq(memcmp(got, locs, n * sizeof(int32_t)), 0);
+		n = pages_locs(a, ps, down, locs);
+		ck_assert_int_eq(kvs_radix_insert(e.r, 2, k, n, locs, 0, NULL), 0);
+		ck_assert_int_eq(kvs_radix_match_ro(e.r, 2, k, n, got), (ssize_t)n);
+		ck_assert_int_eq(memcmp(got, locs, n * sizeof(int32_t)), 0);
+		/* Pages of the tree, ascending: refused as the tree's. */
+		n = pages_locs(a, ps, up, locs);
+		insert_refused(&e, k + 1, n, locs);
+		ck_assert_int_eq(kvs_radix_validate(e.r), 0);
+		/* Give back the pages the tree did not take. */
+		for (int p = 0; p < 64; p++) {
+			bool taken = false;
+
+			for (const int *q = up; *q >= 0; q++)
+				taken = taken || *q == p;
+			for (const int *q = down; *q >= 0; q++)
+				taken = taken || *q == p;
+			if (!taken)
+				ck_assert_int_eq(kvs_pool_free(e.pool, ps, a + (size_t)p * ps), 0);
+		}
+		env_close(&e);
+	}
+}
+END_TEST
+
+/* Keys are compared 256 bytes a step, then 32, then one token: a key that
+ * differs from the cached one at any token, near those steps' edges or
+ * not, matches (and an insert finds cached) exactly the whole pages before
+ * that token, through every kind of match. */
+START_TEST(test_match_differs_anywhere)
+{
+	static const uint32_t pss[] = {1, 16};
+	static const int at[] = {0, 1, 7, 8, 9, 31, 32, 63, 64, 65, 71, 72, 127, 128, 129,
+				 191, 192, 255, 256, 257, 300, 511, 512, 513, 700, 998, 999};
+	enum { N = 1000 };
+
+	for (size_t t = 0; t < 2; t++) {
+		uint32_t ps = pss[t];
+		size_t full = N / ps * ps;
+
+		for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+			struct env e;
+			int32_t *k = malloc(N * sizeof(int32_t)), *q = malloc(N * sizeof(int32_t));
+			int32_t *locs = malloc(N * sizeof(int32_t)), *got = malloc(N * sizeof(int32_t));
+			size_t want = (size_t)at[i] / ps * ps;
+			kvs_radix_node_t *last;
+
+			ck_assert_ptr_nonnull(k);
+			ck_assert_ptr_nonnull(q);
+			ck_assert_ptr_nonnull(locs);
+			ck_assert_ptr_nonnull(got);
+			env_open(&e, ps, KVS_EVICT_LRU, 4096);
+			for (int j = 0; j < N; j++)
+				k[j] = q[j] = 7 * j + 3;
+			q[at[i]] = -1;
+			ck_assert_int_eq(kvs_pool_alloc(e.pool, full, locs), 0);
+			ck_assert_int_eq(kvs_radix_insert(e.r, 0, k, full, locs, 0, NULL), 0);
+			/* The whole key, then the one that differs at at[i]. */
+			ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, N, got), (ssize_t)full);
+			ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, q, N, got), (ssize_t)want);
+			ck_assert_int_eq(memcmp(got, locs, want * sizeof(int32_t)), 0);
+			ck_assert_int_eq(kvs_radix_match(e.r, 0, q, N, got, &last), (ssize_t)want);
+			ck_assert_int_eq(memcmp(got, locs, want * sizeof(int32_t)), 0);
+			/* After the split (if any), the tree holds both halves. */
+			ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, k, N, got), (ssize_t)full);
+			ck_assert_int_eq(memcmp(got, locs, full * sizeof(int32_t)), 0);
+			/* An insert of the differing key walks the same compare. */
+			ck_assert_int_eq(put(&e, 0, q, N, NULL), (ssize_t)want);
+			ck_assert_int_eq(kvs_radix_match_ro(e.r, 0, q, N, got), (ssize_t)full);
+			ck_assert_int_eq(memcmp(got, locs, want * sizeof(int32_t)), 0);
+			env_close(&e);
+			free(k);
+			free(q);
+			free(locs);
+			free(got);
+		}
+	}
+}
+END_TEST
+
 START_TEST(test_insert_checks_new_part_only)
 {
 	struct env e;
@@ -1204,11 +1338,13 @@ static Suite *radix_suite(void)
 	tcase_add_test(tc, test_split_refreshes_time);
 	tcase_add_test(tc, test_reset);
 	tcase_add_test(tc, test_stats);
+	tcase_add_test(tc, test_match_differs_anywhere);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("boundary");
 	tcase_add_test(tc, test_insert_checks_locations);
 	tcase_add_test(tc, test_insert_checks_runs);
+	tcase_add_test(tc, test_insert_checks_run_order);
 	tcase_add_test(tc, test_insert_checks_new_part_only);
 	tcase_add_test(tc, test_insert_checks_free_cb);
 	tcase_add_test(tc, test_validate_catches_corruption);
