@@ -396,9 +396,10 @@ KVS_EXPORT kvs_radix_t *kvs_radix_create(kvs_pool_t *pool, const kvs_radix_attr_
 			r->window = attr->slab_window ? attr->slab_window : KVS_RADIX_SLAB_WINDOW;
 			r->slab_cnt = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
 			r->slab_gone = calloc(nslabs ? nslabs : 1, sizeof(uint32_t));
+			r->slab_list = malloc((nslabs ? nslabs : 1) * sizeof(uint32_t));
 			r->hist_tmp = malloc(sizeof(*r->hist_tmp) +
 					     (nslabs ? nslabs : 1) * sizeof(r->hist_tmp->e[0]));
-			if (!r->slab_cnt || !r->slab_gone || !r->hist_tmp)
+			if (!r->slab_cnt || !r->slab_gone || !r->slab_list || !r->hist_tmp)
 				goto nomem;
 		}
 	}
@@ -429,7 +430,7 @@ nomem:
 	if (r) {
 		if (empty)
 			pthread_mutex_destroy(&r->sc.lock);
-		KVS_FREE_ALL(r->slab_cnt, r->slab_gone, r->hist_tmp, r->seen, r->held);
+		KVS_FREE_ALL(r->slab_cnt, r->slab_gone, r->slab_list, r->hist_tmp, r->seen, r->held);
 	}
 	rx_seg_free(empty);
 	free(r);
@@ -530,7 +531,7 @@ KVS_EXPORT int kvs_radix_destroy(kvs_radix_t *r)
 	pthread_mutex_destroy(&r->sc.lock);
 	evict_heap_free(&r->heap);
 	KVS_FREE_ALL(r->held, r->seen, r->runs, r->path, r->fruns, r->slab_cnt, r->slab_gone,
-	             r->hist_tmp);
+	             r->slab_list, r->hist_tmp);
 	pthread_mutex_destroy(&r->wlock);
 	free(r);
 	return 0;

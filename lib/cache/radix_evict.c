@@ -87,7 +87,7 @@ void rx_evict_finish(struct kvs_radix *r, struct rnode *gone)
 /*
  * Leaf @n's pages held by the tree alone, per slab (struct slab_hist): the
  * one kept on the node if the sharing generation still stands, else built
- * (a run of pages at a time) and kept, in the node's old one when it has
+ * (a run of pages at a time, in one pass over its locations) and kept, in the node's old one when it has
  * room (a new generation rebuilds the weights of every leaf weighed, and a
  * free() and malloc() each made glibc consolidate its free lists in the
  * middle of an eviction's write section: sections of 0.5-1 ms at 2M
@@ -107,7 +107,8 @@ static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n
 		uint32_t c = kvsi_slab_run_sole(r->slab, (uint32_t)p, k);
 
 		if (c) {
-			nd += r->slab_cnt[sl] == 0;
+			if (r->slab_cnt[sl] == 0)
+				r->slab_list[nd++] = (uint32_t)sl;
 			r->slab_cnt[sl] += c;
 		}
 	});
@@ -122,14 +123,16 @@ static const struct slab_hist *slab_hist_of(struct kvs_radix *r, struct rnode *n
 			h = r->hist_tmp;
 	}
 	h->gen = gen;
-	h->n = 0;
-	SEG_SLAB_PIECES(r, s, {
-		if (r->slab_cnt[sl]) {
-			h->e[h->n].slab = (uint32_t)sl;
-			h->e[h->n++].cnt = r->slab_cnt[sl];
-			r->slab_cnt[sl] = 0;
-		}
-	});
+	h->n = nd;
+	/* From the list, in the order the pass met them: the segment's
+	 * locations are read once. */
+	for (uint32_t j = 0; j < nd; j++) {
+		uint32_t sl = r->slab_list[j];
+
+		h->e[j].slab = sl;
+		h->e[j].cnt = r->slab_cnt[sl];
+		r->slab_cnt[sl] = 0;
+	}
 	return h;
 }
 

@@ -154,6 +154,7 @@ struct kvs_radix {
 	uint32_t pps;			/* the slab allocator's pages per slab */
 	uint32_t *slab_cnt;		/* slab-aware scratch, one per slab, all 0 between calls */
 	uint32_t *slab_gone;		/* pages of each slab the eviction under way will free */
+	uint32_t *slab_list;		/* slab_hist_of()'s scratch: the slabs a leaf touches */
 	struct slab_hist *hist_tmp;	/* a leaf's weights when no memory is left to keep them */
 	uint64_t *held;			/* pool pages the tree holds (pool only) */
 	struct prun *runs;		/* insert's scratch: the runs of pages it is handed */
