@@ -110,11 +110,14 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 /*
  * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
  * each its first reference (count 1) on the way.  The words with a free bit
- * are found through the summary (freewords), read a summary word at a time:
- * a nearly full slab costs the pages it gives, not its size.  In a word, a
- * page alone (the holes of a fragmented slab) costs a find-first-set and a
- * store, a word all free gives 64 pages in one go, a longer run one
- * iteration; never one bit at a time.  Lock held.
+ * are found through the summary (freewords), read a summary word at a time
+ * and kept in a register: a nearly full slab costs the pages it gives, not
+ * its size.  The summary bits of the words it empties are gathered in a
+ * register too and cleared with one store per summary word (a store per
+ * page would make each hole wait for the one before it).  In a word, a page
+ * alone (the holes of a fragmented slab) costs a find-first-set, two loads
+ * and three stores, a word all free gives 64 pages in one go, a longer run
+ * one iteration; never one bit at a time.  Lock held.
  */
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold)
 {
@@ -122,38 +125,78 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 	uint64_t first = i * s->pps, end = first + s->pps;
 	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
 	uint64_t *fb = s->freebits, *fw = s->freewords;
-	uint64_t sw = w >> 6, sbits = fw[sw] & (~0ULL << (w & 63));
+	uint64_t sw = w >> 6, sbits = fw[sw] & (~0ULL << (w & 63)), sclr = 0;
+	/* Words shared with the neighbour slabs: only the first and last. */
+	bool edges = (first | end) & 63;
 	_Atomic uint16_t *ref = s->ref;
 	uint32_t got = 0;
 
+	/* The summary bits of words past the slab's last are not ours. */
+	if (sw == (wend - 1) >> 6 && (wend & 63))
+		sbits &= ~0ULL >> (64 - (wend & 63));
 	for (;;) {
 		uint64_t bits, left, taken = 0;
 
 		/* The next word with a free bit, 64 words a load. */
 		while (!sbits) {
+			if (sclr)
+				fw[sw] &= ~sclr;
+			sclr = 0;
 			if (++sw * 64 >= wend)
 				goto out;
 			sbits = fw[sw];
+			if (sw == (wend - 1) >> 6 && (wend & 63))
+				sbits &= ~0ULL >> (64 - (wend & 63));
+		}
+		/* Holes: words with one free page, one after another, each
+		 * a find-first-set on the summary and one on the word. */
+		if (likely(!edges)) {
+			do {
+				uint64_t p, b = sbits & -sbits;
+
+				w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
+				bits = fb[w];
+				if (!bits || (bits & (bits - 1)))
+					break;
+				p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+				out[got++] = (uint32_t)p;
+				if (hold)
+					atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+				fb[w] = 0;
+				sclr |= b;
+				sbits ^= b;
+				if (got == n)
+					goto done;
+			} while (sbits);
+			if (!sbits)
+				continue;
 		}
 		w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
-		if (w >= wend)
-			goto out;
 		sbits &= sbits - 1;
 		bits = fb[w];
-		/* A word may be shared with the neighbour slabs: mask them off. */
-		if (unlikely(w * 64 < first))
-			bits &= ~0ULL << (first - w * 64);
-		if (unlikely(w * 64 + 64 > end))
-			bits &= ~0ULL >> (w * 64 + 64 - end);
+		if (unlikely(edges)) {
+			/* A word may be shared with the neighbour slabs:
+			 * mask them off. */
+			if (w * 64 < first)
+				bits &= ~0ULL << (first - w * 64);
+			if (w * 64 + 64 > end)
+				bits &= ~0ULL >> (w * 64 + 64 - end);
+		}
 		if (bits && !(bits & (bits - 1))) {
 			/* One page free in the word: a fragmented slab's hole. */
-			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits), rest;
 
 			out[got++] = (uint32_t)p;
 			if (hold)
 				atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
-			taken = bits;
-		} else if (bits == ~0ULL && n - got >= 64) {
+			rest = fb[w] & ~bits;
+			fb[w] = rest;
+			sclr |= (uint64_t)(rest == 0) << (w & 63);
+			if (got == n)
+				break;
+			continue;
+		}
+		if (bits == ~0ULL && n - got >= 64) {
 			/* A word all free: 64 pages, four indices and four
 			 * counts a store. */
 			const v4u_t four = {4, 4, 4, 4};
@@ -208,7 +251,7 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			taken |= m;
 		}
 		if (!(fb[w] &= ~taken))
-			bit_clear(fw, w);
+			sclr |= 1ULL << (w & 63);
 		if (got == n)
 			break;
 	}
@@ -216,6 +259,9 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 out:
 		w = wend;
 	}
+done:
+	if (sclr)
+		fw[sw] &= ~sclr;
 	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
 	if (x->hint * 64ULL >= s->pps)
 		x->hint = 0;
