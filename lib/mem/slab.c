@@ -483,12 +483,13 @@ static __attribute__((noinline, cold)) int fail_einval(void)
 	return kvs_fail(EINVAL);
 }
 
-/* The fast path: a page from this thread's cache @m, else alloc_slow(). */
+/* The fast path: a page from this thread's cache @m, else alloc_slow().
+ * One compare with the limit says empty (n - 1 wraps) or drain due. */
 static inline __attribute__((always_inline)) int64_t mag_take(struct kvs_slab *s, struct mag *m)
 {
 	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed), p;
 
-	if (unlikely(n == 0 || slab_mag_drain_due(s, m)))
+	if (unlikely(n - 1 >= atomic_load_explicit(&m->lim, memory_order_relaxed)))
 		return alloc_slow(s, m);
 	p = m->pages[n - 1];
 	atomic_store_explicit(&m->count, n - 1, memory_order_relaxed);
@@ -557,13 +558,14 @@ static __attribute__((noinline)) int free_slow(struct kvs_slab *s, struct mag *m
 	return 0;
 }
 
-/* The fast path: @page goes into this thread's cache @m, else free_slow(). */
+/* The fast path: @page goes into this thread's cache @m, else free_slow().
+ * One compare with the limit says full or drain due. */
 static inline __attribute__((always_inline)) int mag_put(struct kvs_slab *s, struct mag *m,
 							 uint32_t page)
 {
 	uint32_t n = atomic_load_explicit(&m->count, memory_order_relaxed);
 
-	if (unlikely(n >= m->cap || slab_mag_drain_due(s, m)))
+	if (unlikely(n >= atomic_load_explicit(&m->lim, memory_order_relaxed)))
 		return free_slow(s, m, page);
 	m->pages[n] = page;
 	atomic_store_explicit(&m->count, n + 1, memory_order_relaxed);
@@ -691,7 +693,7 @@ KVS_EXPORT int kvs_slab_shrink(kvs_slab_t *s)
 		return kvs_fail(EINVAL);
 	m = slab_mag_get(s);
 	pthread_mutex_lock(&s->lock);
-	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
+	slab_mag_drain_all_locked(s);
 	if (m)
 		slab_mag_flush_locked(s, m, 0);
 	rc = slab_reclaim_locked(s, true, &wake);

@@ -148,29 +148,6 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			if (sw == (wend - 1) >> 6 && (wend & 63))
 				sbits &= ~0ULL >> (64 - (wend & 63));
 		}
-		/* Holes: words with one free page, one after another, each
-		 * a find-first-set on the summary and one on the word. */
-		if (likely(!edges)) {
-			do {
-				uint64_t p, b = sbits & -sbits;
-
-				w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
-				bits = fb[w];
-				if (!bits || (bits & (bits - 1)))
-					break;
-				p = w * 64 + (uint64_t)__builtin_ctzll(bits);
-				out[got++] = (uint32_t)p;
-				if (hold)
-					atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
-				fb[w] = 0;
-				sclr |= b;
-				sbits ^= b;
-				if (got == n)
-					goto done;
-			} while (sbits);
-			if (!sbits)
-				continue;
-		}
 		w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
 		sbits &= sbits - 1;
 		bits = fb[w];
@@ -194,6 +171,26 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			sclr |= (uint64_t)(rest == 0) << (w & 63);
 			if (got == n)
 				break;
+			/* More holes: words with one free page, one after
+			 * another, each a find-first-set on the summary and
+			 * one on the word. */
+			while (likely(!edges) && sbits) {
+				uint64_t b = sbits & -sbits;
+
+				w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
+				bits = fb[w];
+				if (!bits || (bits & (bits - 1)))
+					break;
+				p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+				out[got++] = (uint32_t)p;
+				if (hold)
+					atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+				fb[w] = 0;
+				sclr |= b;
+				sbits ^= b;
+				if (got == n)
+					goto done;
+			}
 			continue;
 		}
 		if (bits == ~0ULL && n - got >= 64) {
