@@ -313,10 +313,22 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 		}
 		if (p >= limit)
 			goto bad;
-		/* A page alone, held once: the last reference. */
+		/* A page alone, held once: the last reference.  Its
+		 * followers alike in a loop of their own, counted by k. */
 		if (likely(atomic_load_explicit(&ref[p], memory_order_relaxed) == 1)) {
-			atomic_store_explicit(&ref[p], lone, memory_order_relaxed);
-			nlast++;
+			size_t k0 = k;
+
+			for (;;) {
+				atomic_store_explicit(&ref[p], lone, memory_order_relaxed);
+				if (++k == n)
+					break;
+				p = v[k];
+				if ((k + 1 < n && v[k + 1] == p + 1) || p >= limit ||
+				    atomic_load_explicit(&ref[p], memory_order_relaxed) != 1)
+					break;
+			}
+			nlast += k - k0;
+			continue;
 		} else {
 			int r;
 
@@ -358,6 +370,28 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 				minw = c.minw;
 				kr++;
 				j += len;
+				continue;
+			}
+			/* Pages alone of the cursor's slab and summary word,
+			 * given back with no count to look at: a loop of
+			 * their own, counted by j. */
+			if (!shared && p - cfirst < pps && p >> 12 == fwi) {
+				size_t j0 = j;
+
+				for (;;) {
+					fb[p >> 6] |= 1ULL << (p & 63);
+					facc |= 1ULL << (p >> 6 & 63);
+					w = (p - cfirst) >> 6;
+					if (w < minw)
+						minw = (uint32_t)w;
+					if (++j == n)
+						break;
+					p = v[j];
+					if ((j + 1 < n && v[j + 1] == p + 1) || p - cfirst >= pps ||
+					    p >> 12 != fwi)
+						break;
+				}
+				cnt += (uint32_t)(j - j0);
 				continue;
 			}
 			j++;

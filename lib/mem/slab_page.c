@@ -108,6 +108,41 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 /* ------------------------------------------------------------ page moves */
 
 /*
+ * The holes of a fragmented slab, one after another: words of summary word
+ * @sw (its bits left to visit in *@sbits) with one free page each, each a
+ * find-first-set on the summary and one on the word, until @n pages are in
+ * @out or a word holds more (or none: then the caller looks at it).  The
+ * summary bits of the words emptied go into *@sclr.  Returns the pages in
+ * @out.  Lock held.
+ */
+static inline __attribute__((always_inline)) uint32_t
+take_holes(uint64_t *fb, _Atomic uint16_t *ref, uint64_t sw, uint64_t *sbits, uint64_t *sclr,
+	   uint32_t *out, uint32_t got, uint32_t n, bool hold)
+{
+	uint64_t sb = *sbits, clr = *sclr, base = sw * 64;
+
+	while (sb) {
+		uint64_t b = sb & -sb, w = base + (uint64_t)__builtin_ctzll(sb);
+		uint64_t bits = fb[w], p;
+
+		if (!bits || (bits & (bits - 1)))
+			break;
+		p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+		out[got++] = (uint32_t)p;
+		if (hold)
+			atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+		fb[w] = 0;
+		clr |= b;
+		sb ^= b;
+		if (got == n)
+			break;
+	}
+	*sbits = sb;
+	*sclr = clr;
+	return got;
+}
+
+/*
  * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
  * each its first reference (count 1) on the way.  The words with a free bit
  * are found through the summary (freewords), read a summary word at a time
@@ -171,23 +206,13 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			sclr |= (uint64_t)(rest == 0) << (w & 63);
 			if (got == n)
 				break;
-			/* More holes: words with one free page, one after
-			 * another, each a find-first-set on the summary and
-			 * one on the word. */
-			while (likely(!edges) && sbits) {
-				uint64_t b = sbits & -sbits;
-
-				w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
-				bits = fb[w];
-				if (!bits || (bits & (bits - 1)))
-					break;
-				p = w * 64 + (uint64_t)__builtin_ctzll(bits);
-				out[got++] = (uint32_t)p;
+			/* More holes, in a loop of their own (fewer values
+			 * live, none spilled), one for each @hold. */
+			if (likely(!edges) && sbits) {
 				if (hold)
-					atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
-				fb[w] = 0;
-				sclr |= b;
-				sbits ^= b;
+					got = take_holes(fb, ref, sw, &sbits, &sclr, out, got, n, true);
+				else
+					got = take_holes(fb, ref, sw, &sbits, &sclr, out, got, n, false);
 				if (got == n)
 					goto done;
 			}
