@@ -18,7 +18,8 @@
 
 /* ------------------------------------------------------------------ lists */
 
-int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
+static inline __attribute__((always_inline)) int32_t want_list(struct kvs_slab *s,
+								uint32_t inuse)
 {
 	if (inuse == 0)
 		return L_EMPTY;
@@ -28,12 +29,19 @@ int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
 	return (int32_t)(((uint64_t)inuse * s->bucket_mul) >> 32);
 }
 
+int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
+{
+	return want_list(s, inuse);
+}
+
 static int64_t *list_head(struct kvs_slab *s, int32_t list)
 {
 	return list == L_EMPTY ? &s->empty_head : &s->bucket_head[list];
 }
 
-void slab_list_del(struct kvs_slab *s, uint64_t i)
+/* The bodies of slab_list_del() and slab_list_add(), inline in
+ * slab_relist(): a fragmented pool relists a slab every few pages. */
+static inline __attribute__((always_inline)) void list_del(struct kvs_slab *s, uint64_t i)
 {
 	struct slab_info *x = &s->si[i];
 
@@ -62,7 +70,8 @@ void slab_list_del(struct kvs_slab *s, uint64_t i)
 	x->prev = x->next = -1;
 }
 
-void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
+static inline __attribute__((always_inline)) void list_add(struct kvs_slab *s, uint64_t i,
+							   int32_t list)
 {
 	struct slab_info *x = &s->si[i];
 	int64_t *head;
@@ -88,20 +97,30 @@ void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
 	}
 }
 
+void slab_list_del(struct kvs_slab *s, uint64_t i)
+{
+	list_del(s, i);
+}
+
+void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
+{
+	list_add(s, i, list);
+}
+
 void slab_relist(struct kvs_slab *s, uint64_t i)
 {
 	struct slab_info *x = &s->si[i];
-	int32_t want = slab_want_list(s, x->inuse);
+	int32_t want = want_list(s, x->inuse);
 
 	if (x->list != want) {
-		slab_list_del(s, i);
+		list_del(s, i);
 		if (want == L_EMPTY) {
 			/* Pages of it may still be read by the device: it
 			 * is unmapped only behind a fence recorded after now. */
 			x->empty_seq = ++s->empty_gen;
 			x->empty_ns = kvs_now_ns();
 		}
-		slab_list_add(s, i, want);
+		list_add(s, i, want);
 	}
 }
 
