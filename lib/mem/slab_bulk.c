@@ -243,6 +243,29 @@ static void mark_lone_dying(struct kvs_slab *s, const uint32_t *v, size_t k)
 }
 
 /*
+ * Phase one of free_pages() for pages alone held once, from @v[@k] (one
+ * such) on: each count left at @lone, until an entry starts a run, leaves
+ * the allocator or is not at 1.  Out of line, so that the run paths keep
+ * their registers.  Returns the index of that entry (or @n).  Lock held.
+ */
+static __attribute__((noinline)) size_t drop_lone(_Atomic uint16_t *ref, const uint32_t *v,
+						  size_t k, size_t n, uint64_t limit, uint16_t lone)
+{
+	uint64_t p = v[k];
+
+	for (;;) {
+		atomic_store_explicit(&ref[p], lone, memory_order_relaxed);
+		if (++k == n)
+			break;
+		p = v[k];
+		if ((k + 1 < n && v[k + 1] == p + 1) || p >= limit ||
+		    atomic_load_explicit(&ref[p], memory_order_relaxed) != 1)
+			break;
+	}
+	return k;
+}
+
+/*
  * free_runs() for an array of @n pages (kvs_slab_free_bulk(), and
  * kvsi_slab_free_locs() at page size 1, whose locations are pages), each
  * below @limit: the same two phases, with the runs found in place and a
@@ -318,15 +341,7 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 		if (likely(atomic_load_explicit(&ref[p], memory_order_relaxed) == 1)) {
 			size_t k0 = k;
 
-			for (;;) {
-				atomic_store_explicit(&ref[p], lone, memory_order_relaxed);
-				if (++k == n)
-					break;
-				p = v[k];
-				if ((k + 1 < n && v[k + 1] == p + 1) || p >= limit ||
-				    atomic_load_explicit(&ref[p], memory_order_relaxed) != 1)
-					break;
-			}
+			k = drop_lone(ref, v, k, n, limit, lone);
 			nlast += k - k0;
 			continue;
 		} else {
