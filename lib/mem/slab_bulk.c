@@ -222,22 +222,82 @@ static inline __attribute__((always_inline)) int free_runs(struct kvs_slab *s,
 }
 
 /*
+ * Mark the pages alone among @v[0, @k) dying: phase one of free_pages()
+ * left them at 0 while every page it met was held once, and from now on a
+ * page may be met at 0 that another holder freed (see free_pages()).  The
+ * array is cut into runs as free_pages() cuts it; the pages of runs are
+ * left as they are (a run dropped whole goes back by its bit).  Lock held.
+ */
+static void mark_lone_dying(struct kvs_slab *s, const uint32_t *v, size_t k)
+{
+	size_t j = 0;
+
+	while (j < k) {
+		if (j + 1 < k && v[j + 1] == v[j] + 1) {
+			j += kvsi_run_len(v + j, k - j < UINT32_MAX ? k - j : UINT32_MAX);
+			continue;
+		}
+		atomic_store_explicit(&s->ref[v[j]], REF_DYING, memory_order_relaxed);
+		j++;
+	}
+}
+
+/*
+ * Phase one of free_pages() for pages alone held once, from @v[@k] (one
+ * such) on: each count left at @lone, until an entry starts a run, leaves
+ * the allocator or is not at 1.  Out of line, so that the run paths keep
+ * their registers.  Returns the index of that entry (or @n).  Lock held.
+ */
+static __attribute__((noinline)) size_t drop_lone(_Atomic uint16_t *ref, const uint32_t *v,
+						  size_t k, size_t n, uint64_t limit, uint16_t lone)
+{
+	uint64_t p = v[k];
+
+	for (;;) {
+		atomic_store_explicit(&ref[p], lone, memory_order_relaxed);
+		if (++k == n)
+			break;
+		p = v[k];
+		if ((k + 1 < n && v[k + 1] == p + 1) || p >= limit ||
+		    atomic_load_explicit(&ref[p], memory_order_relaxed) != 1)
+			break;
+	}
+	return k;
+}
+
+/*
  * free_runs() for an array of @n pages (kvs_slab_free_bulk(), and
  * kvsi_slab_free_locs() at page size 1, whose locations are pages), each
  * below @limit: the same two phases, with the runs found in place and a
  * page alone (what a fragmented pool gave: the holes of many slabs) taken
  * without a run's set-up, in registers.  Both phases cut the array into
  * the same runs, so the bit of @whole of the k-th run of two pages or more
- * means the same in both.  The undo of a failed call gives back each entry
- * before the bad one, as undo_pages() does a run.
+ * means the same in both.
+ *
+ * While every page met is held once (the common case: what
+ * kvs_slab_alloc_bulk() gave, freed by its only holder), phase one leaves
+ * each page alone at 0 rather than dying, as it does a run dropped whole:
+ * no one else may touch those counts, and a page listed twice finds 0 the
+ * second time and fails the call.  Phase two then gives every page alone
+ * back without reading its count again.  The first page met with more
+ * references (or a run that is not all at 1) makes the call a shared one:
+ * the pages alone dropped so far are marked dying, and from then on the
+ * call works as free_runs() does, the give-back going by the marks (a page
+ * at 0 may then be one that its other holder freed meanwhile into its own
+ * cache).  Phase two keeps its give-back cursor and the summary bits it
+ * sets in registers, storing a summary word when it moves to another.
+ *
+ * The undo of a failed call gives back each entry before the bad one, as
+ * undo_pages() does a run: a count at 0 or dying was the last reference.
  */
 static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t limit)
 {
-	struct slab_putc c = SLAB_PUTC_INIT(s);
 	_Atomic uint16_t *ref = s->ref;
 	uint64_t whole = 0;
 	size_t k = 0, nruns = 0, nlast = 0, len;
 	uint32_t lens[64];		/* of the first 64 runs, not found twice */
+	uint16_t lone = 0;		/* what a page alone held once is left at */
+	bool shared = false;
 
 	if (limit > s->npages)
 		limit = s->npages;
@@ -258,25 +318,41 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 				if (ref_run_swap(s, p, len, 1, 0)) {
 					whole |= 1ULL << nruns;
 					nlast += len;
-				} else if (drop_run(s, &run, &nlast) < 0) {
-					goto bad;
+					nruns++;
+					k += len;
+					continue;
 				}
-			} else if (drop_run(s, &run, &nlast) < 0) {
-				goto bad;
 			}
+			if (!shared) {
+				mark_lone_dying(s, v, k);
+				shared = true;
+				lone = REF_DYING;
+			}
+			if (drop_run(s, &run, &nlast) < 0)
+				goto bad;
 			nruns++;
 			k += len;
 			continue;
 		}
 		if (p >= limit)
 			goto bad;
-		/* A page alone, held once: the last reference. */
+		/* A page alone, held once: the last reference.  Its
+		 * followers alike in a loop of their own, counted by k. */
 		if (likely(atomic_load_explicit(&ref[p], memory_order_relaxed) == 1)) {
-			atomic_store_explicit(&ref[p], REF_DYING, memory_order_relaxed);
-			nlast++;
-		} else {
-			int r = unref(s, (uint32_t)p, REF_DYING);
+			size_t k0 = k;
 
+			k = drop_lone(ref, v, k, n, limit, lone);
+			nlast += k - k0;
+			continue;
+		} else {
+			int r;
+
+			if (!shared) {
+				mark_lone_dying(s, v, k);
+				shared = true;
+				lone = REF_DYING;
+			}
+			r = unref(s, (uint32_t)p, REF_DYING);
 			if (r < 0)
 				goto bad;
 			nlast += (size_t)r;
@@ -286,7 +362,10 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 	if (nlast) {
 		/* The cursor's fields in registers: the atomics below are
 		 * compiler barriers, s->... would be read again every page. */
+		struct slab_putc c = SLAB_PUTC_INIT(s);
 		uint64_t *fb = s->freebits, *fw = s->freewords, pps = s->pps;
+		uint64_t ci = c.i, cfirst = c.first, fwi = 0, facc = 0;
+		uint32_t cnt = 0, minw = UINT32_MAX;
 		size_t j = 0, kr = 0;
 
 		while (j < n) {
@@ -295,25 +374,75 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 			if (j + 1 < n && v[j + 1] == p + 1) {
 				len = kr < 64 ? lens[kr]
 					      : kvsi_run_len(v + j, n - j < UINT32_MAX ? n - j : UINT32_MAX);
+				c.i = ci;
+				c.first = cfirst;
+				c.cnt = cnt;
+				c.minw = minw;
 				slab_putc_run(s, &c, p, len, kr < 64 && (whole >> kr & 1));
+				ci = c.i;
+				cfirst = c.first;
+				cnt = c.cnt;
+				minw = c.minw;
 				kr++;
 				j += len;
 				continue;
 			}
+			/* Pages alone of the cursor's slab and summary word,
+			 * given back with no count to look at: a loop of
+			 * their own, counted by j. */
+			if (!shared && p - cfirst < pps && p >> 12 == fwi) {
+				size_t j0 = j;
+
+				for (;;) {
+					fb[p >> 6] |= 1ULL << (p & 63);
+					facc |= 1ULL << (p >> 6 & 63);
+					w = (p - cfirst) >> 6;
+					if (w < minw)
+						minw = (uint32_t)w;
+					if (++j == n)
+						break;
+					p = v[j];
+					if ((j + 1 < n && v[j + 1] == p + 1) || p - cfirst >= pps ||
+					    p >> 12 != fwi)
+						break;
+				}
+				cnt += (uint32_t)(j - j0);
+				continue;
+			}
 			j++;
 			/* slab_putc_page(), its cursor's fields in registers. */
-			if (atomic_load_explicit(&ref[p], memory_order_relaxed) != REF_DYING)
-				continue;
-			atomic_store_explicit(&ref[p], 0, memory_order_relaxed);
-			if (unlikely(p - c.first >= pps))
-				slab_putc_switch(s, &c, p);
+			if (shared) {
+				if (atomic_load_explicit(&ref[p], memory_order_relaxed) != REF_DYING)
+					continue;
+				atomic_store_explicit(&ref[p], 0, memory_order_relaxed);
+			}
+			if (unlikely(p - cfirst >= pps)) {
+				if (ci != UINT64_MAX)
+					slab_put_done(s, ci, cnt, minw);
+				ci = p / pps;
+				cfirst = ci * pps;
+				cnt = 0;
+				minw = UINT32_MAX;
+			}
 			fb[p >> 6] |= 1ULL << (p & 63);
-			fw[p >> 12] |= 1ULL << (p >> 6 & 63);
-			c.cnt++;
-			w = (p - c.first) >> 6;
-			if (w < c.minw)
-				c.minw = (uint32_t)w;
+			if (unlikely(p >> 12 != fwi)) {
+				if (facc)
+					fw[fwi] |= facc;
+				fwi = p >> 12;
+				facc = 0;
+			}
+			facc |= 1ULL << (p >> 6 & 63);
+			cnt++;
+			w = (p - cfirst) >> 6;
+			if (w < minw)
+				minw = (uint32_t)w;
 		}
+		if (facc)
+			fw[fwi] |= facc;
+		c.i = ci;
+		c.first = cfirst;
+		c.cnt = cnt;
+		c.minw = minw;
 		slab_putc_end(s, &c);
 		ST(s, free_slow) += nlast;
 		slab_after_free_locked(s);
@@ -321,8 +450,8 @@ static int free_pages(struct kvs_slab *s, size_t n, const uint32_t *v, uint64_t 
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 bad:
-	/* A page dropped whole is at 0 now, like a dying one: the undo of
-	 * either gives it its one reference back, entry by entry. */
+	/* A page dropped whole or alone is at 0 now, like a dying one: the
+	 * undo of either gives it its one reference back, entry by entry. */
 	while (k-- > 0)
 		undo_pages(s, v[k], (uint64_t)v[k] + 1);
 	pthread_mutex_unlock(&s->lock);

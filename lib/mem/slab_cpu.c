@@ -15,7 +15,9 @@
  * under slab->lock in refills and flushes.  Other threads only read counts
  * (statistics, validation) under slab->lock.  kvs_slab_shrink() cannot take
  * another thread's pages without a lock on the fast path, so it bumps
- * drain_gen and each thread flushes on its next call.
+ * drain_gen and sets each magazine's limit to 0: the fast paths compare
+ * the count with that limit alone (one compare for empty, full and drain
+ * due), so each thread takes the slow path and flushes on its next call.
  */
 #include <stdlib.h>
 
@@ -34,6 +36,19 @@ void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep)
 	}
 	atomic_store_explicit(&m->count, n, memory_order_relaxed);
 	m->drain_seen = atomic_load_explicit(&s->drain_gen, memory_order_relaxed);
+	atomic_store_explicit(&m->lim, m->cap, memory_order_relaxed);
+}
+
+/* Ask every thread for its cache back on its next call: move drain_gen
+ * and close each magazine's fast paths (lim 0) until its owner flushes.
+ * Lock held. */
+void slab_mag_drain_all_locked(struct kvs_slab *s)
+{
+	struct mag *m;
+
+	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
+	for (m = s->mags; m; m = m->next)
+		atomic_store_explicit(&m->lim, 0, memory_order_relaxed);
 }
 
 static void mag_unlink_locked(struct kvs_slab *s, struct mag *m)
@@ -80,6 +95,7 @@ __attribute__((noinline, cold)) struct mag *slab_mag_get_slow(struct kvs_slab *s
 		}
 		pthread_mutex_lock(&s->lock);
 		m->drain_seen = atomic_load_explicit(&s->drain_gen, memory_order_relaxed);
+		atomic_store_explicit(&m->lim, m->cap, memory_order_relaxed);
 		m->next = s->mags;
 		if (s->mags)
 			s->mags->prev = m;

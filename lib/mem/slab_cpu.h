@@ -10,6 +10,7 @@
 
 struct mag *slab_mag_get_slow(struct kvs_slab *s);
 void slab_mag_flush_locked(struct kvs_slab *s, struct mag *m, uint32_t keep);
+void slab_mag_drain_all_locked(struct kvs_slab *s);
 void slab_mag_destructor(void *arg);
 uint64_t slab_cached_locked(struct kvs_slab *s);
 

@@ -64,6 +64,10 @@ struct mag {
 	uint64_t drain_seen;
 	_Atomic uint32_t count;		/* written by the owner only */
 	uint32_t cap;
+	/* What the fast paths compare count with: cap, or 0 from when a
+	 * drain is asked (drain_gen moved) until the owner flushes; both
+	 * written under slab->lock, read by the owner without it. */
+	_Atomic uint32_t lim;
 	_Atomic uint64_t alloc_fast, free_fast;
 	uint32_t pages[];
 };

@@ -75,7 +75,7 @@ void kvsi_slab_census(struct kvs_slab *s, uint32_t *inuse, size_t *mapped, size_
 	uint64_t i;
 
 	pthread_mutex_lock(&s->lock);
-	atomic_fetch_add_explicit(&s->drain_gen, 1, memory_order_relaxed);
+	slab_mag_drain_all_locked(s);
 	if (m)
 		slab_mag_flush_locked(s, m, 0);
 	for (i = 0; i < s->nslabs; i++) {

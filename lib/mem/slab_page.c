@@ -18,7 +18,8 @@
 
 /* ------------------------------------------------------------------ lists */
 
-int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
+static inline __attribute__((always_inline)) int32_t want_list(struct kvs_slab *s,
+								uint32_t inuse)
 {
 	if (inuse == 0)
 		return L_EMPTY;
@@ -28,12 +29,19 @@ int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
 	return (int32_t)(((uint64_t)inuse * s->bucket_mul) >> 32);
 }
 
+int32_t slab_want_list(struct kvs_slab *s, uint32_t inuse)
+{
+	return want_list(s, inuse);
+}
+
 static int64_t *list_head(struct kvs_slab *s, int32_t list)
 {
 	return list == L_EMPTY ? &s->empty_head : &s->bucket_head[list];
 }
 
-void slab_list_del(struct kvs_slab *s, uint64_t i)
+/* The bodies of slab_list_del() and slab_list_add(), inline in
+ * slab_relist(): a fragmented pool relists a slab every few pages. */
+static inline __attribute__((always_inline)) void list_del(struct kvs_slab *s, uint64_t i)
 {
 	struct slab_info *x = &s->si[i];
 
@@ -62,7 +70,8 @@ void slab_list_del(struct kvs_slab *s, uint64_t i)
 	x->prev = x->next = -1;
 }
 
-void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
+static inline __attribute__((always_inline)) void list_add(struct kvs_slab *s, uint64_t i,
+							   int32_t list)
 {
 	struct slab_info *x = &s->si[i];
 	int64_t *head;
@@ -88,33 +97,81 @@ void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
 	}
 }
 
+void slab_list_del(struct kvs_slab *s, uint64_t i)
+{
+	list_del(s, i);
+}
+
+void slab_list_add(struct kvs_slab *s, uint64_t i, int32_t list)
+{
+	list_add(s, i, list);
+}
+
 void slab_relist(struct kvs_slab *s, uint64_t i)
 {
 	struct slab_info *x = &s->si[i];
-	int32_t want = slab_want_list(s, x->inuse);
+	int32_t want = want_list(s, x->inuse);
 
 	if (x->list != want) {
-		slab_list_del(s, i);
+		list_del(s, i);
 		if (want == L_EMPTY) {
 			/* Pages of it may still be read by the device: it
 			 * is unmapped only behind a fence recorded after now. */
 			x->empty_seq = ++s->empty_gen;
 			x->empty_ns = kvs_now_ns();
 		}
-		slab_list_add(s, i, want);
+		list_add(s, i, want);
 	}
 }
 
 /* ------------------------------------------------------------ page moves */
 
 /*
+ * The holes of a fragmented slab, one after another: words of summary word
+ * @sw (its bits left to visit in *@sbits) with one free page each, each a
+ * find-first-set on the summary and one on the word, until @n pages are in
+ * @out or a word holds more (or none: then the caller looks at it).  The
+ * summary bits of the words emptied go into *@sclr.  Returns the pages in
+ * @out.  Lock held.
+ */
+static inline __attribute__((always_inline)) uint32_t
+take_holes(uint64_t *fb, _Atomic uint16_t *ref, uint64_t sw, uint64_t *sbits, uint64_t *sclr,
+	   uint32_t *out, uint32_t got, uint32_t n, bool hold)
+{
+	uint64_t sb = *sbits, clr = *sclr, base = sw * 64;
+
+	while (sb) {
+		uint64_t b = sb & -sb, w = base + (uint64_t)__builtin_ctzll(sb);
+		uint64_t bits = fb[w], p;
+
+		if (!bits || (bits & (bits - 1)))
+			break;
+		p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+		out[got++] = (uint32_t)p;
+		if (hold)
+			atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
+		fb[w] = 0;
+		clr |= b;
+		sb ^= b;
+		if (got == n)
+			break;
+	}
+	*sbits = sb;
+	*sclr = clr;
+	return got;
+}
+
+/*
  * Take up to @n free pages of mapped slab @i, lowest first; with @hold, give
  * each its first reference (count 1) on the way.  The words with a free bit
- * are found through the summary (freewords), read a summary word at a time:
- * a nearly full slab costs the pages it gives, not its size.  In a word, a
- * page alone (the holes of a fragmented slab) costs a find-first-set and a
- * store, a word all free gives 64 pages in one go, a longer run one
- * iteration; never one bit at a time.  Lock held.
+ * are found through the summary (freewords), read a summary word at a time
+ * and kept in a register: a nearly full slab costs the pages it gives, not
+ * its size.  The summary bits of the words it empties are gathered in a
+ * register too and cleared with one store per summary word (a store per
+ * page would make each hole wait for the one before it).  In a word, a page
+ * alone (the holes of a fragmented slab) costs a find-first-set, two loads
+ * and three stores, a word all free gives 64 pages in one go, a longer run
+ * one iteration; never one bit at a time.  Lock held.
  */
 uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *out, bool hold)
 {
@@ -122,38 +179,65 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 	uint64_t first = i * s->pps, end = first + s->pps;
 	uint64_t w = (first + (uint64_t)x->hint * 64) / 64, wend = (end + 63) / 64;
 	uint64_t *fb = s->freebits, *fw = s->freewords;
-	uint64_t sw = w >> 6, sbits = fw[sw] & (~0ULL << (w & 63));
+	uint64_t sw = w >> 6, sbits = fw[sw] & (~0ULL << (w & 63)), sclr = 0;
+	/* Words shared with the neighbour slabs: only the first and last. */
+	bool edges = (first | end) & 63;
 	_Atomic uint16_t *ref = s->ref;
 	uint32_t got = 0;
 
+	/* The summary bits of words past the slab's last are not ours. */
+	if (sw == (wend - 1) >> 6 && (wend & 63))
+		sbits &= ~0ULL >> (64 - (wend & 63));
 	for (;;) {
 		uint64_t bits, left, taken = 0;
 
 		/* The next word with a free bit, 64 words a load. */
 		while (!sbits) {
+			if (sclr)
+				fw[sw] &= ~sclr;
+			sclr = 0;
 			if (++sw * 64 >= wend)
 				goto out;
 			sbits = fw[sw];
+			if (sw == (wend - 1) >> 6 && (wend & 63))
+				sbits &= ~0ULL >> (64 - (wend & 63));
 		}
 		w = sw * 64 + (uint64_t)__builtin_ctzll(sbits);
-		if (w >= wend)
-			goto out;
 		sbits &= sbits - 1;
 		bits = fb[w];
-		/* A word may be shared with the neighbour slabs: mask them off. */
-		if (unlikely(w * 64 < first))
-			bits &= ~0ULL << (first - w * 64);
-		if (unlikely(w * 64 + 64 > end))
-			bits &= ~0ULL >> (w * 64 + 64 - end);
+		if (unlikely(edges)) {
+			/* A word may be shared with the neighbour slabs:
+			 * mask them off. */
+			if (w * 64 < first)
+				bits &= ~0ULL << (first - w * 64);
+			if (w * 64 + 64 > end)
+				bits &= ~0ULL >> (w * 64 + 64 - end);
+		}
 		if (bits && !(bits & (bits - 1))) {
 			/* One page free in the word: a fragmented slab's hole. */
-			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits);
+			uint64_t p = w * 64 + (uint64_t)__builtin_ctzll(bits), rest;
 
 			out[got++] = (uint32_t)p;
 			if (hold)
 				atomic_store_explicit(&ref[p], 1, memory_order_relaxed);
-			taken = bits;
-		} else if (bits == ~0ULL && n - got >= 64) {
+			rest = fb[w] & ~bits;
+			fb[w] = rest;
+			sclr |= (uint64_t)(rest == 0) << (w & 63);
+			if (got == n)
+				break;
+			/* More holes, in a loop of their own (fewer values
+			 * live, none spilled), one for each @hold. */
+			if (likely(!edges) && sbits) {
+				if (hold)
+					got = take_holes(fb, ref, sw, &sbits, &sclr, out, got, n, true);
+				else
+					got = take_holes(fb, ref, sw, &sbits, &sclr, out, got, n, false);
+				if (got == n)
+					goto done;
+			}
+			continue;
+		}
+		if (bits == ~0ULL && n - got >= 64) {
 			/* A word all free: 64 pages, four indices and four
 			 * counts a store. */
 			const v4u_t four = {4, 4, 4, 4};
@@ -208,7 +292,7 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 			taken |= m;
 		}
 		if (!(fb[w] &= ~taken))
-			bit_clear(fw, w);
+			sclr |= 1ULL << (w & 63);
 		if (got == n)
 			break;
 	}
@@ -216,6 +300,9 @@ uint32_t slab_take_runs(struct kvs_slab *s, uint64_t i, uint32_t n, uint32_t *ou
 out:
 		w = wend;
 	}
+done:
+	if (sclr)
+		fw[sw] &= ~sclr;
 	x->hint = (uint32_t)((w > first / 64 ? w * 64 - first : 0) / 64);
 	if (x->hint * 64ULL >= s->pps)
 		x->hint = 0;

@@ -2,15 +2,25 @@
 /*
  * tests/bench/bench_slab.c - the slab allocator against the baseline SGLang's
  * allocator uses (a stack of free indices, everything mapped up front),
- * measured side by side in one run on the host backend:
- *   - single-page alloc + free on the fast path,
- *   - bulk alloc + free of 256 pages, contiguous (a fresh slab),
- *   - bulk alloc + free of 256 pages on a fragmented pool: every slab full
- *     but for single-page holes, one in each 64 pages at a seeded offset, so
- *     256 pages come from 32 slabs (the stack holds the same holes),
- * each as the median over ROUNDS batches, each contender's figure printed
- * with its target beside it (slab/stack: single <= 1.5x, contiguous bulk
- * <= 3x, scattered bulk <= 5x), and then a churn run: seeded
+ * measured side by side in one run on the host backend, the contenders
+ * interleaved round by round.  What each line times, per operation pair:
+ *   - "alloc+free 1 page (fast path)": BATCH pairs kvs_slab_alloc() +
+ *     kvs_slab_free() on the calling thread's cache (no lock), against
+ *     stack_alloc1() + stack_free1() (out of line, as a library call);
+ *   - "alloc+free 256 pages (bulk)": BATCH / 10 pairs kvs_slab_alloc_bulk()
+ *     + kvs_slab_free_bulk() of 256 pages, contiguous (one slab of 512
+ *     pages mapped, its lowest free pages given), counts set and checked, against a
+ *     memcpy of 256 indices off and back onto the stack;
+ *   - "alloc+free 256 pages (scattered)": the same pair on a fragmented
+ *     pool, its own static allocator: every slab full but for single-page
+ *     holes, one in each 64 pages at a seeded offset and never two touching,
+ *     so the 256 pages are the holes of 32 slabs (8 each) and the free hands
+ *     back 256 pages alone; the stack holds the same 1024 holes;
+ * each figure the median (and p90) over ROUNDS rounds of the batch's time
+ * divided by its pairs, and the ratio slab/stack of the medians printed
+ * with its target beside it (single <= 1.5x, contiguous bulk <= 3x,
+ * scattered bulk <= 5x).  Both sides run the same calls in every round:
+ * neither is given work the other is spared.  Then a churn run: seeded
  * requests of random lengths arrive, decode and leave; mapped and live bytes
  * are sampled every step for a static pool (KVS_SLAB_F_STATIC) and for the
  * slab allocator with its shrinker, and the summary gives peak and mean

@@ -1397,6 +1397,173 @@ static uint64_t xs(uint64_t *x)
 }
 
 /*
+ * A pool like bench_slab's scattered case, smaller: every slab full but for
+ * single-page holes, one in each 64 pages at a seeded offset (never a
+ * group's last, so no two touch), and in a few slabs a word with two holes
+ * or a word all free.  One bulk allocation of as many pages as are free
+ * hands out exactly the free pages, each once, each at count 1, and the
+ * next page fails; freeing them one entry a page (no runs) restores every
+ * slab: the same lists and counts (validate, the list gauges), and the same
+ * pages in the same order from the next allocation.  Then a bulk free of
+ * the holes where the 51st is shared (count 2) and listed again at the
+ * end: the 50 before it, dropped to 0 while the call saw no shared page,
+ * still go back, once each, and the shared one at its second entry.
+ */
+START_TEST(test_bulk_holes_many)
+{
+	enum { NSLAB = 24, CAP = 256 * NSLAB };
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk_runs(d, CAP, 0);
+	static uint32_t all[CAP], holes[CAP], got[CAP], again[CAP], list[CAP + 1];
+	static uint8_t seen[CAP];
+	static uint16_t want[CAP];
+	uint64_t x = 0x9e3779b97f4a7c15ULL, partial, full;
+	uint32_t k, nh = 0;
+
+	memset(seen, 0, sizeof(seen));	/* static: CK_FORK=no runs it twice */
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, CAP, all), CAP);
+	for (k = 0; k < CAP; k++)
+		want[k] = 1;
+	for (k = 0; k < CAP; k += 64) {
+		holes[nh++] = k + (uint32_t)(xs(&x) % 63);
+		if (k / 256 % 5 == 1 && k % 256 == 64) {	/* two in a word */
+			holes[nh] = holes[nh - 1] < k + 32 ? k + 40 : k + 8;
+			nh++;
+		}
+	}
+	for (k = 0; k < nh; k++) {
+		ck_assert_int_eq(kvs_slab_free(s, holes[k]), 0);
+		want[holes[k]] = 0;
+	}
+	/* Slab 7: a word all free besides its hole's word. */
+	for (k = 7 * 256 + 128; k < 7 * 256 + 192; k++) {
+		if (want[k]) {
+			ck_assert_int_eq(kvs_slab_free(s, k), 0);
+			want[k] = 0;
+			holes[nh++] = k;
+		}
+	}
+	ck_assert_int_eq(kvs_slab_flush(s), 0);
+	check_counts(s, want, CAP);
+	partial = kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial);
+	full = kvs_slab_stat(s, KVS_SLAB_STAT_slabs_full);
+	ck_assert_uint_eq(partial, NSLAB);
+
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, nh, got), (int)nh);
+	for (k = 0; k < nh; k++) {
+		ck_assert_uint_lt(got[k], CAP);
+		ck_assert_msg(!seen[got[k]], "page %u handed out twice", got[k]);
+		ck_assert_msg(want[got[k]] == 0, "page %u was held", got[k]);
+		seen[got[k]] = 1;
+		want[got[k]] = 1;
+	}
+	for (k = 0; k < nh; k++)
+		ck_assert_msg(seen[holes[k]], "hole %u not handed out", holes[k]);
+	check_counts(s, want, CAP);
+	errno = 0;
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 1, list), -1);
+	ck_assert_int_eq(errno, ENOMEM);
+
+	/* Back in reverse, every entry a page alone. */
+	for (k = 0; k < nh; k++)
+		list[k] = got[nh - 1 - k];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, nh, list), 0);
+	for (k = 0; k < nh; k++)
+		want[got[k]] = 0;
+	check_counts(s, want, CAP);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial), partial);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_full), full);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, nh, again), (int)nh);
+	ck_assert_mem_eq(again, got, nh * sizeof(got[0]));
+
+	/* The 51st shared, listed again at the end. */
+	ck_assert_int_gt(nh, 60);
+	ck_assert_int_eq(kvs_slab_ref(s, got[50]), 0);
+	memcpy(list, got, nh * sizeof(got[0]));
+	list[nh] = got[50];
+	ck_assert_int_eq(kvs_slab_free_bulk(s, nh + 1, list), 0);
+	check_counts(s, want, CAP);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_partial), partial);
+	for (k = 0; k < CAP; k++)
+		want[k] = 0;
+	for (k = 0; k < CAP; k++)
+		if (kvs_slab_refcount(s, k) == 1)
+			ck_assert_int_eq(kvs_slab_free(s, k), 0);
+	ck_assert_int_eq(kvs_slab_flush(s), 0);
+	check_counts(s, want, CAP);
+	finish(_i, d, s);
+}
+END_TEST
+
+/*
+ * kvs_slab_shrink() on one thread asks every other thread's cache back: each
+ * gives it back on its next call, by the slow paths, even though its
+ * magazine has room and pages (the fast paths see the drain).  Two threads
+ * in lock step (a barrier, no timing).
+ */
+struct drain_thr {
+	kvs_slab_t *s;
+	pthread_barrier_t *bar;
+	uint64_t slow[4];	/* alloc_slow, free_slow before and after */
+};
+
+static void *drain_main(void *arg)
+{
+	struct drain_thr *t = arg;
+	int64_t p, q;
+
+	/* Fill this thread's cache: the first allocation refills it. */
+	p = kvs_slab_alloc(t->s);
+	q = kvs_slab_alloc(t->s);
+	if (p < 0 || q < 0 || kvs_slab_free(t->s, (uint32_t)p) < 0)
+		return NULL;
+	pthread_barrier_wait(t->bar);	/* the main thread shrinks */
+	pthread_barrier_wait(t->bar);
+	t->slow[0] = kvs_slab_stat(t->s, KVS_SLAB_STAT_free_slow);
+	if (kvs_slab_free(t->s, (uint32_t)q) < 0)
+		return NULL;
+	t->slow[1] = kvs_slab_stat(t->s, KVS_SLAB_STAT_free_slow);
+	pthread_barrier_wait(t->bar);	/* and again */
+	pthread_barrier_wait(t->bar);
+	t->slow[2] = kvs_slab_stat(t->s, KVS_SLAB_STAT_alloc_slow);
+	p = kvs_slab_alloc(t->s);
+	t->slow[3] = kvs_slab_stat(t->s, KVS_SLAB_STAT_alloc_slow);
+	if (p < 0 || kvs_slab_free(t->s, (uint32_t)p) < 0)
+		return NULL;
+	kvs_slab_flush(t->s);
+	return t;
+}
+
+START_TEST(test_drain_other_thread)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_t *s = mk(d, 1, 64 * 4, 16, 0);
+	pthread_barrier_t bar;
+	struct drain_thr t = {.s = s, .bar = &bar};
+	pthread_t th;
+	void *ret;
+
+	ck_assert_int_eq(pthread_barrier_init(&bar, NULL, 2), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, drain_main, &t), 0);
+	pthread_barrier_wait(&bar);
+	/* The other thread holds one page and caches some. */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_objects), 1);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	pthread_barrier_wait(&bar);
+	pthread_barrier_wait(&bar);
+	/* Its free went the slow way and gave its cache back. */
+	ck_assert_uint_eq(t.slow[1] - t.slow[0], 1);
+	ck_assert_int_eq(kvs_slab_shrink(s), 0);
+	pthread_barrier_wait(&bar);
+	ck_assert_int_eq(pthread_join(th, &ret), 0);
+	ck_assert_ptr_eq(ret, &t);
+	ck_assert_uint_eq(t.slow[3] - t.slow[2], 1);
+	pthread_barrier_destroy(&bar);
+	finish(_i, d, s);
+}
+END_TEST
+
+/*
  * Many random operations against a model (an array of counts): bulk and
  * single allocation, references, bulk frees of runs, scattered pages and
  * repeats, some with a bad entry somewhere (refused, nothing changes).
@@ -1747,6 +1914,8 @@ static Suite *slab_suite(void)
 	tcase_add_loop_test(tc, test_bulk_free_runs, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_free_twice_and_bad_tail, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_holes, 0, nb);
+	tcase_add_loop_test(tc, test_bulk_holes_many, 0, nb);
+	tcase_add_loop_test(tc, test_drain_other_thread, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_random_model, 0, nb);
 	tcase_add_loop_test(tc, test_bulk_random_model_mag, 0, nb);
 	suite_add_tcase(s, tc);
