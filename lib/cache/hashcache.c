@@ -440,7 +440,7 @@ static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_
  * prefetch ahead of the walk; the list alone says what is evicted.
  */
 
-static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
+static inline void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -457,7 +457,7 @@ static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 	hc->qlen--;
 }
 
-static void q_push_tail(kvs_hcache_t *hc, int32_t i)
+static inline void q_push_tail(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -480,7 +480,7 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 /* Take free cached block @i off the queue and out of the table (a removed
  * event and an eviction counted when @event); its page stays with the
  * caller.  With hc->lock held. */
-void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
+static inline void uncache(kvs_hcache_t *hc, int32_t i, bool event)
 {
 	hc_q_remove(hc, i);
 	if (event && (hc->attr.event_cb || hc->attr.kv_event_cb)) {
@@ -493,6 +493,11 @@ void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
 	hc->ncached--;
 	if (event)
 		hc->nevict++;
+}
+
+void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
+{
+	uncache(hc, i, event);
 }
 
 /* Take the first block of the free queue that is not isolated off the
@@ -513,10 +518,11 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
  * evict_head() @n times (the caller knows there are @n: qlen - niso >= @n),
  * the blocks into @out, in the same order, with the same events; but a
  * round of up to HC_BATCH blocks at a time, so that their memory is
- * fetched in parallel rather than one dependent miss after another: the
- * walk down the queue prefetches each block's table line (its record names
- * the slot), then the blocks leave as evict_head() takes them.  No entry
- * is read: the record holds the hash.
+ * fetched in parallel rather than one dependent miss after another, and
+ * ahead: by qring's hint, the records of the round after next and the
+ * table lines of the next round (their records fetched a round before)
+ * are prefetched while a round walks the queue; then its blocks leave as
+ * evict_head() takes them.  No entry is read: the record holds the hash.
  */
 static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 {
@@ -525,16 +531,18 @@ static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 	if (n == 0)
 		return;
 	pos = hc->b[hc->qhead].qpos;
-	for (j = 0; j < HC_BATCH && j < n; j++)
+	for (j = 0; j < 2 * HC_BATCH && j < n + HC_BATCH; j++)
 		__builtin_prefetch(&hc->b[hc->qring[(pos + j) & hc->qrmask]], 1);
 	while (n) {
 		size_t m = n < HC_BATCH ? n : HC_BATCH;
 		int32_t i = hc->qhead;
 
-		/* The next round's records, by qring's hint, as this one walks. */
 		pos = hc->b[i].qpos;
 		for (j = 0; j < m; j++) {
-			__builtin_prefetch(&hc->b[hc->qring[(pos + HC_BATCH + j) & hc->qrmask]], 1);
+			int32_t nx = hc->qring[(pos + HC_BATCH + j) & hc->qrmask];
+
+			__builtin_prefetch(&hc->b[hc->qring[(pos + 2 * HC_BATCH + j) & hc->qrmask]], 1);
+			__builtin_prefetch(&hc->tbl[hc->b[nx].slot / HC_WAYS], 1);
 			while (hc->b[i].iso)
 				i = hc->b[i].next;
 			out[j] = i;
@@ -542,7 +550,7 @@ static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 			i = hc->b[i].next;
 		}
 		for (j = 0; j < m; j++)
-			hc_uncache(hc, out[j], event);
+			uncache(hc, out[j], event);
 		out += m;
 		n -= m;
 	}
@@ -1067,10 +1075,11 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		else
 			hc->b[blocks[i]].mark = 1;
 	}
-	while (i--)
-		if (held(hc, blocks[i]))
-			hc->b[blocks[i]].mark = 0;
-	if (!err) {
+	if (err) {
+		while (i--)
+			if (held(hc, blocks[i]))
+				hc->b[blocks[i]].mark = 0;
+	} else {
 		/* Never more entries in the table than pages: one for each
 		 * is there, free or after a grace period (ent_get()).  A
 		 * round of HC_BATCH at a time: the entries, home lines and
@@ -1087,8 +1096,10 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 				__builtin_prefetch(&hc->tbl[hc_home(hc, hv[j])], 1);
 				__builtin_prefetch(&hc->b[blocks[i + j]], 1);
 			}
-			for (j = 0; j < m; j++)
+			for (j = 0; j < m; j++) {
+				hc->b[blocks[i + j]].mark = 0;
 				tbl_insert(hc, ev[j], &hashes[i + j], hv[j], blocks[i + j]);
+			}
 		}
 		hc->ncached += n;
 		hc_emit(hc, KVS_KV_STORED, hashes, n, parent, extra_key, tokens);
@@ -1126,13 +1137,16 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
 		else
 			hc->b[blocks[i]].mark++;
 	}
-	while (i--)
-		if (blocks[i] >= 0 && (uint32_t)blocks[i] < hc->nblocks)
-			hc->b[blocks[i]].mark = 0;
-	if (!err) {
+	if (err) {
+		while (i--)
+			if (blocks[i] >= 0 && (uint32_t)blocks[i] < hc->nblocks)
+				hc->b[blocks[i]].mark = 0;
+	} else {
+		/* The marks are cleared on the way (each valid). */
 		for (i = 0; i < n; i++) {
 			struct hblock *b = &hc->b[blocks[i]];
 
+			b->mark = 0;
 			if (--b->ref)
 				continue;
 			hc->nused--;
