@@ -85,8 +85,9 @@
  * work in rounds of HC_BATCH: a lookup or match hashes a round's hashes and
  * prefetches their home lines, then each hash's first candidate of its tag
  * (the writer's record, the reader's entry), then compares; an eviction
- * walks the queue prefetching the blocks' table lines; caching prefetches
- * the entries, home lines and records.  The misses of a round overlap
+ * walks the queue prefetching the next round's table lines and the
+ * records of the round after; caching prefetches the entries, home lines
+ * and records.  The misses of a round overlap
  * instead of following one another.  The one chain left, the free queue's
  * links, is walked with the records already fetched: a ring of the blocks
  * in the order they joined the queue tells which to prefetch a round ahead
@@ -97,7 +98,7 @@
  *
  * Files.  The cache's operations for its pool (limits and compaction over
  * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's, its
- * statistics and checks lib/cache/hashcache_info.c's; the
+ * statistics, checks and events lib/cache/hashcache_info.c's; the
  * structures they share are in lib/cache/hashcache_int.h.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
@@ -151,18 +152,6 @@ static inline bool ent_eq(const kvs_hcache_t *hc, int32_t e, const kvs_block_has
 static inline bool rec_eq(const kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h)
 {
 	return hc->b[i].hlen == h->len && bytes_eq(hc->b[i].hash, h->bytes, h->len);
-}
-
-/* The low 64 bits of the hash read as a big-endian integer, as vLLM's
- * maybe_convert_block_hash() gives them. */
-static uint64_t hash_low64(const kvs_block_hash_t *h)
-{
-	uint32_t i = h->len > 8 ? h->len - 8 : 0;
-	uint64_t x = 0;
-
-	for (; i < h->len; i++)
-		x = (x << 8) | h->bytes[i];
-	return x;
 }
 
 /* ---------------------------------------------------------------- table */
@@ -387,45 +376,6 @@ static void tbl_remove(kvs_hcache_t *hc, int32_t i)
 	KVSI_TSAN_RELEASE(&hc_rcu_gp);
 	hc->estk[hc->nent - ++hc->nretired] = (int32_t)b->ent - 1;
 	b->ent = 0;
-}
-
-/* ---------------------------------------------------------------- events */
-
-/* @tokens: a stored event's n * ps token ids, or NULL; the events point
- * into it (the caller's array, valid for the callbacks' duration). */
-static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
-		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
-{
-	bool stored = type == KVS_KV_STORED;
-
-	if (hc->attr.event_cb) {
-		kvs_hcache_event_t ev = {
-			.type = type, .hashes = h, .nhashes = n, .parent = parent,
-			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
-			.block_size = hc->ps, .extra_key = stored ? extra : 0,
-			.token_ids = stored ? tokens : NULL,
-		};
-		hc->attr.event_cb(hc->attr.event_arg, &ev);
-	}
-	if (hc->attr.kv_event_cb) {
-		kvs_kv_event_t ev = { .type = type };
-		size_t i;
-
-		if (type == KVS_KV_ALL_CLEARED) {
-			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
-			return;
-		}
-		for (i = 0; i < n; i++) {
-			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
-
-			ev.hash = hash_low64(&h[i]);
-			ev.parent_hash = stored && p ? hash_low64(p) : 0;
-			ev.tokens = hc->ps;
-			ev.extra_key = stored ? extra : 0;
-			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
-			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
-		}
-	}
 }
 
 /* ---------------------------------------------------------------- free queue */

@@ -3,7 +3,8 @@
  * lib/cache/hashcache_info.c - what the hashed block cache tells about
  * itself: its statistics (kvs_hcache_stats() and the accessors lib/stats.c
  * makes), the free queue, one block, and the check of its invariants
- * (kvs_hcache_validate()).  The design is in lib/cache/hashcache.c's essay.
+ * (kvs_hcache_validate()); and the events it sends (hc_emit()).  The
+ * design is in lib/cache/hashcache.c's essay.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -11,6 +12,55 @@
 #include <string.h>
 
 #include "cache/hashcache_int.h"
+
+/* The low 64 bits of the hash read as a big-endian integer, as vLLM's
+ * maybe_convert_block_hash() gives them. */
+static uint64_t hash_low64(const kvs_block_hash_t *h)
+{
+	uint32_t i = h->len > 8 ? h->len - 8 : 0;
+	uint64_t x = 0;
+
+	for (; i < h->len; i++)
+		x = (x << 8) | h->bytes[i];
+	return x;
+}
+
+/* hashcache_int.h; @tokens is the caller's array, valid for the callbacks'
+ * duration. */
+void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+	     const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
+{
+	bool stored = type == KVS_KV_STORED;
+
+	if (hc->attr.event_cb) {
+		kvs_hcache_event_t ev = {
+			.type = type, .hashes = h, .nhashes = n, .parent = parent,
+			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
+			.block_size = hc->ps, .extra_key = stored ? extra : 0,
+			.token_ids = stored ? tokens : NULL,
+		};
+		hc->attr.event_cb(hc->attr.event_arg, &ev);
+	}
+	if (hc->attr.kv_event_cb) {
+		kvs_kv_event_t ev = { .type = type };
+		size_t i;
+
+		if (type == KVS_KV_ALL_CLEARED) {
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
+
+			ev.hash = hash_low64(&h[i]);
+			ev.parent_hash = stored && p ? hash_low64(p) : 0;
+			ev.tokens = hc->ps;
+			ev.extra_key = stored ? extra : 0;
+			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+		}
+	}
+}
 
 /* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
 #define HC_STAT_FIELDS(X)                                                          \

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lib/cache/hashcache_int.h - what the hashed block cache's files share:
- * its structures, its bucket hash, and the table, event and free-queue
- * helpers of lib/cache/hashcache.c that lib/cache/hashcache_pool.c (the
- * cache's operations for its pool) uses; lib/cache/hashcache_info.c has
- * its statistics and checks.  The design is in hashcache.c's essay.
+ * its structures, its bucket hash, and the table and free-queue helpers
+ * of lib/cache/hashcache.c that lib/cache/hashcache_pool.c (the cache's
+ * operations for its pool) uses; lib/cache/hashcache_info.c has its
+ * statistics, checks and events.  The design is in hashcache.c's essay.
  */
 #ifndef KVSLAB_CACHE_HASHCACHE_INT_H
 #define KVSLAB_CACHE_HASHCACHE_INT_H
@@ -151,6 +151,13 @@ static inline void hc_block_hash(const kvs_hcache_t *hc, int32_t i, kvs_block_ha
 	memcpy(h->bytes, hc->b[i].hash, hc->b[i].hlen);
 	h->len = hc->b[i].hlen;
 }
+
+/* lib/cache/hashcache_info.c: send an event of @type to the callbacks
+ * (hc->lock held): @n hashes at @h, the one before them @parent (or NULL),
+ * and for a stored event @extra and the n * block size token ids @tokens
+ * (or NULL), which the events point into. */
+void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+	     const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens);
 
 /* lib/cache/hashcache.c; each with hc->lock held. */
 void hc_page_free(kvs_hcache_t *hc, int32_t i);
