@@ -227,8 +227,9 @@ static int32_t tbl_probe(kvs_hcache_t *hc, const kvs_block_hash_t *h, uint64_t h
 	return -1;
 }
 
-/* Blocks or hashes a batched pass takes a round. */
-#define HC_BATCH 32
+/* Blocks or hashes a batched pass takes a round: a 64-block request in one
+ * (32 measured 2-3 ns a block slower at 4M blocks, lookup and caching). */
+#define HC_BATCH 64
 
 /*
  * The longest run of @hashes (at most @cap) in the table; the blocks into
