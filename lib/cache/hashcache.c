@@ -18,68 +18,87 @@
  * request's blocks tail first, so the end of the longest prefix goes
  * first).  kvs_hcache_alloc() takes free pool pages before it evicts.
  *
- * The table maps hash -> block.  Its entries are neither the blocks'
- * records nor malloc'd: they come from a slab, hc->ent[], made at create
- * with one entry per page of the pool and a reserve beside them (a quarter
- * of the pages, at least HC_RESERVE_MIN entries), linked by index.  A
- * fixed array of buckets (a power of two, at least twice the pages) holds
- * the chains' heads.  Chains are doubly linked, so that removing an entry
- * is O(1): the entry names the one before it (or, -1, its bucket) and the
- * writer rewrites one link and one back link, never walking the chain
- * (the singly linked chains of old made evicting walk from the bucket's
- * head, one dependent cache miss a step).  Caching a block takes an entry
- * off the free stack (of indices), fills it and publishes it at the head
- * of its chain with a release store; removing one unlinks it with a
- * release store and pushes its index on the retired stack.  Writers are
- * serialized by one mutex.
+ * The table maps hash -> block.  It is open-addressed: a fixed array of
+ * 64-byte lines (a power of two, one line for every two pages, so at most
+ * 40% of its slots are used), each holding five slots, the blocks of those
+ * slots, and the line's over count.  A slot is one word, 0 when empty,
+ * else the hash's tag (27 bits of its bucket hash and its length) over the
+ * index of its entry.  A hash is placed in the first empty slot from its
+ * home line on (the lines after it in turn, wrapping); every full line it
+ * passes counts it in its over, and a probe ends at the first line whose
+ * over is 0, as in F14's chunks.  Entries never move, so removal is O(1)
+ * and walks nothing: the block's record names its slot and how many lines
+ * lie between the slot and its home, the slot is emptied and those lines'
+ * over counts (none, for 98% of the hashes) go down.  No tombstones: an
+ * emptied slot is empty.
  *
- * Readers (kvs_hcache_match_ro()) take no lock: they walk the chains with
+ * The entries, which hold the hashes' bytes for the lock-free readers, are
+ * neither the blocks' records nor malloc'd: they come from a slab,
+ * hc->ent[], made at create with one entry per page of the pool and a
+ * reserve beside them (a quarter of the pages, at least HC_RESERVE_MIN
+ * entries), 32 bytes each.  The writers never read them: each block's
+ * record, one cache line, keeps a copy of its hash beside its refcount and
+ * free-queue links, and a slot names its block beside it.  So a writer's
+ * lookup reads a table line and the candidate's record (which it goes on
+ * to reference), an eviction the record it takes off the queue and its
+ * slot's line, and caching writes the entry and the record and fills a
+ * slot: no entry is read and no chain neighbour touched (the doubly linked
+ * chains of entries before this table took an entry, a bucket and one or
+ * two neighbours per removal, and the singly linked ones before them a
+ * walk).  Caching a block takes an entry off the free stack (of indices),
+ * fills it and publishes it in its slot with a release store; removing one
+ * empties the slot with a release store and pushes the entry's index on
+ * the retired stack.  Writers are serialized by one mutex.
+ *
+ * Readers (kvs_hcache_match_ro()) take no lock: they probe the table with
  * acquire loads inside an RCU read-side critical section (liburcu,
- * bulletproof flavour, as lib/cache/radix.c).  A reader may stand on an
- * entry as it is unlinked; it goes on through the entry's next link, which
- * unlinking leaves as it was, to the rest of its chain.  What it must
- * never meet is an entry reused, filled with another hash and linked into
- * another chain while it stands on it: it could match torn bytes, or
- * follow the new chain and, reuse after reuse, walk in circles.  There are
- * two ways out.  A sequence count per entry, checked around each step (a
- * seqlock), makes readers retry: lock-free but not wait-free, as a busy
- * writer can keep a reader retrying, and every step pays two more loads.
- * Or reuse waits for a grace period, as the old malloc'd entries were freed
- * through call_rcu().  The cache waits: a retired entry is not written
- * (its next link stays intact for a reader on it) and becomes free only
- * after a grace period.  When the free stack runs dry, the writer calls
- * synchronize_rcu() once and takes the whole retired stack, which then
- * holds at least the reserve (the table
- * never holds more entries than pages).  So a reader stays wait-free, meets
- * only entries that were in its chain when it began or were put at the
- * head after, never an entry that changes under it, and never reports a
- * hash that no block held; and a writer pays one grace period per reserve
- * retirements (microseconds over thousands of entries), no malloc, no
- * call_rcu() queue.  The price: a writer call may wait for the readers, so
- * none may be made inside a liburcu-bp read-side critical section of the
- * calling thread (the event callbacks may call kvs_hcache_match_ro(),
- * which leaves its section before it returns).  Duplicate hashes are
- * allowed, as in vLLM: a second block with the same hash gets an entry of
- * its own, in front of the first.  (tests/stress/stress_hashcache.c holds
- * a reader in its section and checks that the writer waits; it fails with
- * entries reused at once.)
+ * bulletproof flavour, as lib/cache/radix.c) and compare the entries a
+ * slot of their tag names.  A reader may hold an entry's index as its slot
+ * is emptied; what it must never meet is the entry reused, filled with
+ * another hash while it compares it: it could match torn bytes.  There
+ * are two ways out.  A sequence count per entry, checked around each
+ * compare (a seqlock), makes readers retry: lock-free but not wait-free,
+ * as a busy writer can keep a reader retrying, and every step pays two
+ * more loads.  Or reuse waits for a grace period, as the malloc'd entries
+ * of old were freed through call_rcu().  The cache waits: a retired entry
+ * is not written and becomes free only after a grace period.  When the
+ * free stack runs dry, the writer calls synchronize_rcu() once and takes
+ * the whole retired stack, which then holds at least the reserve (the
+ * table never holds more entries than pages).  So a reader stays
+ * wait-free (a probe is bounded by the table), compares only entries that
+ * held the hash their slot named when it read the slot, never an entry
+ * that changes under it, and never reports a hash that no block held; and
+ * a writer pays one grace period per reserve retirements (microseconds
+ * over thousands of entries), no malloc, no call_rcu() queue.  The price:
+ * a writer call may wait for the readers, so none may be made inside a
+ * liburcu-bp read-side critical section of the calling thread (the event
+ * callbacks may call kvs_hcache_match_ro(), which leaves its section
+ * before it returns).  Duplicate hashes are allowed, as in vLLM: a second
+ * block with the same hash gets an entry and a slot of its own; a lookup
+ * finds one of them.  (tests/stress/stress_hashcache.c holds a reader in
+ * its section and checks that the writer waits; it fails with entries
+ * reused at once.)
  *
- * Memory.  At millions of blocks every step of a lookup or an eviction is
- * a cache miss (and, on 4 KiB pages, a TLB miss: the arrays ask for
- * transparent huge pages).  So the calls that handle many blocks work in
- * rounds of HC_BATCH: a lookup or match hashes a round's hashes and
- * prefetches their buckets, then the chains' heads, then walks; an
- * eviction walks the queue prefetching the blocks' entries, then their
- * chain neighbours, then unlinks; caching prefetches the entries and
- * buckets, then the old heads.  The misses of a round overlap instead of
- * following one another.  The one chain left, the free queue's links, is
- * walked with the records already fetched: a ring of the blocks in the
- * order they joined the queue tells which to prefetch a round ahead (see
- * "free queue" below).
+ * Memory.  At millions of blocks every random step of a lookup or an
+ * eviction is a cache miss (and, on 4 KiB pages, a TLB miss: the arrays
+ * ask for transparent huge pages).  So the calls that handle many blocks
+ * work in rounds of HC_BATCH: a lookup or match hashes a round's hashes and
+ * prefetches their home lines, then each hash's first candidate of its tag
+ * (the writer's record, the reader's entry), then compares; an eviction
+ * walks the queue prefetching the next round's table lines and the
+ * records of the round after; caching prefetches the entries, home lines
+ * and records.  The misses of a round overlap
+ * instead of following one another.  The one chain left, the free queue's
+ * links, is walked with the records already fetched: a ring of the blocks
+ * in the order they joined the queue tells which to prefetch a round ahead
+ * (see "free queue" below).  The hash itself is computed word by word
+ * without a branch a byte, and the slots of a line are compared without a
+ * branch a slot (a mispredicted branch a slot was a fifth of caching's
+ * time at 1k blocks).
  *
  * Files.  The cache's operations for its pool (limits and compaction over
  * every cache, lib/mem/cacheops.h) are lib/cache/hashcache_pool.c's, its
- * statistics and checks lib/cache/hashcache_info.c's; the
+ * statistics, checks and events lib/cache/hashcache_info.c's; the
  * structures they share are in lib/cache/hashcache_int.h.
  *
  * Locking (the library's lock order is in common/common.h): hc->lock, the
@@ -110,91 +129,166 @@ static bool hash_ok(const kvs_block_hash_t *h)
 	return h->len >= 1 && h->len <= sizeof(h->bytes);
 }
 
-static bool hash_eq(const kvs_block_hash_t *a, const kvs_block_hash_t *b)
+/* @len bytes at @a and @b equal: a SHA-256 digest's 32 in four words. */
+static inline bool bytes_eq(const uint8_t *a, const uint8_t *b, uint32_t len)
 {
-	return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
+	if (len == 32) {
+		uint64_t x[4], y[4];
+
+		memcpy(x, a, 32);
+		memcpy(y, b, 32);
+		return ((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3])) == 0;
+	}
+	return memcmp(a, b, len) == 0;
 }
 
-/* The low 64 bits of the hash read as a big-endian integer, as vLLM's
- * maybe_convert_block_hash() gives them. */
-static uint64_t hash_low64(const kvs_block_hash_t *h)
+/* Does entry @e hold hash @h (whose length its slot's tag matched)? */
+static inline bool ent_eq(const kvs_hcache_t *hc, int32_t e, const kvs_block_hash_t *h)
 {
-	uint32_t i = h->len > 8 ? h->len - 8 : 0;
-	uint64_t x = 0;
+	return bytes_eq(hc->ent[e].bytes, h->bytes, h->len);
+}
 
-	for (; i < h->len; i++)
-		x = (x << 8) | h->bytes[i];
-	return x;
+/* Does block @i's record hold hash @h? */
+static inline bool rec_eq(const kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h)
+{
+	return hc->b[i].hlen == h->len && bytes_eq(hc->b[i].hash, h->bytes, h->len);
 }
 
 /* ---------------------------------------------------------------- table */
 
+
 /* The entries' reserve beside one a page, at least. */
 #define HC_RESERVE_MIN 4096u
 
-/* The entry of a hash (@hv its hc_hash_bucket()) from the chain that starts
- * at entry @i, or NULL; a reader's walk (inside its read-side section) or
- * a writer's (under hc->lock). */
-static struct hent *chain_find(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *h, uint64_t hv)
+/* A slot's word: the tag of a hash of @len bytes and hc_hash_bucket() @hv
+ * over entry @e's index + 1. */
+static inline uint64_t te_make(uint64_t hv, uint32_t len, int32_t e)
 {
-	while (i >= 0) {
-		struct hent *e = &hc->ent[i];
+	return ((uint64_t)hc_tag(hv, len) << 32) | ((uint32_t)e + 1);
+}
 
-		if (e->hv == hv && hash_eq(&e->hash, h))
-			return e;
-		i = atomic_load_explicit(&e->next, memory_order_acquire);
+static inline int32_t te_ent(uint64_t te)
+{
+	return (int32_t)((uint32_t)te - 1);
+}
+
+/* The ways of line @L that are empty, or (line_tag()) that hold an entry
+ * under @tag, as a bit mask: no branch a way, which would mispredict. */
+static inline uint32_t line_empty(struct hline *L)
+{
+	uint32_t m = 0;
+
+#pragma GCC unroll 8
+	for (int w = 0; w < HC_WAYS; w++)
+		m |= (uint32_t)(atomic_load_explicit(&L->te[w], memory_order_relaxed) == 0) << w;
+	return m;
+}
+
+static inline uint32_t line_tag(struct hline *L, uint32_t tag)
+{
+	uint32_t m = 0;
+
+#pragma GCC unroll 8
+	for (int w = 0; w < HC_WAYS; w++) {
+		uint64_t te = atomic_load_explicit(&L->te[w], memory_order_acquire);
+
+		m |= (uint32_t)(te != 0 && (uint32_t)(te >> 32) == tag) << w;
 	}
-	return NULL;
+	return m;
 }
 
-static struct hent *tbl_find(kvs_hcache_t *hc, const kvs_block_hash_t *h)
+/*
+ * Probe for a hash (@hv its hc_hash_bucket()) from its home line on: each
+ * slot of its tag is a candidate, until a line that no entry passed
+ * (over 0).  A reader's (inside its read-side section: the entries'
+ * hashes are compared, -1 or the entry's index returned) or, with @writer,
+ * a writer's under hc->lock (the blocks' records are compared, -1 or the
+ * block returned).
+ */
+static int32_t tbl_probe(kvs_hcache_t *hc, const kvs_block_hash_t *h, uint64_t hv, bool writer)
 {
-	uint64_t hv = hc_hash_bucket(h);
+	uint64_t l = hc_home(hc, hv), d;
+	uint32_t tag = hc_tag(hv, h->len);
 
-	return chain_find(hc, atomic_load_explicit(&hc->bucket[hv & hc->mask], memory_order_acquire),
-			  h, hv);
+	for (d = 0; d <= hc->lmask; d++, l = (l + 1) & hc->lmask) {
+		struct hline *L = &hc->tbl[l];
+
+		for (int w = 0; w < HC_WAYS; w++) {
+			uint64_t te = atomic_load_explicit(&L->te[w], memory_order_acquire);
+
+			if (!te || (uint32_t)(te >> 32) != tag)
+				continue;
+			if (writer ? rec_eq(hc, L->blk[w], h) : ent_eq(hc, te_ent(te), h))
+				return writer ? L->blk[w] : te_ent(te);
+		}
+		if (!atomic_load_explicit(&L->over, memory_order_acquire))
+			break;
+	}
+	return -1;
 }
 
-/* Blocks or hashes a batched pass takes a round. */
-#define HC_BATCH 32
+/* Blocks or hashes a batched pass takes a round: a 64-block request in one
+ * (32 measured 2-3 ns a block slower at 4M blocks, lookup and caching). */
+#define HC_BATCH 64
 
 /*
  * The longest run of @hashes (at most @cap) in the table; the blocks into
- * @blocks unless NULL.  A reader's (inside its read-side section) or a
- * writer's (under hc->lock).  A round of up to HC_BATCH hashes at a time,
- * so that the misses of a round overlap rather than follow one another:
- * the buckets are prefetched, then the chains' heads, then the chains are
- * walked and the hit blocks' records prefetched for the caller.  A round
- * may fetch a little past the first miss; it reads nothing else.
+ * @blocks, or with @blocks NULL, a reader's count (inside its read-side
+ * section).  With @blocks, a writer's under hc->lock: it compares the
+ * blocks' records, which the caller goes on to touch, and never reads an
+ * entry.  A round of up to HC_BATCH hashes at a time, so that the misses
+ * of a round overlap rather than follow one another: the home lines are
+ * prefetched, then each hash's first candidate of its tag (its record, or
+ * a reader's entry), then the candidates are compared, a probe from the
+ * start for the few that are not the first of their tag or not in their
+ * home line.  A round may fetch a little past the first miss; it reads
+ * nothing else.
  */
 static size_t tbl_find_run(kvs_hcache_t *hc, const kvs_block_hash_t *hashes, size_t cap,
 			   int32_t *blocks)
 {
 	uint64_t hv[HC_BATCH];
-	int32_t head[HC_BATCH];
+	int32_t cand[HC_BATCH];
+	bool writer = blocks != NULL;
 
 	for (size_t k = 0; k < cap; k += HC_BATCH) {
 		size_t m = cap - k < HC_BATCH ? cap - k : HC_BATCH, j;
 
 		for (j = 0; j < m; j++) {
 			hv[j] = hc_hash_bucket(&hashes[k + j]);
-			__builtin_prefetch(&hc->bucket[hv[j] & hc->mask]);
+			__builtin_prefetch(&hc->tbl[hc_home(hc, hv[j])]);
 		}
 		for (j = 0; j < m; j++) {
-			head[j] = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
-						       memory_order_acquire);
-			if (head[j] >= 0)
-				__builtin_prefetch(&hc->ent[head[j]]);
-		}
-		for (j = 0; j < m; j++) {
-			struct hent *e = chain_find(hc, head[j], &hashes[k + j], hv[j]);
+			struct hline *L = &hc->tbl[hc_home(hc, hv[j])];
+			uint32_t tag = hc_tag(hv[j], hashes[k + j].len);
 
-			if (!e)
-				return k + j;
-			if (blocks) {
-				blocks[k + j] = e->block;
-				__builtin_prefetch(&hc->b[e->block], 1);
+			uint32_t mt = line_tag(L, tag);
+			uint64_t te;
+			int w;
+
+			cand[j] = -1;
+			if (!mt)
+				continue;
+			w = __builtin_ctz(mt);
+			if (writer) {
+				cand[j] = L->blk[w];
+				__builtin_prefetch(&hc->b[cand[j]], 1);
+			} else if ((te = atomic_load_explicit(&L->te[w], memory_order_acquire)) != 0) {
+				/* (A writer may have emptied it since.) */
+				cand[j] = te_ent(te);
+				__builtin_prefetch(&hc->ent[cand[j]]);
 			}
+		}
+		for (j = 0; j < m; j++) {
+			const kvs_block_hash_t *h = &hashes[k + j];
+			int32_t c = cand[j];
+
+			if (c < 0 || !(writer ? rec_eq(hc, c, h) : ent_eq(hc, c, h)))
+				c = tbl_probe(hc, h, hv[j], writer);
+			if (c < 0)
+				return k + j;
+			if (writer)
+				blocks[k + j] = c;
 		}
 	}
 	return cap;
@@ -227,81 +321,62 @@ static int32_t ent_get(kvs_hcache_t *hc)
 	return hc->estk[--hc->nfree];
 }
 
-/* Fill entry @i with @hash (@hv its hc_hash_bucket()) for @block and
- * publish it at the head of its chain. */
-static void tbl_insert(kvs_hcache_t *hc, int32_t i, const kvs_block_hash_t *hash, uint64_t hv,
+/* Publish entry @e, filled with @hash (@hv its hc_hash_bucket()), for
+ * block @block in the first empty slot from its home line on; every full
+ * line passed counts it in its over.  The block's record takes the hash,
+ * the entry and the slot. */
+static void tbl_insert(kvs_hcache_t *hc, int32_t e, const kvs_block_hash_t *hash, uint64_t hv,
 		       int32_t block)
 {
-	struct hent *e = &hc->ent[i];
-	_Atomic int32_t *head;
-	int32_t old;
+	struct hblock *b = &hc->b[block];
+	uint64_t l = hc_home(hc, hv);
+	uint32_t d = 0;
 
-	e->hash = *hash;
-	e->block = block;
-	e->hv = hv;
-	e->prev = -1;
-	head = &hc->bucket[e->hv & hc->mask];
-	old = atomic_load_explicit(head, memory_order_relaxed);
-	atomic_store_explicit(&e->next, old, memory_order_relaxed);
-	if (old >= 0)
-		hc->ent[old].prev = i;
-	atomic_store_explicit(head, i, memory_order_release);
-}
+	/* The whole array: a constant size, copied inline. */
+	memcpy(hc->ent[e].bytes, hash->bytes, sizeof(hash->bytes));
+	for (;; d++, l = (l + 1) & hc->lmask) {
+		struct hline *L = &hc->tbl[l];
+		uint32_t empty = line_empty(L);
 
-/* Unlink entry @i from its chain in O(1) and retire it: its next link
- * stays for a reader standing on it. */
-static void tbl_remove(kvs_hcache_t *hc, int32_t i)
-{
-	struct hent *e = &hc->ent[i];
-	int32_t next = atomic_load_explicit(&e->next, memory_order_relaxed);
+		if (empty) {
+			int w = __builtin_ctz(empty);
 
-	if (e->prev >= 0)
-		atomic_store_explicit(&hc->ent[e->prev].next, next, memory_order_release);
-	else
-		atomic_store_explicit(&hc->bucket[e->hv & hc->mask], next, memory_order_release);
-	if (next >= 0)
-		hc->ent[next].prev = e->prev;
-	KVSI_TSAN_RELEASE(&hc_rcu_gp);
-	hc->estk[hc->nent - ++hc->nretired] = i;
-}
-
-/* ---------------------------------------------------------------- events */
-
-/* @tokens: a stored event's n * ps token ids, or NULL; the events point
- * into it (the caller's array, valid for the callbacks' duration). */
-static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
-		 const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
-{
-	bool stored = type == KVS_KV_STORED;
-
-	if (hc->attr.event_cb) {
-		kvs_hcache_event_t ev = {
-			.type = type, .hashes = h, .nhashes = n, .parent = parent,
-			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
-			.block_size = hc->ps, .extra_key = stored ? extra : 0,
-			.token_ids = stored ? tokens : NULL,
-		};
-		hc->attr.event_cb(hc->attr.event_arg, &ev);
-	}
-	if (hc->attr.kv_event_cb) {
-		kvs_kv_event_t ev = { .type = type };
-		size_t i;
-
-		if (type == KVS_KV_ALL_CLEARED) {
-			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+			L->blk[w] = block;
+			atomic_store_explicit(&L->te[w], te_make(hv, hash->len, e), memory_order_release);
+			b->slot = (uint32_t)(l * HC_WAYS + (uint64_t)w);
+			b->disp = (uint8_t)(d < 255 ? d : 255);
+			b->ent = (uint32_t)e + 1;
+			memcpy(b->hash, hash->bytes, sizeof(hash->bytes));
+			b->hlen = (uint8_t)hash->len;
 			return;
 		}
-		for (i = 0; i < n; i++) {
-			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
-
-			ev.hash = hash_low64(&h[i]);
-			ev.parent_hash = stored && p ? hash_low64(p) : 0;
-			ev.tokens = hc->ps;
-			ev.extra_key = stored ? extra : 0;
-			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
-			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
-		}
+		atomic_store_explicit(&L->over, atomic_load_explicit(&L->over, memory_order_relaxed) + 1,
+				      memory_order_relaxed);
 	}
+}
+
+/* Take block @i's hash out of the table in O(1): empty its slot (the
+ * entry stays as it is for a reader on it), take it off the over counts
+ * of the lines its probe passed, and retire the entry. */
+static void tbl_remove(kvs_hcache_t *hc, int32_t i)
+{
+	struct hblock *b = &hc->b[i];
+	uint64_t l = b->slot / HC_WAYS;
+	struct hline *L = &hc->tbl[l];
+
+	atomic_store_explicit(&L->te[b->slot % HC_WAYS], 0, memory_order_release);
+	if (b->disp) {
+		uint64_t p = b->disp < 255 ? (l - b->disp) & hc->lmask
+					   : hc_home(hc, hc_hash_bytes(b->hash, b->hlen));
+
+		for (; p != l; p = (p + 1) & hc->lmask)
+			atomic_store_explicit(&hc->tbl[p].over,
+					      atomic_load_explicit(&hc->tbl[p].over, memory_order_relaxed) - 1,
+					      memory_order_relaxed);
+	}
+	KVSI_TSAN_RELEASE(&hc_rcu_gp);
+	hc->estk[hc->nent - ++hc->nretired] = (int32_t)b->ent - 1;
+	b->ent = 0;
 }
 
 /* ---------------------------------------------------------------- free queue */
@@ -316,7 +391,7 @@ static void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_
  * prefetch ahead of the walk; the list alone says what is evicted.
  */
 
-static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
+static inline void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -333,7 +408,7 @@ static void hc_q_remove(kvs_hcache_t *hc, int32_t i)
 	hc->qlen--;
 }
 
-static void q_push_tail(kvs_hcache_t *hc, int32_t i)
+static inline void q_push_tail(kvs_hcache_t *hc, int32_t i)
 {
 	struct hblock *b = &hc->b[i];
 
@@ -356,18 +431,24 @@ static void q_push_tail(kvs_hcache_t *hc, int32_t i)
 /* Take free cached block @i off the queue and out of the table (a removed
  * event and an eviction counted when @event); its page stays with the
  * caller.  With hc->lock held. */
-void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
+static inline void uncache(kvs_hcache_t *hc, int32_t i, bool event)
 {
-	struct hblock *b = &hc->b[i];
-
 	hc_q_remove(hc, i);
-	if (event)
-		hc_emit(hc, KVS_KV_REMOVED, &hc->ent[b->ent - 1].hash, 1, NULL, 0, NULL);
-	tbl_remove(hc, (int32_t)b->ent - 1);
-	b->ent = 0;
+	if (event && (hc->attr.event_cb || hc->attr.kv_event_cb)) {
+		kvs_block_hash_t h;
+
+		hc_block_hash(hc, i, &h);
+		hc_emit(hc, KVS_KV_REMOVED, &h, 1, NULL, 0, NULL);
+	}
+	tbl_remove(hc, i);
 	hc->ncached--;
 	if (event)
 		hc->nevict++;
+}
+
+void hc_uncache(kvs_hcache_t *hc, int32_t i, bool event)
+{
+	uncache(hc, i, event);
 }
 
 /* Take the first block of the free queue that is not isolated off the
@@ -388,10 +469,11 @@ static int32_t evict_head(kvs_hcache_t *hc, bool event)
  * evict_head() @n times (the caller knows there are @n: qlen - niso >= @n),
  * the blocks into @out, in the same order, with the same events; but a
  * round of up to HC_BATCH blocks at a time, so that their memory is
- * fetched in parallel rather than one dependent miss after another: the
- * walk down the queue prefetches each block's entry, a second pass the
- * entries' chain neighbours (or bucket), then the blocks leave as
- * evict_head() takes them.
+ * fetched in parallel rather than one dependent miss after another, and
+ * ahead: by qring's hint, the records of the round after next and the
+ * table lines of the next round (their records fetched a round before)
+ * are prefetched while a round walks the queue; then its blocks leave as
+ * evict_head() takes them.  No entry is read: the record holds the hash.
  */
 static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 {
@@ -400,35 +482,26 @@ static void evict_batch(kvs_hcache_t *hc, size_t n, int32_t *out, bool event)
 	if (n == 0)
 		return;
 	pos = hc->b[hc->qhead].qpos;
-	for (j = 0; j < HC_BATCH && j < n; j++)
-		__builtin_prefetch(&hc->b[hc->qring[(pos + j) & hc->qrmask]]);
+	for (j = 0; j < 2 * HC_BATCH && j < n + HC_BATCH; j++)
+		__builtin_prefetch(&hc->b[hc->qring[(pos + j) & hc->qrmask]], 1);
 	while (n) {
 		size_t m = n < HC_BATCH ? n : HC_BATCH;
 		int32_t i = hc->qhead;
 
-		/* The next round's records, by qring's hint, as this one walks. */
 		pos = hc->b[i].qpos;
 		for (j = 0; j < m; j++) {
-			__builtin_prefetch(&hc->b[hc->qring[(pos + HC_BATCH + j) & hc->qrmask]]);
+			int32_t nx = hc->qring[(pos + HC_BATCH + j) & hc->qrmask];
+
+			__builtin_prefetch(&hc->b[hc->qring[(pos + 2 * HC_BATCH + j) & hc->qrmask]], 1);
+			__builtin_prefetch(&hc->tbl[hc->b[nx].slot / HC_WAYS], 1);
 			while (hc->b[i].iso)
 				i = hc->b[i].next;
 			out[j] = i;
-			__builtin_prefetch(&hc->ent[hc->b[i].ent - 1], 1);
+			__builtin_prefetch(&hc->tbl[hc->b[i].slot / HC_WAYS], 1);
 			i = hc->b[i].next;
 		}
-		for (j = 0; j < m; j++) {
-			const struct hent *e = &hc->ent[hc->b[out[j]].ent - 1];
-			int32_t nx = atomic_load_explicit(&e->next, memory_order_relaxed);
-
-			if (e->prev >= 0)
-				__builtin_prefetch(&hc->ent[e->prev], 1);
-			else
-				__builtin_prefetch(&hc->bucket[e->hv & hc->mask], 1);
-			if (nx >= 0)
-				__builtin_prefetch(&hc->ent[nx], 1);
-		}
 		for (j = 0; j < m; j++)
-			hc_uncache(hc, out[j], event);
+			uncache(hc, out[j], event);
 		out += m;
 		n -= m;
 	}
@@ -479,7 +552,7 @@ static void advise_huge(void *p, size_t len)
 /* Free the cache's arrays and the cache (NULL arrays are fine). */
 static void hc_free_mem(kvs_hcache_t *hc)
 {
-	KVS_FREE_ALL(hc->b_mem, hc->ent_mem, hc->estk, hc->qring, hc->bucket, hc->scratch, hc->wq, hc->wh,
+	KVS_FREE_ALL(hc->b_mem, hc->ent_mem, hc->estk, hc->qring, hc->tbl_mem, hc->scratch, hc->wq, hc->wh,
 		     hc->wqt, hc->wht, hc);
 }
 
@@ -496,7 +569,7 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 {
 	kvs_hcache_attr_t def;
 	kvs_hcache_t *hc;
-	uint64_t pages, nb = 16, nent, k;
+	uint64_t pages, nl = 2, nq = 16, nent;
 
 	if (!attr) {
 		kvs_hcache_attr_init(&def);
@@ -511,8 +584,10 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 		errno = EINVAL;
 		return NULL;
 	}
-	while (nb < 2 * pages)
-		nb <<= 1;
+	while (nl * 2 < pages)		/* a line for every two pages: 40% full at most */
+		nl <<= 1;
+	while (nq < pages)
+		nq <<= 1;
 	nent = pages + (pages / 4 > HC_RESERVE_MIN ? pages / 4 : HC_RESERVE_MIN);
 	hc = calloc(1, sizeof(*hc));
 	if (!hc)
@@ -521,7 +596,7 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	hc->ps = kvs_pool_page_size(pool);
 	hc->nblocks = (uint32_t)pages;
 	hc->attr = *attr;
-	hc->mask = nb - 1;
+	hc->lmask = nl - 1;
 	hc->qhead = hc->qtail = -1;
 	hc->nent = (uint32_t)nent;
 	hc->b_mem = calloc(pages + 2, sizeof(*hc->b));
@@ -529,25 +604,25 @@ KVS_EXPORT kvs_hcache_t *kvs_hcache_create(kvs_pool_t *pool, const kvs_hcache_at
 	 * touched when it is first used; aligned by hand to a cache line. */
 	hc->ent_mem = calloc(nent + 1, sizeof(*hc->ent));
 	hc->estk = calloc(nent, sizeof(*hc->estk));
-	hc->qrmask = (uint32_t)(nb / 2 - 1);	/* nb / 2 >= pages */
-	hc->qring = calloc(nb / 2, sizeof(*hc->qring));
-	hc->bucket = malloc(nb * sizeof(*hc->bucket));
+	hc->qrmask = (uint32_t)(nq - 1);	/* nq >= pages */
+	hc->qring = calloc(nq, sizeof(*hc->qring));
+	/* calloc(): every slot empty, every over 0, mapped on demand. */
+	hc->tbl_mem = calloc(nl + 1, sizeof(*hc->tbl));
 	hc->scratch = calloc(hc->ps, sizeof(*hc->scratch));
 	hc->wq = calloc(attr->window, sizeof(*hc->wq));
 	hc->wh = calloc(attr->window, sizeof(*hc->wh));
 	hc->wqt = calloc(attr->window, sizeof(*hc->wqt));
 	hc->wht = calloc(attr->window, sizeof(*hc->wht));
-	if (!hc->b_mem || !hc->ent_mem || !hc->estk || !hc->qring || !hc->bucket || !hc->scratch || !hc->wq || !hc->wh ||
+	if (!hc->b_mem || !hc->ent_mem || !hc->estk || !hc->qring || !hc->tbl_mem || !hc->scratch || !hc->wq || !hc->wh ||
 	    !hc->wqt || !hc->wht)
 		goto nomem;
 	hc->ent = (struct hent *)(((uintptr_t)hc->ent_mem + sizeof(*hc->ent) - 1) &
 				  ~(uintptr_t)(sizeof(*hc->ent) - 1));
 	hc->b = (struct hblock *)(((uintptr_t)hc->b_mem + 63) & ~(uintptr_t)63);
+	hc->tbl = (struct hline *)(((uintptr_t)hc->tbl_mem + 63) & ~(uintptr_t)63);
 	advise_huge(hc->b, pages * sizeof(*hc->b));
 	advise_huge(hc->ent_mem, (nent + 1) * sizeof(*hc->ent));
-	advise_huge(hc->bucket, nb * sizeof(*hc->bucket));
-	for (k = 0; k < nb; k++)
-		atomic_init(&hc->bucket[k], -1);
+	advise_huge(hc->tbl_mem, (nl + 1) * sizeof(*hc->tbl));
 	pthread_mutex_init(&hc->lock, NULL);
 	/* The records stay untouched until their page is used: the queue
 	 * links are set when a block joins the queue and read only there. */
@@ -716,16 +791,14 @@ KVS_EXPORT ssize_t kvs_hcache_lookup(kvs_hcache_t *hc, const kvs_block_hash_t *h
  */
 KVS_EXPORT int32_t kvs_hcache_find(kvs_hcache_t *hc, const kvs_block_hash_t *hash)
 {
-	struct hent *e;
 	int32_t blk;
 
 	if (!hc || !hash || !hash_ok(hash))
 		return kvs_fail(EINVAL);
 	pthread_mutex_lock(&hc->lock);
-	e = tbl_find(hc, hash);
-	blk = e ? e->block : -1;
+	blk = tbl_probe(hc, hash, hc_hash_bucket(hash), true);
 	pthread_mutex_unlock(&hc->lock);
-	return e ? blk : kvs_fail(ENOENT);
+	return blk >= 0 ? blk : kvs_fail(ENOENT);
 }
 
 /**
@@ -953,14 +1026,15 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 		else
 			hc->b[blocks[i]].mark = 1;
 	}
-	while (i--)
-		if (held(hc, blocks[i]))
-			hc->b[blocks[i]].mark = 0;
-	if (!err) {
+	if (err) {
+		while (i--)
+			if (held(hc, blocks[i]))
+				hc->b[blocks[i]].mark = 0;
+	} else {
 		/* Never more entries in the table than pages: one for each
 		 * is there, free or after a grace period (ent_get()).  A
-		 * round of HC_BATCH at a time: the entries and buckets are
-		 * prefetched, then the chains' old heads, then linked. */
+		 * round of HC_BATCH at a time: the entries, home lines and
+		 * records are prefetched, then filled and published. */
 		for (i = 0; i < n; i += HC_BATCH) {
 			size_t m = n - i < HC_BATCH ? n - i : HC_BATCH, j;
 			int32_t ev[HC_BATCH];
@@ -970,18 +1044,12 @@ KVS_EXPORT int kvs_hcache_cache(kvs_hcache_t *hc, const int32_t *blocks, size_t 
 				ev[j] = ent_get(hc);
 				hv[j] = hc_hash_bucket(&hashes[i + j]);
 				__builtin_prefetch(&hc->ent[ev[j]], 1);
-				__builtin_prefetch(&hc->bucket[hv[j] & hc->mask], 1);
+				__builtin_prefetch(&hc->tbl[hc_home(hc, hv[j])], 1);
+				__builtin_prefetch(&hc->b[blocks[i + j]], 1);
 			}
 			for (j = 0; j < m; j++) {
-				int32_t o = atomic_load_explicit(&hc->bucket[hv[j] & hc->mask],
-								 memory_order_relaxed);
-
-				if (o >= 0)
-					__builtin_prefetch(&hc->ent[o], 1);
-			}
-			for (j = 0; j < m; j++) {
+				hc->b[blocks[i + j]].mark = 0;
 				tbl_insert(hc, ev[j], &hashes[i + j], hv[j], blocks[i + j]);
-				hc->b[blocks[i + j]].ent = (uint32_t)ev[j] + 1;
 			}
 		}
 		hc->ncached += n;
@@ -1020,13 +1088,16 @@ KVS_EXPORT int kvs_hcache_free(kvs_hcache_t *hc, const int32_t *blocks, size_t n
 		else
 			hc->b[blocks[i]].mark++;
 	}
-	while (i--)
-		if (blocks[i] >= 0 && (uint32_t)blocks[i] < hc->nblocks)
-			hc->b[blocks[i]].mark = 0;
-	if (!err) {
+	if (err) {
+		while (i--)
+			if (blocks[i] >= 0 && (uint32_t)blocks[i] < hc->nblocks)
+				hc->b[blocks[i]].mark = 0;
+	} else {
+		/* The marks are cleared on the way (each valid). */
 		for (i = 0; i < n; i++) {
 			struct hblock *b = &hc->b[blocks[i]];
 
+			b->mark = 0;
 			if (--b->ref)
 				continue;
 			hc->nused--;

@@ -3,7 +3,8 @@
  * lib/cache/hashcache_info.c - what the hashed block cache tells about
  * itself: its statistics (kvs_hcache_stats() and the accessors lib/stats.c
  * makes), the free queue, one block, and the check of its invariants
- * (kvs_hcache_validate()).  The design is in lib/cache/hashcache.c's essay.
+ * (kvs_hcache_validate()); and the events it sends (hc_emit()).  The
+ * design is in lib/cache/hashcache.c's essay.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -11,6 +12,55 @@
 #include <string.h>
 
 #include "cache/hashcache_int.h"
+
+/* The low 64 bits of the hash read as a big-endian integer, as vLLM's
+ * maybe_convert_block_hash() gives them. */
+static uint64_t hash_low64(const kvs_block_hash_t *h)
+{
+	uint32_t i = h->len > 8 ? h->len - 8 : 0;
+	uint64_t x = 0;
+
+	for (; i < h->len; i++)
+		x = (x << 8) | h->bytes[i];
+	return x;
+}
+
+/* hashcache_int.h; @tokens is the caller's array, valid for the callbacks'
+ * duration. */
+void hc_emit(kvs_hcache_t *hc, int type, const kvs_block_hash_t *h, size_t n,
+	     const kvs_block_hash_t *parent, uint64_t extra, const int32_t *tokens)
+{
+	bool stored = type == KVS_KV_STORED;
+
+	if (hc->attr.event_cb) {
+		kvs_hcache_event_t ev = {
+			.type = type, .hashes = h, .nhashes = n, .parent = parent,
+			.tokens = stored ? (uint32_t)(n * hc->ps) : 0,
+			.block_size = hc->ps, .extra_key = stored ? extra : 0,
+			.token_ids = stored ? tokens : NULL,
+		};
+		hc->attr.event_cb(hc->attr.event_arg, &ev);
+	}
+	if (hc->attr.kv_event_cb) {
+		kvs_kv_event_t ev = { .type = type };
+		size_t i;
+
+		if (type == KVS_KV_ALL_CLEARED) {
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+			return;
+		}
+		for (i = 0; i < n; i++) {
+			const kvs_block_hash_t *p = i ? &h[i - 1] : parent;
+
+			ev.hash = hash_low64(&h[i]);
+			ev.parent_hash = stored && p ? hash_low64(p) : 0;
+			ev.tokens = hc->ps;
+			ev.extra_key = stored ? extra : 0;
+			ev.token_ids = stored && tokens ? tokens + i * hc->ps : NULL;
+			hc->attr.kv_event_cb(hc->attr.kv_event_arg, &ev);
+		}
+	}
+}
 
 /* Each statistic of KVS_HCACHE_STATS and the cache's field that holds it. */
 #define HC_STAT_FIELDS(X)                                                          \
@@ -138,7 +188,7 @@ KVS_EXPORT int kvs_hcache_block(kvs_hcache_t *hc, int32_t block, uint32_t *ref,
 		*ref = hc->b[block].ref;
 	has = hc->b[block].ent != 0;
 	if (has && hash)
-		*hash = hc->ent[hc->b[block].ent - 1].hash;
+		hc_block_hash(hc, block, hash);
 	pthread_mutex_unlock(&hc->lock);
 	return has;
 }
@@ -160,9 +210,11 @@ KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
  * @hc: cache.
  *
  * The free queue links both ways, holds exactly the hashed blocks of
- * refcount 0, and its length is counted right; every table entry names a
- * block whose entry it is, in the bucket of its hash, and its chain links
- * both ways; the free and retired entries and the table's account for the
+ * refcount 0, and its length is counted right; every table slot in use
+ * names an entry holding the hash of the block beside it, whose record
+ * names the slot, the entry and the slot's distance from the hash's home
+ * line, under the hash's tag; every line's count of the entries past it
+ * is right; the free and retired entries and the table's account for the
  * whole slab; the counts of cached and used blocks are right.
  *
  * Context: MT-Safe (it takes the writer lock).
@@ -170,7 +222,7 @@ KVS_EXPORT uint32_t kvs_hcache_block_size(const kvs_hcache_t *hc)
  */
 KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 {
-	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0;
+	uint64_t n = 0, used = 0, ents = 0, inq = 0, iso = 0, dmax = 0;
 	int32_t i, prev = -1;
 	int bad = 0;
 
@@ -193,22 +245,63 @@ KVS_EXPORT int kvs_hcache_validate(kvs_hcache_t *hc)
 		inq += b->inq;
 		iso += b->iso && b->inq;
 		if (b->mark || (b->inq && b->ref) || (!b->inq && !b->ref && b->ent) || (b->iso && !b->ent) ||
-		    b->ent > hc->efresh || (b->ent && hc->ent[b->ent - 1].block != (int32_t)j))
+		    b->ent > hc->efresh ||
+		    (b->ent && (b->slot / HC_WAYS > hc->lmask ||
+				hc->tbl[b->slot / HC_WAYS].blk[b->slot % HC_WAYS] != (int32_t)j)))
 			bad = 1;
+		if (b->ent) {
+			uint64_t d = (b->slot / HC_WAYS - (hc_hash_bytes(b->hash, b->hlen) & hc->lmask)) &
+				     hc->lmask;
+
+			dmax = d > dmax ? d : dmax;
+		}
 	}
-	for (uint64_t k = 0; k <= hc->mask && !bad; k++) {
-		int32_t e = atomic_load_explicit(&hc->bucket[k], memory_order_relaxed), p = -1;
+	/* The slots: each names its block and entry both ways; the records
+	 * of hashed blocks were checked above to be as many as the slots. */
+	for (uint64_t l = 0; l <= hc->lmask && !bad; l++) {
+		for (int w = 0; w < HC_WAYS && !bad; w++) {
+			uint64_t te = atomic_load_explicit(&hc->tbl[l].te[w], memory_order_relaxed), hv, home;
+			int32_t blk = hc->tbl[l].blk[w];
+			uint32_t e = (uint32_t)te - 1;
+			struct hblock *b;
 
-		for (; e >= 0 && !bad; p = e, e = atomic_load_explicit(&hc->ent[e].next,
-								     memory_order_relaxed)) {
-			struct hent *x = &hc->ent[e];
-
-			if ((uint32_t)e >= hc->efresh || ++ents > hc->nblocks || x->prev != p ||
-			    x->hv != hc_hash_bucket(&x->hash) || (x->hv & hc->mask) != k ||
-			    x->block < 0 || (uint32_t)x->block >= hc->nblocks ||
-			    hc->b[x->block].ent != (uint32_t)e + 1)
+			if (!te)
+				continue;
+			if (e >= hc->efresh || blk < 0 || (uint32_t)blk >= hc->nblocks || ++ents > hc->nblocks) {
+				bad = 1;
+				break;
+			}
+			b = &hc->b[blk];
+			hv = hc_hash_bytes(b->hash, b->hlen);
+			home = hv & hc->lmask;
+			if (b->ent != e + 1 || b->slot != l * HC_WAYS + (uint64_t)w || b->hlen < 1 ||
+			    b->hlen > 32 || (uint32_t)(te >> 32) != hc_tag(hv, b->hlen) ||
+			    b->disp != (((l - home) & hc->lmask) < 255 ? ((l - home) & hc->lmask) : 255) ||
+			    memcmp(b->hash, hc->ent[e].bytes, b->hlen) != 0)
 				bad = 1;
 		}
+	}
+	/* Each line's over: the entries placed past it whose probe began at
+	 * or before it (none is placed farther than dmax lines from home). */
+	for (uint64_t l = 0; l <= hc->lmask && !bad; l++) {
+		uint32_t want = 0;
+
+		for (uint64_t d = 1; d <= dmax; d++) {
+			const struct hline *L = &hc->tbl[(l + d) & hc->lmask];
+
+			for (int w = 0; w < HC_WAYS; w++) {
+				uint64_t te = atomic_load_explicit(&L->te[w], memory_order_relaxed);
+
+				/* Probed from home h: passed l when l is
+				 * within [h, its line). */
+				if (te && ((((l + d) - hc_hash_bytes(hc->ent[(uint32_t)te - 1].bytes,
+								     (uint32_t)(te >> 32) % 32 + 1)) &
+					    hc->lmask) >= d))
+					want++;
+			}
+		}
+		if (atomic_load_explicit(&hc->tbl[l].over, memory_order_relaxed) != want)
+			bad = 1;
 	}
 	/* The free and retired stacks: in range, the slab whole. */
 	if (hc->nfree + hc->nretired + ents != hc->efresh || hc->efresh > hc->nent)

@@ -22,7 +22,7 @@
  * it), and freed again it returns to the queue still flagged, so that its
  * page cannot change hands while the compaction runs.  Migration
  * gives the block's hash entry, queue place and record to its new page:
- * the entry stays where it is in its chain and only its block changes (a
+ * the entry stays in its table slot and only the slot's block changes (a
  * field the lock-free readers never read).  Each operation takes hc->lock;
  * migrate holds it across the pool's inner step and allocates nothing.
  */
@@ -153,7 +153,7 @@ static void block_move(kvs_hcache_t *hc, int32_t p, int32_t q)
 {
 	struct hblock *a = &hc->b[p], *b = &hc->b[q];
 
-	hc->ent[a->ent - 1].block = q;
+	hc->tbl[a->slot / HC_WAYS].blk[a->slot % HC_WAYS] = q;
 	if (hc->qring[a->qpos & hc->qrmask] == p)
 		hc->qring[a->qpos & hc->qrmask] = q;
 	*b = *a;

@@ -696,6 +696,56 @@ START_TEST(test_duplicates_allowed)
 END_TEST
 
 /*
+ * Hashes shorter than 32 bytes: a hash is its first len bytes, so one that
+ * differs only past its length is the same hash, while hashes that share
+ * their bytes but not their length are different ones (the table's tags
+ * carry the length; the writers compare the blocks' copies, the readers
+ * the entries).  Lengths 1, 7, 8, 9 and 31: a word's tail and none.
+ */
+START_TEST(test_short_hashes)
+{
+	static const uint32_t lens[] = { 1, 7, 8, 9, 31 };
+	enum { N = sizeof(lens) / sizeof(lens[0]) };
+	kvs_block_hash_t h[N], same, longer;
+	int32_t x[N], b;
+	struct env e;
+
+	env_open(&e, 2, 16, 100);
+	for (int k = 0; k < N; k++) {
+		h[k] = H(12, (uint32_t)k);
+		h[k].len = lens[k];
+		memset(h[k].bytes + lens[k], 0xa5, 32 - lens[k]);
+	}
+	ck_assert_int_eq(kvs_hcache_alloc(e.hc, N, x), 0);
+	ck_assert_int_eq(kvs_hcache_cache(e.hc, x, N, h, NULL, 0, NULL), 0);
+	ck_assert_int_eq(kvs_hcache_free(e.hc, x, N), 0);
+	ck_assert_int_eq(kvs_hcache_validate(e.hc), 0);
+	for (int k = 0; k < N; k++) {
+		kvs_block_hash_t got;
+
+		same = h[k];
+		memset(same.bytes + lens[k], 0x3c, 32 - lens[k]);
+		ck_assert_int_eq(kvs_hcache_find(e.hc, &same), x[k]);
+		ck_assert_int_eq(kvs_hcache_match_ro(e.hc, &same, 1, 3), 1);
+		ck_assert_int_eq(kvs_hcache_block(e.hc, x[k], NULL, &got), 1);
+		ck_assert_uint_eq(got.len, lens[k]);
+		ck_assert_mem_eq(got.bytes, h[k].bytes, lens[k]);
+		/* One byte more of the same bytes: another hash. */
+		longer = h[k];
+		longer.len = lens[k] + 1;
+		b = kvs_hcache_find(e.hc, &longer);
+		ck_assert_int_eq(b, -1);
+		ck_assert_int_eq(errno, ENOENT);
+		ck_assert_int_eq(kvs_hcache_match_ro(e.hc, &longer, 1, 3), 0);
+		ck_assert_int_eq(kvs_hcache_lookup(e.hc, &same, 1, 3, &b), 1);
+		ck_assert_int_eq(b, x[k]);
+		ck_assert_int_eq(kvs_hcache_free(e.hc, &b, 1), 0);
+	}
+	env_close(&e);
+}
+END_TEST
+
+/*
  * Removal from the middle of a chain: eight blocks under one hash share a
  * chain (its entries linked in the order cached, newest first), beside
  * blocks of other hashes; evicting them in every order of position (the
@@ -1360,6 +1410,7 @@ static Suite *hcache_suite(void)
 	tcase_add_test(tc, test_events);
 	tcase_add_test(tc, test_event_token_ids);
 	tcase_add_test(tc, test_duplicates_allowed);
+	tcase_add_test(tc, test_short_hashes);
 	tcase_add_test(tc, test_duplicate_chain_removal);
 	tcase_add_test(tc, test_window_metrics);
 	tcase_add_test(tc, test_stat_accessors);
