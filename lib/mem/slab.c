@@ -242,6 +242,16 @@ KVS_EXPORT kvs_slab_t *kvs_slab_create(kvs_drv_t *drv, const kvs_slab_attr_t *a)
 	s->max_empty = a->max_empty;
 	s->shrink_quiet = a->shrink_quiet;
 	s->decay_ns = a->decay_ms * 1000000;
+	s->decay_clock = CLOCK_MONOTONIC;
+	if (s->decay_ns >= 1000000000u) {
+		struct timespec res;
+
+		if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0 && res.tv_sec == 0 &&
+		    res.tv_nsec <= 10000000) {
+			s->decay_clock = CLOCK_MONOTONIC_COARSE;
+			s->decay_slack = (uint64_t)res.tv_nsec;
+		}
+	}
 	s->pool_target = a->chunk_pool;
 	s->magcap = a->magazine;
 	s->flags = a->flags;

@@ -328,7 +328,7 @@ out:
 	s->freed_since_grow = 0;
 	/* Never used: no fence needed before it is given back. */
 	s->si[i].empty_seq = 0;
-	s->si[i].empty_ns = kvs_now_ns();
+	s->si[i].empty_ns = slab_decay_now(s);
 	slab_list_add(s, i, L_EMPTY);
 	return 0;
 }
@@ -551,10 +551,12 @@ int slab_reclaim_locked(struct kvs_slab *s, bool all, uint64_t *wake_ns)
 	while (s->n_empty > s->min_empty) {
 		int64_t i = s->empty_tail;
 		struct slab_info *x = &s->si[i];
-		bool decayed = s->decay_ns && kvs_now_ns() - x->empty_ns >= s->decay_ns;
+		bool decayed = s->decay_ns && slab_decay_now(s) - x->empty_ns >= s->decay_ns;
 
 		if (!hyst && !decayed) {
-			*wake_ns = x->empty_ns + s->decay_ns;
+			/* On the precise clock the worker sleeps by: a
+			 * coarse clock lags it by up to its resolution. */
+			*wake_ns = x->empty_ns + s->decay_ns + s->decay_slack;
 			break;
 		}
 		if (x->empty_seq > s->fence_done) {

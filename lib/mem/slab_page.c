@@ -116,9 +116,11 @@ void slab_relist(struct kvs_slab *s, uint64_t i)
 		list_del(s, i);
 		if (want == L_EMPTY) {
 			/* Pages of it may still be read by the device: it
-			 * is unmapped only behind a fence recorded after now. */
+			 * is unmapped only behind a fence recorded after now.
+			 * When: for decay alone (decay_ms is set at create). */
 			x->empty_seq = ++s->empty_gen;
-			x->empty_ns = kvs_now_ns();
+			if (s->decay_ns)
+				x->empty_ns = slab_decay_now(s);
 		}
 		list_add(s, i, want);
 	}

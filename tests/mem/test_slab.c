@@ -832,6 +832,48 @@ START_TEST(test_worker_inflight)
 }
 END_TEST
 
+/* Decay of a second and more counts on the coarse clock (a tick's
+ * resolution): not before the time, and at it, by reclaim and by the
+ * worker, which sleeps past the coarse clock's lag rather than spin. */
+START_TEST(test_decay_coarse)
+{
+	kvs_drv_t *d = drv_open(_i, 0);
+	kvs_slab_attr_t a;
+	kvs_slab_t *s;
+	uint32_t pages[256];
+	int k;
+
+	base_attr(&a, 256);
+	a.max_empty = 8; /* the hysteresis never fires */
+	a.magazine = 0;
+	a.decay_ms = 1000;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	usleep(500000);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 0); /* half the time */
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
+	usleep(600000);
+	ck_assert_int_eq(kvs_slab_reclaim(s), 4);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 4);
+	kvs_slab_destroy(s);
+
+	a.min_empty = 1;
+	a.flags = KVS_SLAB_F_WORKER;
+	s = kvs_slab_create(d, &a);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	for (k = 0; k < 3000 && (kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty) > 1 ||
+				 kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped) > 2 * GRAN); k++)
+		usleep(1000);
+	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
+	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 3);
+	finish(_i, d, s);
+}
+END_TEST
+
 /* Frees never call the driver; release waits for its policy: decay
  * gives an idle allocator's memory back, by the worker or by reclaim. */
 START_TEST(test_decay)
@@ -1902,6 +1944,7 @@ static Suite *slab_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, test_worker_inflight, 0, nb);
 	tcase_add_loop_test(tc, test_decay, 0, nb);
+	tcase_add_loop_test(tc, test_decay_coarse, 0, nb);
 	tcase_add_loop_test(tc, test_release_failure_parks, 0, nb);
 	tcase_add_loop_test(tc, test_map_undo_failure, 0, nb);
 	tcase_add_loop_test(tc, test_unmap_failure_parks, 0, nb);
