@@ -439,20 +439,33 @@ static PyObject *hcache_touch(HCacheObject *self, PyObject *arg)
 	return hcache_blocks_op(self, arg, 1);
 }
 
+/* The block cached under hash @arg into *@b: 1, 0 when none is, -1 with
+ * an exception set (a closed cache, not a hash, the library's error). */
+static int hcache_find_id(HCacheObject *self, PyObject *arg, int32_t *b)
+{
+	kvs_block_hash_t h;
+
+	if (hcache_check(self) < 0 || hash_from(arg, &h) < 0)
+		return -1;
+	*b = kvs_hcache_find(self->hc, &h);
+	if (*b >= 0)
+		return 1;
+	if (errno == ENOENT)
+		return 0;
+	kvpy_raise("kvs_hcache_find", NULL);
+	return -1;
+}
+
 /* find(hash) -> block or None. */
 static PyObject *hcache_find(HCacheObject *self, PyObject *arg)
 {
-	kvs_block_hash_t h;
 	int32_t b;
+	int rc = hcache_find_id(self, arg, &b);
 
-	if (hcache_check(self) < 0 || hash_from(arg, &h) < 0)
+	if (rc < 0)
 		return NULL;
-	b = kvs_hcache_find(self->hc, &h);
-	if (b < 0) {
-		if (errno == ENOENT)
-			Py_RETURN_NONE;
-		return kvpy_raise("kvs_hcache_find", NULL);
-	}
+	if (rc == 0)
+		Py_RETURN_NONE;
 	return PyLong_FromLong(b);
 }
 
@@ -664,9 +677,9 @@ static PyObject *getter_call(GetterObject *self, PyObject *const *args, size_t n
 			     PyObject *kwnames)
 {
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-	kvs_block_hash_t h;
 	PyObject *item, *l;
 	int32_t b;
+	int rc;
 
 	if (kwnames || nargs < 1 || nargs > 2 || !PyBytes_Check(args[0]))
 		goto slow;
@@ -683,14 +696,11 @@ static PyObject *getter_call(GetterObject *self, PyObject *const *args, size_t n
 		if (!PyLong_CheckExact(g0) || PyLong_AsLongAndOverflow(g0, &ov) != 0 || ov)
 			goto slow;
 	}
-	if (hcache_check(self->hc) < 0 || hash_from(args[0], &h) < 0)
+	rc = hcache_find_id(self->hc, args[0], &b);
+	if (rc < 0)
 		return NULL;
-	b = kvs_hcache_find(self->hc->hc, &h);
-	if (b < 0) {
-		if (errno == ENOENT)
-			Py_RETURN_NONE;
-		return kvpy_raise("kvs_hcache_find", NULL);
-	}
+	if (rc == 0)
+		Py_RETURN_NONE;
 	if (!PyList_CheckExact(self->blocks) || b >= PyList_GET_SIZE(self->blocks))
 		goto slow;
 	item = PyList_GET_ITEM(self->blocks, b);

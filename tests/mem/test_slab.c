@@ -832,6 +832,29 @@ START_TEST(test_worker_inflight)
 }
 END_TEST
 
+/* A slab allocator of @a over @d whose 256 pages were allocated and freed
+ * again: its slabs are all empty, left to decay. */
+static kvs_slab_t *emptied(kvs_drv_t *d, const kvs_slab_attr_t *a)
+{
+	kvs_slab_t *s = kvs_slab_create(d, a);
+	uint32_t pages[256];
+
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
+	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	return s;
+}
+
+/* Wait up to @ms for the worker to bring @s down to one empty slab.  A
+ * slab leaves slabs_empty when its unmap starts and bytes_mapped when the
+ * unmap returns (tens of us on a GPU): wait for both. */
+static void wait_decayed(kvs_slab_t *s, int ms)
+{
+	for (int k = 0; k < ms && (kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty) > 1 ||
+				   kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped) > 2 * GRAN); k++)
+		usleep(1000);
+}
+
 /* Decay of a second and more counts on the coarse clock (a tick's
  * resolution): not before the time, and at it, by reclaim and by the
  * worker, which sleeps past the coarse clock's lag rather than spin. */
@@ -840,17 +863,12 @@ START_TEST(test_decay_coarse)
 	kvs_drv_t *d = drv_open(_i, 0);
 	kvs_slab_attr_t a;
 	kvs_slab_t *s;
-	uint32_t pages[256];
-	int k;
 
 	base_attr(&a, 256);
 	a.max_empty = 8; /* the hysteresis never fires */
 	a.magazine = 0;
 	a.decay_ms = 1000;
-	s = kvs_slab_create(d, &a);
-	ck_assert_ptr_nonnull(s);
-	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
-	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	s = emptied(d, &a);
 	usleep(500000);
 	ck_assert_int_eq(kvs_slab_reclaim(s), 0); /* half the time */
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 4);
@@ -861,13 +879,8 @@ START_TEST(test_decay_coarse)
 
 	a.min_empty = 1;
 	a.flags = KVS_SLAB_F_WORKER;
-	s = kvs_slab_create(d, &a);
-	ck_assert_ptr_nonnull(s);
-	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
-	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
-	for (k = 0; k < 3000 && (kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty) > 1 ||
-				 kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped) > 2 * GRAN); k++)
-		usleep(1000);
+	s = emptied(d, &a);
+	wait_decayed(s, 3000);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
 	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 3);
 	finish(_i, d, s);
@@ -883,7 +896,6 @@ START_TEST(test_decay)
 	kvs_slab_t *s;
 	uint32_t pages[256];
 	uint64_t calls;
-	int k;
 
 	base_attr(&a, 256);
 	a.max_empty = 8; /* the hysteresis never fires */
@@ -900,10 +912,7 @@ START_TEST(test_decay)
 	kvs_slab_destroy(s);
 
 	a.decay_ms = 1;
-	s = kvs_slab_create(d, &a);
-	ck_assert_ptr_nonnull(s);
-	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
-	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
+	s = emptied(d, &a);
 	usleep(5000);
 	ck_assert_int_eq(kvs_slab_reclaim(s), 4);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 0);
@@ -915,15 +924,8 @@ START_TEST(test_decay)
 	a.decay_ms = 20;
 	a.min_empty = 1;
 	a.flags = KVS_SLAB_F_WORKER;
-	s = kvs_slab_create(d, &a);
-	ck_assert_ptr_nonnull(s);
-	ck_assert_int_eq(kvs_slab_alloc_bulk(s, 256, pages), 256);
-	ck_assert_int_eq(kvs_slab_free_bulk(s, 256, pages), 0);
-	/* A slab leaves slabs_empty when its unmap starts and bytes_mapped
-	 * when the unmap returns (tens of us on a GPU): wait for both. */
-	for (k = 0; k < 10000 && (kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty) > 1 ||
-				  kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped) > 2 * GRAN); k++)
-		usleep(1000);
+	s = emptied(d, &a);
+	wait_decayed(s, 10000);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_slabs_empty), 1);
 	ck_assert_uint_eq(kvs_slab_stat(s, KVS_SLAB_STAT_bytes_mapped), 2 * GRAN);
 	ck_assert_uint_ge(kvs_slab_stat(s, KVS_SLAB_STAT_decay_unmaps), 3);
